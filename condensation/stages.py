@@ -1,0 +1,349 @@
+"""One function per workflow stage: paths and config in, artifacts out.
+
+``workflow_scripts/*.py`` call exactly one of these with what Snakemake hands them; tests call
+them directly. Nothing here knows about Snakemake.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import corpus, data, geometry, models
+from .config import ExtractionConfig, SamplingConfig, TrendConfig
+from .io import atomic_path, write_json, write_text
+
+log = logging.getLogger("condensation")
+
+
+@contextlib.contextmanager
+def logged(log_path: str | Path | None) -> Iterator[None]:
+    """Send this stage's logging, stdout and stderr to ``log_path`` (Snakemake's ``log:``)."""
+    if log_path is None:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+        yield
+        return
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w", buffering=1) as stream:
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        root = logging.getLogger()
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
+            try:
+                yield
+            except BaseException:
+                log.exception("stage failed")
+                raise
+            finally:
+                root.removeHandler(handler)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------
+
+CORPUS_READERS = {"austen": corpus.austen_novels, "python_docs": corpus.python_docs}
+
+
+def build_corpus(source: str, deb_path: str | Path, out_dir: str | Path) -> None:
+    """Unpack a Debian package into a scratch directory and export its texts, one file each."""
+    with tempfile.TemporaryDirectory() as scratch:
+        corpus.unpack_deb(deb_path, scratch)
+        documents = CORPUS_READERS[source](scratch)
+    corpus.export_documents(documents, out_dir)
+    log.info("exported %d documents (%d characters) to %s", len(documents), sum(map(len, documents.values())), out_dir)
+
+
+def sample_dataset(
+    name: str, spec: Mapping[str, Any], sampling: SamplingConfig, out_path: str | Path, corpus_dir: str | Path | None
+) -> None:
+    rows = data.load_rows(name, spec, corpus_dir)
+    samples = data.sample_sequences(rows, sampling)
+    data.write_samples(
+        out_path,
+        samples,
+        dataset=name,
+        source=dict(spec),
+        num_rows=len(rows),
+        seq_len=sampling.seq_len,
+        min_words=sampling.min_words,
+        seed=sampling.seed,
+    )
+    log.info("%s: %d sequences from %d rows", name, len(samples), len(rows))
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------------------------
+
+
+def prepare_tokenizer(
+    dataset: str, spec: Mapping[str, Any], corpus_dir: str | Path | None,
+    existing: str | None, vocab_size: int, out_dir: str | Path,
+) -> None:
+    """The pre-training tokenizer: an existing one copied in, or a BPE trained on the dataset."""
+    if existing:
+        from transformers import AutoTokenizer
+
+        location = existing if not existing.startswith(models.PACKAGE_SCHEME) else str(models.resolve_path(existing))
+        tokenizer = AutoTokenizer.from_pretrained(location)
+        with atomic_path(out_dir) as tmp:
+            tokenizer.save_pretrained(tmp)
+        return
+    models.train_bpe_tokenizer(data.load_rows(dataset, spec, corpus_dir), vocab_size, out_dir)
+
+
+def pack_pretraining_data(
+    dataset: str, spec: Mapping[str, Any], corpus_dir: str | Path | None, tokenizer_dir: str | Path,
+    block_size: int, validation_fraction: float, out_path: str | Path,
+) -> None:
+    """Tokenise the dataset row by row, pack blocks, hold out the last blocks for validation."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    ids = tokenizer(data.load_rows(dataset, spec, corpus_dir))["input_ids"]
+    blocks = data.pack_blocks(ids, block_size, tokenizer.eos_token_id)
+    num_val = max(1, int(round(len(blocks) * validation_fraction)))
+    if num_val >= len(blocks):
+        raise data.DatasetError(f"only {len(blocks)} blocks of {block_size} tokens: too few to hold out validation")
+    with atomic_path(out_path) as tmp:
+        with open(tmp, "wb") as handle:
+            np.savez(handle, train=blocks[:-num_val], validation=blocks[-num_val:])
+    log.info("packed %d train + %d validation blocks of %d tokens", len(blocks) - num_val, num_val, block_size)
+
+
+def pretrain_model(
+    arch: Mapping[str, int], settings: Mapping[str, Any], tokenizer_dir: str | Path, blocks_path: str | Path,
+    run_dir: str | Path, threads: int = 1,
+) -> None:
+    """Pre-train a GPT2-shaped model from scratch with plain cross-entropy."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from .train import TrainConfig, train
+
+    torch.set_num_threads(threads)
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    model = models.build_gpt2(arch, tokenizer, seed=settings["seed"])
+    with np.load(blocks_path) as blocks:
+        train_blocks, val_blocks = blocks["train"], blocks["validation"]
+    config = TrainConfig(
+        train_tokens=settings["train_tokens"],
+        block_size=settings["block_size"],
+        micro_batch_size=settings["micro_batch_size"],
+        grad_accum_steps=settings["grad_accum_steps"],
+        lr=settings["lr"],
+        warmup_ratio=settings["warmup_ratio"],
+        seed=settings["seed"],
+    )
+    result = train(model, train_blocks, val_blocks, config, Path(run_dir), tokenizer=tokenizer)
+    log.info("pre-trained: %s", result)
+
+
+def prepare_model(
+    name: str, spec: Mapping[str, Any], handle_path: str | Path, weights_dir: str | Path,
+    pretrained_dir: str | Path | None = None, tokenizer_dir: str | Path | None = None,
+    arch: Mapping[str, int] | None = None, seed: int = 0,
+) -> None:
+    """Resolve a model of any source to a handle; GGUF and init models get their own weights dir."""
+    source = spec["source"]
+    if source == "hub":
+        handle = models.prepare_hub(name, spec["id"], spec.get("revision"), spec.get("trust_remote_code", False))
+    elif source == "local":
+        handle = models.prepare_local(name, spec["path"], spec.get("trust_remote_code", False))
+    elif source == "gguf":
+        handle = models.convert_gguf(name, spec["path"], weights_dir)
+    elif source == "pretrain":
+        handle = models.prepare_local(name, str(pretrained_dir))
+    elif source == "init":
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        models.save_model_dir(models.build_gpt2(arch, tokenizer, seed), tokenizer, weights_dir)
+        handle = models.prepare_local(name, str(weights_dir))
+    else:  # the schema admits no other source
+        raise ValueError(f"unknown model source {source!r}")
+    handle.save(handle_path)
+    log.info("prepared %s", handle)
+
+
+# ---------------------------------------------------------------------------------------------
+# Geometry
+# ---------------------------------------------------------------------------------------------
+
+
+def extract(
+    handle_path: str | Path, samples_path: str | Path, out_path: str | Path,
+    sampling: SamplingConfig, extraction: ExtractionConfig, threads: int = 1,
+) -> None:
+    """Cosine statistics of every hidden layer of one model on one dataset's samples."""
+    import torch
+
+    torch.set_num_threads(threads)
+    handle = models.ModelHandle.load(handle_path)
+    texts = data.read_samples(samples_path)
+    tokenizer = models.load_tokenizer(handle)
+    model = models.load_model(handle, extraction.dtype, extraction.device)
+    limit = models.max_positions(model.config)
+    if limit is not None and sampling.seq_len > limit:
+        raise ValueError(
+            f"model '{handle.name}' accepts at most {limit} positions, fewer than sampling.seq_len={sampling.seq_len}"
+        )
+    input_ids = data.tokenize_exactly(tokenizer, texts, sampling.seq_len, where=f"{samples_path}: ")
+    started = time.perf_counter()
+    stats = geometry.extract_cosine_statistics(
+        model,
+        input_ids,
+        batch_size=extraction.batch_size,
+        meta={
+            "model": handle.name,
+            "dataset": Path(samples_path).stem,
+            "num_parameters": handle.num_parameters,
+            "dtype": str(next(model.parameters()).dtype),
+            "device": str(next(model.parameters()).device),
+        },
+    )
+    elapsed = time.perf_counter() - started
+    stats.meta["seconds"] = elapsed
+    stats.save(out_path)
+    log.info("%s: %d sequences x %d tokens, %d layers, %.1f s", handle.name, *input_ids.shape, stats.num_layers, elapsed)
+
+
+def layer_means_for_trend(stats: geometry.CosineStatistics, trend: TrendConfig) -> np.ndarray:
+    means = stats.layer_mean if trend.include_diagonal else stats.layer_mean_offdiag
+    return means if trend.include_embedding_layer else means[1:]
+
+
+def trend_rows(
+    model_names: Sequence[str], geometry_paths: Sequence[str | Path], handle_paths: Sequence[str | Path],
+    labels: Mapping[str, str], trend: TrendConfig,
+) -> pd.DataFrame:
+    rows = []
+    for name, geometry_path, handle_path in zip(model_names, geometry_paths, handle_paths, strict=True):
+        stats = geometry.CosineStatistics.load(geometry_path)
+        handle = models.ModelHandle.load(handle_path)
+        statistics = geometry.trend_statistics(layer_means_for_trend(stats, trend))
+        rows.append(
+            {
+                "model": name,
+                "label": labels.get(name, name),
+                "num_parameters": handle.num_parameters,
+                "num_layers": handle.num_layers,
+                **statistics.as_row(),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def trend_table(
+    family: str, dataset: str, model_names: Sequence[str], geometry_paths: Sequence[str | Path],
+    handle_paths: Sequence[str | Path], labels: Mapping[str, str], trend: TrendConfig,
+    csv_path: str | Path, markdown_path: str | Path,
+) -> None:
+    table = trend_rows(model_names, geometry_paths, handle_paths, labels, trend)
+    table.insert(0, "dataset", dataset)
+    table.insert(0, "family", family)
+    with atomic_path(csv_path) as tmp:
+        table.to_csv(tmp, index=False, float_format="%.4f")
+    write_text(markdown_path, f"# {family} on {dataset}\n\n" + _markdown(table) + "\n")
+
+
+def _markdown(table: pd.DataFrame) -> str:
+    """A GitHub Markdown table (pandas' to_markdown needs the optional `tabulate`)."""
+    def cell(value: Any) -> str:
+        return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+    header = "| " + " | ".join(table.columns) + " |"
+    rule = "|" + "|".join("---" for _ in table.columns) + "|"
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join([header, rule, *body])
+
+
+def trend_metrics(csv_paths: Sequence[str | Path], metrics_path: str | Path, plot_path: str | Path,
+                  geometry_paths: Sequence[str | Path]) -> None:
+    """DVC metrics (rho, tau per family, dataset and model) and a per-layer plot table."""
+    metrics: dict[str, Any] = {}
+    for csv_path in csv_paths:
+        for row in pd.read_csv(csv_path).to_dict("records"):
+            key = f"{row['family']}/{row['dataset']}/{row['model']}"
+            metrics[key] = {"spearman_rho": row["spearman_rho"], "kendall_tau": row["kendall_tau"]}
+    write_json(metrics_path, metrics)
+    curves = []
+    for path in geometry_paths:
+        stats = geometry.CosineStatistics.load(path)
+        depth = np.arange(stats.num_layers)
+        curves.append(
+            pd.DataFrame(
+                {
+                    "model": stats.meta["model"],
+                    "dataset": stats.meta["dataset"],
+                    "layer": depth,
+                    "layer_fraction": depth / max(stats.num_layers - 1, 1),
+                    "mean_cosine": stats.layer_mean,
+                }
+            )
+        )
+    with atomic_path(plot_path) as tmp:
+        pd.concat(curves).to_csv(tmp, index=False, float_format="%.5f")
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+# ---------------------------------------------------------------------------------------------
+
+
+def _entry(name: str, geometry_path: str | Path, handle_path: str | Path, labels: Mapping[str, str]):
+    from .figures import FamilyEntry
+
+    handle = models.ModelHandle.load(handle_path)
+    return FamilyEntry(
+        label=labels.get(name, name), stats=geometry.CosineStatistics.load(geometry_path), size=handle.num_parameters
+    )
+
+
+def family_figure(
+    family: str, dataset: str, model_names: Sequence[str], geometry_paths: Sequence[str | Path],
+    handle_paths: Sequence[str | Path], labels: Mapping[str, str], out_path: str | Path,
+) -> None:
+    from .figures import plot_family_trend
+
+    entries = [_entry(*args, labels) for args in zip(model_names, geometry_paths, handle_paths, strict=True)]
+    plot_family_trend(entries, out_path, title=f"{family} on {dataset}")
+
+
+def paired_figure(
+    pair: str, first: Sequence[str], second: Sequence[str], geometry_paths: Sequence[str | Path],
+    handle_paths: Sequence[str | Path], labels: Mapping[str, str], row_labels: Sequence[str], out_path: str | Path,
+) -> None:
+    """``geometry_paths`` and ``handle_paths`` list the first members, then the second members."""
+    from .figures import plot_paired_trend
+
+    names = list(first) + list(second)
+    entries = [_entry(*args, labels) for args in zip(names, geometry_paths, handle_paths, strict=True)]
+    pairs = list(zip(entries[: len(first)], entries[len(first) :]))
+    plot_paired_trend(pairs, out_path, title=pair, row_labels=tuple(row_labels))
+
+
+def dataset_figure(
+    family: str, model_names: Sequence[str], datasets: Sequence[str], geometry_paths: Sequence[str | Path],
+    labels: Mapping[str, str], out_path: str | Path,
+) -> None:
+    """``geometry_paths`` is dataset-major: every model of the first dataset, then the next."""
+    from .figures import plot_dataset_robustness
+
+    paths = iter(geometry_paths)
+    grid = {d: {labels.get(m, m): geometry.CosineStatistics.load(next(paths)) for m in model_names} for d in datasets}
+    plot_dataset_robustness(
+        grid, out_path, title=f"{family} across datasets",
+        model_order=[labels.get(m, m) for m in model_names], dataset_order=list(datasets),
+    )

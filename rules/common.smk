@@ -1,0 +1,194 @@
+# Configuration, wildcard constraints and input functions shared by every rule.
+
+import glob
+import re
+
+from condensation.config import (
+    extraction_config,
+    sampling_config,
+    trend_config,
+    validate_config,
+)
+
+# Fail before planning anything if the config is wrong; fills in every default.
+config = validate_config(config)
+
+DATASETS = config["datasets"]
+MODELS = config["models"]
+FAMILIES = config["families"]
+PAIRS = config["pairs"]
+PRETRAIN = config["pretrain"]
+SAMPLING = sampling_config(config)
+EXTRACTION = extraction_config(config)
+TREND = trend_config(config)
+
+# Offline text comes from Debian packages that tools/fetch_debs.sh downloads.
+DEB_DIR = "resources/debs"
+CORPUS_PACKAGES = {"austen": "r-cran-janeaustenr", "python_docs": "python3.11-doc"}
+
+
+def _alternatives(names):
+    return "|".join(re.escape(name) for name in sorted(names)) or "^$"
+
+
+wildcard_constraints:
+    dataset=_alternatives(DATASETS),
+    corpus=_alternatives(CORPUS_PACKAGES),
+    model=_alternatives(MODELS),
+    family=_alternatives(FAMILIES),
+    pair=_alternatives(PAIRS),
+
+
+def model_label(name):
+    return MODELS[name].get("label", name)
+
+
+def model_labels():
+    return {name: model_label(name) for name in MODELS}
+
+
+def corpus_dir(name):
+    """Built corpus of a packaged dataset (shared by datasets of one source), else None."""
+    source = DATASETS[name]["source"]
+    return f"data/corpus/{source}" if source in CORPUS_PACKAGES else None
+
+
+def corpus_inputs(name):
+    """What reading a dataset needs: its built corpus, the user's files, or nothing (hub)."""
+    spec = DATASETS[name]
+    if spec["source"] in CORPUS_PACKAGES:
+        return {"corpus": corpus_dir(name)}
+    if spec["source"] == "files":
+        return {"files": sorted({p for pattern in spec["files"] for p in glob.glob(pattern, recursive=True)})}
+    return {}
+
+
+def get_corpus_input(wildcards):
+    return corpus_inputs(wildcards.dataset)
+
+
+def get_pretrain_corpus_input(wildcards):
+    return corpus_inputs(PRETRAIN["dataset"]) if PRETRAIN["dataset"] in DATASETS else {}
+
+
+def get_dataset_spec(wildcards):
+    return DATASETS[wildcards.dataset]
+
+
+
+
+def get_deb(wildcards):
+    package = CORPUS_PACKAGES[wildcards.corpus]
+    found = sorted(glob.glob(f"{DEB_DIR}/{package}_*.deb"))
+    if not found:
+        raise WorkflowError(
+            f"corpus '{wildcards.corpus}' needs the Debian package {package} in {DEB_DIR}/: "
+            "run `bash tools/fetch_debs.sh` (the README's install command does)"
+        )
+    return found[-1]
+
+
+def get_model_spec(wildcards):
+    return MODELS[wildcards.model]
+
+
+def get_model_inputs(wildcards):
+    """Artifacts a model's handle is made from (pre-training run, tokenizer), by source."""
+    spec = MODELS[wildcards.model]
+    if spec["source"] == "pretrain":
+        return {"pretrained": f"runs/pretrain/{wildcards.model}/final"}
+    if spec["source"] == "init":
+        return {"tokenizer": "runs/pretrain/tokenizer"}
+    return {}
+
+
+def get_model_arch(wildcards):
+    """Architecture of a pretrain model, or of the model an init model is the start of."""
+    spec = MODELS[wildcards.model]
+    return MODELS[spec["of"]]["arch"] if spec["source"] == "init" else spec.get("arch")
+
+
+def get_run_dir(wildcards):
+    return f"runs/pretrain/{wildcards.model}"
+
+
+def get_weights_dir(wildcards):
+    """Where GGUF and init models keep their converted or initialised weights."""
+    return f"models/{wildcards.model}/hf"
+
+
+def geometry_path(model, dataset):
+    return f"results/geometry/{model}/{dataset}.npz"
+
+
+def get_family_models(wildcards):
+    return FAMILIES[wildcards.family]["models"]
+
+
+def get_family_geometry(wildcards):
+    return [geometry_path(m, wildcards.dataset) for m in get_family_models(wildcards)]
+
+
+def get_family_handles(wildcards):
+    return [f"models/{m}/handle.json" for m in get_family_models(wildcards)]
+
+
+def get_pair_spec(wildcards):
+    return PAIRS[wildcards.pair]
+
+
+def get_pair_geometry(wildcards):
+    spec = PAIRS[wildcards.pair]
+    return [geometry_path(m, spec["dataset"]) for m in spec["first"] + spec["second"]]
+
+
+def get_pair_handles(wildcards):
+    spec = PAIRS[wildcards.pair]
+    return [f"models/{m}/handle.json" for m in spec["first"] + spec["second"]]
+
+
+def get_robustness_datasets(wildcards):
+    return config["dataset_robustness"][wildcards.family]
+
+
+def get_robustness_geometry(wildcards):
+    """Dataset-major: every model of the first dataset, then of the next."""
+    models = get_family_models(wildcards)
+    return [geometry_path(m, d) for d in get_robustness_datasets(wildcards) for m in models]
+
+
+def family_figures():
+    return [
+        f"results/figures/family/{family}_{dataset}.png"
+        for family, spec in FAMILIES.items()
+        for dataset in spec["datasets"]
+    ]
+
+
+def family_tables():
+    return [
+        f"results/tables/trend/{family}_{dataset}.csv"
+        for family, spec in FAMILIES.items()
+        for dataset in spec["datasets"]
+    ]
+
+
+def all_geometry():
+    pairs = {(m, d) for spec in FAMILIES.values() for m in spec["models"] for d in spec["datasets"]}
+    pairs |= {(m, spec["dataset"]) for spec in PAIRS.values() for m in spec["first"] + spec["second"]}
+    pairs |= {
+        (m, d)
+        for family, datasets in config["dataset_robustness"].items()
+        for m in FAMILIES[family]["models"]
+        for d in datasets
+    }
+    return sorted(geometry_path(m, d) for m, d in pairs)
+
+
+def all_targets():
+    targets = family_figures() + family_tables()
+    targets += [f"results/figures/paired/{pair}.png" for pair in PAIRS]
+    targets += [f"results/figures/datasets/{family}.png" for family in config["dataset_robustness"]]
+    if FAMILIES:
+        targets += ["results/metrics/trend.json", "results/metrics/layer_means.csv"]
+    return targets

@@ -1,0 +1,50 @@
+"""Shared fixtures: small real models and text, built locally (nothing from the network)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Tests never reach the Hugging Face Hub; a test that tried would fail fast instead of hanging.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+SAMPLE_TEXT = (
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
+    "must be in want of a wife. However little known the feelings or views of such a man may be "
+    "on his first entering a neighbourhood, this truth is so well fixed in the minds of the "
+    "surrounding families, that he is considered the rightful property of some one or other of "
+    "their daughters. "
+) * 20
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_dir(tmp_path_factory) -> Path:
+    from condensation.models import train_bpe_tokenizer
+
+    out = tmp_path_factory.mktemp("tokenizer") / "bpe"
+    train_bpe_tokenizer([SAMPLE_TEXT], vocab_size=300, out_dir=out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tiny_tokenizer_dir) -> Path:
+    """A random 2-layer GPT2 with its tokenizer, written by save_pretrained."""
+    from transformers import AutoTokenizer
+
+    from condensation.models import build_gpt2, save_model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir))
+    arch = {"n_layer": 2, "n_embd": 32, "n_head": 2, "n_inner": 64, "n_positions": 64}
+    out = tmp_path_factory.mktemp("model") / "tiny-gpt2"
+    save_model_dir(build_gpt2(arch, tokenizer, seed=0), tokenizer, out)
+    return out

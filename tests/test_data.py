@@ -1,0 +1,104 @@
+"""Sampling sequences, exact tokenisation, packing, and checksummed sample files."""
+
+import json
+
+import numpy as np
+import pytest
+
+from condensation.config import SamplingConfig
+from condensation.data import (
+    DatasetError,
+    load_rows,
+    pack_blocks,
+    read_samples,
+    sample_sequences,
+    tokenize_exactly,
+    write_samples,
+)
+from condensation.io import CorruptArtifactError
+
+ROWS = [f"row {i} " + "word " * (i % 7 + 1) for i in range(200)]
+
+
+def sampling(**changes):
+    values = {"num_sequences": 6, "seq_len": 8, "min_words": 30, "seed": 0, **changes}
+    return SamplingConfig(**values)
+
+
+def test_sampling_is_seeded_and_reaches_min_words():
+    first = sample_sequences(ROWS, sampling())
+    again = sample_sequences(ROWS, sampling())
+    other = sample_sequences(ROWS, sampling(seed=1))
+    assert first == again
+    assert [s["start_row"] for s in first] != [s["start_row"] for s in other]
+    for sample in first:
+        assert len(sample["text"].split()) == sample["num_words"] >= 30
+        assert sample["start_row"] < int(len(ROWS) * 0.95)
+
+
+def test_each_sequence_is_consecutive_rows_from_its_start():
+    for sample in sample_sequences(ROWS, sampling()):
+        lines = sample["text"].split("\n")
+        start = sample["start_row"]
+        assert lines == [ROWS[(start + k) % len(ROWS)] for k in range(len(lines))]
+
+
+def test_sequence_index_does_not_depend_on_how_many_are_drawn():
+    assert sample_sequences(ROWS, sampling(num_sequences=3)) == sample_sequences(ROWS, sampling(num_sequences=6))[:3]
+
+
+def test_too_little_text_is_a_clear_error():
+    with pytest.raises(DatasetError, match="fewer than min_words=500"):
+        sample_sequences(["a few words"] * 3, sampling(min_words=500))
+
+
+def test_empty_local_dataset_is_a_clear_error(tmp_path):
+    (tmp_path / "blank.txt").write_text("\n\n   \n")
+    with pytest.raises(DatasetError, match="dataset 'blank' has no non-empty text rows"):
+        load_rows("blank", {"source": "files", "files": [str(tmp_path / "*.txt")]})
+
+
+def test_missing_files_are_a_clear_error(tmp_path):
+    with pytest.raises(DatasetError, match="no file matches"):
+        load_rows("x", {"source": "files", "files": [str(tmp_path / "missing*.txt")]})
+
+
+def test_local_rows_are_paragraphs_and_exclude_drops_documents(tmp_path):
+    (tmp_path / "a.txt").write_text("First paragraph\nwrapped.\n\nSecond one.\n")
+    (tmp_path / "b.txt").write_text("Held out.\n")
+    spec = {"source": "files", "files": [str(tmp_path / "*.txt")], "exclude": ["b"]}
+    assert load_rows("x", spec) == ["First paragraph wrapped.", "Second one."]
+    with pytest.raises(DatasetError, match="unknown documents"):
+        load_rows("x", {**spec, "exclude": ["c"]})
+
+
+def test_tokenize_exactly_cuts_every_sequence_to_seq_len(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    texts = [sample["text"] for sample in sample_sequences(ROWS, sampling())]
+    ids = tokenize_exactly(tokenizer, texts, 8)
+    assert ids.shape == (6, 8)
+    with pytest.raises(DatasetError, match=r"sequence 1 has \d+ tokens, fewer than seq_len=64"):
+        tokenize_exactly(tokenizer, [texts[0] * 20, "too short"], 64)
+
+
+def test_samples_file_round_trip_and_corruption_is_detected(tmp_path):
+    path = tmp_path / "samples" / "rows.jsonl"
+    samples = sample_sequences(ROWS, sampling())
+    write_samples(path, samples, dataset="rows")
+    assert read_samples(path) == [s["text"] for s in samples]
+    manifest = json.loads(path.with_name("rows.jsonl.manifest.json").read_text())
+    assert manifest["num_sequences"] == 6 and manifest["dataset"] == "rows"
+
+    path.write_text(path.read_text()[:-40])  # a truncated file, as a killed writer might leave
+    with pytest.raises(CorruptArtifactError, match="does not match its manifest"):
+        read_samples(path)
+
+
+def test_pack_blocks_concatenates_with_separators_and_drops_the_tail():
+    blocks = pack_blocks([[1, 2, 3], [4, 5]], block_size=3, separator_id=0)
+    assert blocks.tolist() == [[1, 2, 3], [0, 4, 5]]  # the final separator is the dropped tail
+    assert blocks.dtype == np.int64
+    with pytest.raises(ValueError, match="fewer than one block"):
+        pack_blocks([[1]], block_size=4, separator_id=None)

@@ -1,0 +1,170 @@
+"""Cosine geometry against known answers, and batched extraction against one-at-a-time."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from condensation.geometry import (
+    NUM_BINS,
+    CosineAccumulator,
+    CosineStatistics,
+    cosine_matrices,
+    density_histogram,
+    extract_cosine_statistics,
+    trend_statistics,
+)
+
+
+def orthonormal(num_tokens: int, dim: int, seed: int = 0) -> torch.Tensor:
+    q, _ = torch.linalg.qr(torch.randn(dim, dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+    return q[:num_tokens].float()
+
+
+def accumulate(*layers: torch.Tensor) -> CosineStatistics:
+    accumulator = CosineAccumulator()
+    accumulator.update([layer.unsqueeze(0) for layer in layers])
+    return accumulator.finalize()
+
+
+def test_orthonormal_tokens_have_zero_cosine_off_the_diagonal():
+    stats = accumulate(orthonormal(6, 16) * 3.0)  # scale must not matter
+    assert np.allclose(stats.mean_cosine[0], np.eye(6), atol=1e-6)
+    assert stats.layer_mean_offdiag[0] == pytest.approx(0.0, abs=1e-6)
+    assert stats.layer_mean[0] == pytest.approx(1 / 6, abs=1e-6)  # the diagonal's 6 ones over 36 pairs
+
+
+def test_identical_tokens_have_cosine_one():
+    vector = torch.randn(1, 24)
+    stats = accumulate(vector.repeat(5, 1))
+    assert stats.layer_mean[0] == pytest.approx(1.0, abs=1e-6)
+    assert stats.layer_mean_offdiag[0] == pytest.approx(1.0, abs=1e-6)
+    # every value sits in the top bin
+    assert stats.hist_of_mean[0][-1] * (2 / NUM_BINS) == pytest.approx(1.0)
+
+
+def test_opposite_tokens_have_cosine_minus_one():
+    vector = torch.randn(1, 8)
+    stats = accumulate(torch.cat([vector, -vector]))
+    assert stats.mean_cosine[0][0, 1] == pytest.approx(-1.0, abs=1e-6)
+    assert stats.layer_mean[0] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_zero_vector_gives_zero_cosine_not_nan():
+    hidden = torch.zeros(1, 3, 4)
+    hidden[0, 0] = 1.0
+    cos = cosine_matrices(hidden)
+    assert torch.isfinite(cos).all()
+    assert cos[0, 1, 0] == 0.0
+
+
+def test_accumulator_matches_a_direct_numpy_computation():
+    generator = torch.Generator().manual_seed(1)
+    batches = [[torch.randn(b, 7, 5, generator=generator) for _layer in range(3)] for b in (2, 3)]
+    accumulator = CosineAccumulator()
+    for batch in batches:
+        accumulator.update(batch)
+    stats = accumulator.finalize()
+
+    for layer in range(3):
+        z = np.concatenate([batch[layer].numpy() for batch in batches]).astype(np.float64)
+        z /= np.linalg.norm(z, axis=-1, keepdims=True)
+        matrices = np.clip(z @ z.transpose(0, 2, 1), -1, 1)  # [5, 7, 7]
+        mean = matrices.mean(axis=0)
+        assert np.allclose(stats.mean_cosine[layer], mean, atol=1e-6)
+        assert stats.layer_mean[layer] == pytest.approx(mean.mean(), abs=1e-7)
+        off = ~np.eye(7, dtype=bool)
+        assert stats.layer_mean_offdiag[layer] == pytest.approx(mean[off].mean(), abs=1e-7)
+        expected_pooled, _ = np.histogram(matrices, bins=NUM_BINS, range=(-1, 1), density=True)
+        assert np.allclose(stats.hist_pooled[layer], expected_pooled, atol=1e-6)
+        expected_mean_hist, _ = np.histogram(mean, bins=NUM_BINS, range=(-1, 1), density=True)
+        assert np.allclose(stats.hist_of_mean[layer], expected_mean_hist, atol=1e-6)
+    assert stats.num_sequences == 5
+
+
+def test_density_histogram_integrates_to_one():
+    values = torch.rand(1000) * 2 - 1
+    assert density_histogram(values).sum() * (2 / NUM_BINS) == pytest.approx(1.0)
+
+
+def test_sequences_of_different_length_are_rejected():
+    accumulator = CosineAccumulator()
+    accumulator.update([torch.randn(1, 4, 3)])
+    with pytest.raises(ValueError, match="same length"):
+        accumulator.update([torch.randn(1, 5, 3)])
+
+
+def test_finalize_without_data_is_an_error():
+    with pytest.raises(ValueError, match="no sequences"):
+        CosineAccumulator().finalize()
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(0)
+    return GPT2Model(GPT2Config(n_layer=3, n_embd=32, n_head=4, n_inner=64, n_positions=32, vocab_size=50)).eval()
+
+
+def test_batched_extraction_equals_one_sequence_at_a_time(tiny_model):
+    input_ids = torch.randint(0, 50, (5, 16), generator=torch.Generator().manual_seed(0))
+    one_at_a_time = extract_cosine_statistics(tiny_model, input_ids, batch_size=1)
+    for batch_size in (2, 5):
+        batched = extract_cosine_statistics(tiny_model, input_ids, batch_size=batch_size)
+        assert batched.num_layers == 4  # embedding output + 3 blocks
+        assert np.allclose(batched.mean_cosine, one_at_a_time.mean_cosine, atol=1e-5)
+        assert np.allclose(batched.layer_mean, one_at_a_time.layer_mean, atol=1e-6)
+        assert np.allclose(batched.hist_pooled, one_at_a_time.hist_pooled, atol=1e-3)
+
+
+def test_extraction_rejects_malformed_input(tiny_model):
+    with pytest.raises(ValueError, match=r"\[N, T\]"):
+        extract_cosine_statistics(tiny_model, torch.zeros(0, 4, dtype=torch.long))
+
+
+def test_statistics_round_trip_through_npz(tmp_path, tiny_model):
+    input_ids = torch.randint(0, 50, (2, 8))
+    stats = extract_cosine_statistics(tiny_model, input_ids, meta={"model": "tiny"})
+    path = tmp_path / "out" / "tiny.npz"
+    stats.save(path)
+    loaded = CosineStatistics.load(path)
+    assert loaded.meta == {"model": "tiny"}
+    assert np.array_equal(loaded.layer_mean, stats.layer_mean)
+    assert np.array_equal(loaded.mean_cosine, stats.mean_cosine)
+    assert loaded.seq_len == 8 and loaded.num_sequences == 2
+    assert list(path.parent.iterdir()) == [path]  # no temporary left behind
+
+
+def test_trend_of_a_monotone_sequence_is_plus_or_minus_one():
+    rising = trend_statistics([0.1, 0.2, 0.25, 0.5, 0.9])
+    assert rising.spearman_rho == pytest.approx(1.0)
+    assert rising.kendall_tau == pytest.approx(1.0)
+    falling = trend_statistics([0.9, 0.5, 0.3, 0.1])
+    assert falling.spearman_rho == pytest.approx(-1.0)
+    assert falling.kendall_tau == pytest.approx(-1.0)
+
+
+def test_trend_of_a_known_permutation():
+    # ranks 1,3,2,4: d^2 = 0+1+1+0 = 2, rho = 1 - 6*2/(4*15) = 0.8; tau = (5-1)/6
+    stats = trend_statistics([0.1, 0.3, 0.2, 0.4])
+    assert stats.spearman_rho == pytest.approx(0.8)
+    assert stats.kendall_tau == pytest.approx(4 / 6)
+
+
+def test_last_n_means():
+    stats = trend_statistics([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    assert stats.last_n["last_1"] == 6.0
+    assert stats.last_n["last_3"] == 5.0
+    assert stats.last_n["last_half"] == pytest.approx(np.mean([3, 4, 5, 6]))  # ceil(7/2) = 4 layers
+
+
+def test_constant_sequence_has_undefined_trend():
+    stats = trend_statistics([0.5, 0.5, 0.5])
+    assert math.isnan(stats.spearman_rho) and math.isnan(stats.kendall_tau)
+
+
+def test_trend_needs_two_layers():
+    with pytest.raises(ValueError, match="at least two"):
+        trend_statistics([0.3])

