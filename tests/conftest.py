@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ REPO = Path(__file__).resolve().parents[1]
 # Tests never reach the Hugging Face Hub; a test that tried would fail fast instead of hanging.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# `datasets` caches what it loads; keep test runs out of the user's cache.
+os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="condensation-tests-hf-"))
 
 SAMPLE_TEXT = (
     "It is a truth universally acknowledged, that a single man in possession of a good fortune, "

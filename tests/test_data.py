@@ -102,3 +102,17 @@ def test_pack_blocks_concatenates_with_separators_and_drops_the_tail():
     assert blocks.dtype == np.int64
     with pytest.raises(ValueError, match="fewer than one block"):
         pack_blocks([[1]], block_size=4, separator_id=None)
+
+
+def test_hub_source_reads_the_configured_field(tmp_path):
+    """The `hub` code path is `datasets.load_dataset(path, name, split)`; a local directory of
+    JSON lines goes through the same call that a hub id does."""
+    folder = tmp_path / "review_data"
+    folder.mkdir()
+    rows = [{"review": f"review number {i} " * 3, "label": i % 2} for i in range(5)] + [{"review": "  ", "label": 0}]
+    (folder / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    spec = {"source": "hub", "path": str(folder), "name": None, "split": "train", "field": "review"}
+    loaded = load_rows("reviews", spec)
+    assert loaded == [r["review"] for r in rows[:5]]  # blank rows dropped, order kept
+    with pytest.raises(DatasetError, match=r"dataset 'reviews' has no column 'text' \(columns: \['review', 'label'\]\)"):
+        load_rows("reviews", {**spec, "field": "text"})
