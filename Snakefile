@@ -17,6 +17,7 @@ include: "rules/data.smk"
 include: "rules/models.smk"
 include: "rules/geometry.smk"
 include: "rules/figures.smk"
+include: "rules/midtrain.smk"
 
 
 rule all:

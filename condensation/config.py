@@ -106,8 +106,9 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
         dataset = config["pretrain"]["dataset"]
         need("dataset", datasets, dataset, "config.pretrain.dataset")
         for name, spec in models.items():
-            if spec["source"] == "pretrain" and spec["arch"]["n_positions"] < config["pretrain"]["block_size"]:
-                problems.append(f"config.models.{name}.arch.n_positions is below config.pretrain.block_size")
+            if spec["source"] == "pretrain" and spec["arch"]["n_positions"] < config["pretrain"]["train"]["block_size"]:
+                problems.append(f"config.models.{name}.arch.n_positions is below config.pretrain.train.block_size")
+    problems += _check_midtrain(config)
     sampling = config["sampling"]
     if sampling["min_words"] < sampling["seq_len"]:
         problems.append(
@@ -115,6 +116,69 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
             "sequences could come out shorter than seq_len tokens"
         )
     return problems
+
+
+METHOD_OPTIONS = {
+    "ce": set(),
+    "dispersion": {"weight", "tau", "placement", "max_tokens", "norm_weight", "margin"},
+    "noisy_embedding": {"alpha"},
+    "active_forgetting": {"every", "tied_head"},
+}
+for _loss in ("decorrelation", "l2_repel", "orthogonalization"):
+    METHOD_OPTIONS[_loss] = METHOD_OPTIONS["dispersion"]
+
+
+def _check_midtrain(config: dict[str, Any]) -> list[str]:
+    section, problems = config["midtrain"], []
+    if not section["models"]:
+        return problems
+    for model in section["models"]:
+        if model not in config["models"]:
+            problems.append(f"config.midtrain.models: unknown model '{model}'")
+    for key in ("dataset", "geometry_dataset"):
+        if section[key] not in config["datasets"]:
+            problems.append(f"config.midtrain.{key}: unknown dataset '{section[key]}'")
+    for name, spec in section["methods"].items():
+        extra = set(spec) - {"objective"} - METHOD_OPTIONS[spec["objective"]]
+        if extra:
+            problems.append(
+                f"config.midtrain.methods.{name}: option(s) {sorted(extra)} do not apply to objective '{spec['objective']}'"
+            )
+    methods = midtrain_methods(config)
+    for row in section["figure_rows"]:
+        if row not in methods:
+            problems.append(f"config.midtrain.figure_rows: unknown method '{row}' (known: {', '.join(methods)})")
+    for model in section["ablation"]["models"] or []:
+        if model not in section["models"]:
+            problems.append(f"config.midtrain.ablation.models: '{model}' is not in config.midtrain.models")
+    clashes = set(section["methods"]) & set(_ablation_methods(section))
+    if clashes:
+        problems.append(f"config.midtrain.methods: names {sorted(clashes)} clash with generated ablation runs")
+    return problems
+
+
+def _ablation_methods(section: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    grid = section["ablation"]
+    return {
+        f"dispersion-lam{weight:g}-tau{tau:g}": {"objective": "dispersion", "weight": weight, "tau": tau}
+        for weight in grid["weights"]
+        for tau in grid["taus"]
+    }
+
+
+def midtrain_methods(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every mid-training method: the configured ones, then the ablation grid's dispersion runs."""
+    return {**config["midtrain"]["methods"], **_ablation_methods(config["midtrain"])}
+
+
+def midtrain_runs(config: Mapping[str, Any]) -> list[tuple[str, str, int]]:
+    """(model, method, seed) of every mid-training run; ablation runs use the ablation's seeds."""
+    section = config["midtrain"]
+    ablation = _ablation_methods(section)
+    ablation_models = section["ablation"]["models"] or section["models"]
+    runs = [(model, method, seed) for model in section["models"] for method in section["methods"] for seed in section["seeds"]]
+    runs += [(model, method, seed) for model in ablation_models for method in ablation for seed in section["ablation"]["seeds"]]
+    return runs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,6 +214,13 @@ class TrendConfig:
     """Correlate layer 0 too (the published figures do)."""
     include_diagonal: bool
     """Use the mean over all N^2 pairs (paper) rather than over i != j."""
+
+
+def train_config(train: Mapping[str, Any], seed: int, aux_weight: float = 0.0):
+    """The training loop's config from a validated ``train`` section."""
+    from .train import TrainConfig
+
+    return TrainConfig(**train, seed=seed, aux_weight=aux_weight)
 
 
 def sampling_config(config: Mapping[str, Any]) -> SamplingConfig:

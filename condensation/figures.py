@@ -10,7 +10,15 @@ leaves a half-written figure under its final name.
   and a trend panel joining each pair (the paper's distillation figure);
 * :func:`plot_dataset_robustness`: one row per dataset, one heatmap per model, and a trend
   panel per row (the paper's Fig. S2);
-* :func:`plot_layer_means`: mean cosine similarity against layer fraction, one line per label.
+* :func:`plot_layer_means`: mean cosine similarity against layer fraction, one line per label;
+* :func:`plot_condensation_grid`: mid-training, one heatmap row per training method and one
+  column per checkpoint step (the paper's Fig. 6);
+* :func:`plot_trajectory`: mid-training, depth-trend statistics (rho, tau) against training
+  step, mean +- std over seeds per method (the paper's Fig. 4);
+* :func:`plot_loss_curves`: mid-training, training and validation loss against step per method.
+
+The mid-training figures colour each method by :func:`method_colors`, so one method keeps its
+colour across figures.
 
 A heatmap stacks the per-layer density histograms of pairwise token cosine similarity along
 depth: x is the layer fraction ``l / L`` (0 = embedding output, 1 = last hidden state), y the
@@ -25,16 +33,21 @@ canvas, so nothing depends on a display or on pyplot's global figure registry.
 from __future__ import annotations
 
 import math
+import operator
 import os
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Mapping, Sequence
 
 import matplotlib
 import numpy as np
+import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.colors import to_hex
 from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
 from .geometry import CosineStatistics, trend_statistics
 from .io import atomic_path
@@ -49,6 +62,10 @@ __all__ = [
     "plot_paired_trend",
     "plot_dataset_robustness",
     "plot_layer_means",
+    "method_colors",
+    "plot_condensation_grid",
+    "plot_trajectory",
+    "plot_loss_curves",
 ]
 
 DEFAULT_YLIM: tuple[float, float] = (-0.25, 1.0)
@@ -657,4 +674,361 @@ def plot_layer_means(
         ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False,
                   ncol=1 if n <= 14 else 2)
         ax.set_title(title, fontsize=11, fontweight="bold")
+        return _save(fig, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mid-training figures: methods against checkpoint steps
+# ---------------------------------------------------------------------------------------------
+
+_METRIC_NAMES = {"spearman_rho": "Spearman ρ", "kendall_tau": "Kendall τ"}
+_ROW_LABEL_WIDTH = 22  # characters per line of a grid row label before it wraps
+
+
+def method_colors(methods: Sequence[str]) -> dict[str, str]:
+    """A distinct colour (hex string) per method, assigned in the order given.
+
+    Qualitative ``tab10`` for up to ten methods, ``tab20`` up to twenty, evenly spaced hues
+    beyond. The result depends only on the list (same list, same colours), so figures that
+    pass the same method list colour each method alike. An empty list gives an empty dict.
+    """
+    methods = list(methods)
+    for m in methods:
+        _check_label(m, "method_colors")
+    _check_unique(methods, "methods")
+    n = len(methods)
+    if n <= 10:
+        colors = matplotlib.colormaps["tab10"](np.arange(n))
+    elif n <= 20:
+        colors = matplotlib.colormaps["tab20"](np.arange(n))
+    else:
+        colors = matplotlib.colormaps["hsv"](np.linspace(0.0, 1.0, n, endpoint=False))
+    return {m: to_hex(c) for m, c in zip(methods, colors)}
+
+
+def _check_step(step: object, who: str) -> int:
+    """A checkpoint step: a non-negative integer (integral floats such as 10.0 are accepted)."""
+    if isinstance(step, (bool, np.bool_)):
+        raise ValueError(f"{who}: step must be a non-negative integer, got {step!r}")
+    if isinstance(step, (float, np.floating)) and float(step).is_integer():
+        step = int(step)
+    try:
+        value = operator.index(step)
+    except TypeError:
+        raise ValueError(f"{who}: step must be a non-negative integer, got {step!r}") from None
+    if value < 0:
+        raise ValueError(f"{who}: step must be a non-negative integer, got {value}")
+    return int(value)
+
+
+def _step_title(step: int) -> str:
+    return "step 0 (before)" if step == 0 else f"step {step:,}"
+
+
+def _check_frame(frame: object, required: Sequence[str], who: str) -> pd.DataFrame:
+    """Validate a long-format frame (method, seed, step, values...) and return a clean copy."""
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(f"{who}: expected a pandas DataFrame, got {type(frame).__name__}")
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"{who}: frame is missing column(s) {missing}; it needs {list(required)} "
+            f"(has {[str(c) for c in frame.columns]})"
+        )
+    if frame.empty:
+        raise ValueError(f"{who}: frame is empty, nothing to plot")
+    data = frame[list(required)].copy()
+    for m in data["method"].unique():
+        _check_label(m, f"{who}: method")
+    if data["seed"].isna().any():
+        raise ValueError(f"{who}: column 'seed' has missing values")
+    for column in required[2:]:
+        try:
+            data[column] = pd.to_numeric(data[column]).astype(np.float64)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{who}: column {column!r} must be numeric ({err})") from None
+    steps = data["step"].to_numpy()
+    if not np.all(np.isfinite(steps)) or np.any(steps < 0) or np.any(steps != np.round(steps)):
+        raise ValueError(f"{who}: column 'step' must hold non-negative integers")
+    dupes = data.duplicated(["method", "seed", "step"], keep=False)
+    if dupes.any():
+        first = data.loc[dupes, ["method", "seed", "step"]].iloc[0].tolist()
+        raise ValueError(
+            f"{who}: {int(dupes.sum())} rows repeat a (method, seed, step), e.g. {first}; "
+            "aggregate them first"
+        )
+    return data
+
+
+def _method_order(data: pd.DataFrame, methods: Sequence[str] | None, who: str) -> list[str]:
+    """Colour/legend order: ``methods`` if given (it must cover the frame), else sorted names."""
+    present = set(data["method"].unique())
+    if methods is None:
+        return sorted(present)
+    methods = list(methods)
+    absent = sorted(present - set(methods))
+    if absent:
+        raise ValueError(f"{who}: methods {absent} are in the frame but not in methods={methods}")
+    return methods
+
+
+def _seed_summary(data: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Per (method, step): mean, sample std and count of ``column`` over seeds (NaNs dropped)."""
+    finite = data.loc[np.isfinite(data[column]), ["method", "step", column]]
+    return (
+        finite.groupby(["method", "step"])[column]
+        .agg(["mean", "std", "count"])
+        .reset_index()
+        .sort_values(["method", "step"])
+    )
+
+
+def _plot_seed_band(ax: Axes, summary: pd.DataFrame, method: str, color: str, ms: float) -> bool:
+    """Mean over seeds as markers + line, mean +- std as a band where >= 2 seeds; drawn?"""
+    rows = summary[summary["method"] == method]
+    if rows.empty:
+        return False
+    x = rows["step"].to_numpy()
+    mean = rows["mean"].to_numpy()
+    std = rows["std"].to_numpy()
+    ax.plot(x, mean, "-o", color=color, ms=ms, lw=1.6, zorder=3)
+    has_band = np.isfinite(std)
+    if has_band.any():
+        ax.fill_between(x, mean - std, mean + std, where=has_band, color=color, alpha=0.18, lw=0,
+                        zorder=2)
+    return True
+
+
+def _method_legend(fig: Figure, order: Sequence[str], colors: Mapping[str, str], marker: str | None) -> None:
+    handles = [
+        Line2D([], [], color=colors[m], marker=marker, ms=5, lw=1.8, label=m) for m in order
+    ]
+    n = len(handles)
+    ncol = math.ceil(n / math.ceil(n / 4)) if n else 1  # balanced rows of at most four
+    # matplotlib fills legend columns first; interleave so the entries read row by row
+    handles = [h for col in range(ncol) for h in handles[col::ncol]]
+    fig.legend(handles=handles, loc="outside lower center", ncol=ncol, frameon=False,
+               handlelength=2.2, columnspacing=1.6)
+
+
+def _style_step_axis(ax: Axes) -> None:
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
+    ax.grid(color="0.92", linewidth=0.6)
+    ax.set_axisbelow(True)
+    ax.spines["right"].set_visible(False)
+    ax.tick_params(length=2.5, pad=2)
+
+
+def plot_condensation_grid(
+    rows: Mapping[str, Sequence[tuple[int, CosineStatistics]]],
+    path: str | os.PathLike,
+    title: str,
+    histogram: HistogramKind = "mean",
+    vmax: float = DEFAULT_VMAX,
+    ylim: tuple[float, float] = DEFAULT_YLIM,
+    annotate_trend: bool = True,
+    methods: Sequence[str] | None = None,
+) -> Path:
+    """Mid-training heatmaps: one row per training method, one column per checkpoint step (Fig. 6).
+
+    ``rows[method]`` lists ``(step, stats)`` pairs, in any order; columns are the sorted union
+    of all rows' steps (step 0, before mid-training, is titled "step 0 (before)"). A row that
+    lacks a step gets a blank "no checkpoint" cell in that column. Rows keep the mapping's
+    order; each method's name, in its :func:`method_colors` colour (over ``methods`` if given,
+    else the sorted names), labels its row on the left. All cells share one y range
+    (``ylim`` widened by :func:`heatmap_ylim`) and one colour bar. With ``annotate_trend``
+    each cell shows its Spearman rho and Kendall tau of layer mean against depth.
+    """
+    vmax = _check_vmax(vmax)
+    if not isinstance(rows, Mapping):
+        raise TypeError(f"plot_condensation_grid: rows must be a mapping method -> [(step, stats)], "
+                        f"got {type(rows).__name__}")
+    if not rows:
+        raise ValueError("plot_condensation_grid: no rows to plot")
+    hists: dict[tuple[str, int], np.ndarray] = {}
+    trends: dict[tuple[str, int], tuple[float, float]] = {}
+    for method, checkpoints in rows.items():
+        _check_label(method, "plot_condensation_grid: row")
+        checkpoints = list(checkpoints)
+        if not checkpoints:
+            raise ValueError(f"plot_condensation_grid: row {method!r} has no checkpoints")
+        for i, item in enumerate(checkpoints):
+            who = f"row {method!r}, checkpoint {i}"
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise ValueError(f"{who}: expected a (step, CosineStatistics) pair, got {item!r:.80}")
+            step = _check_step(item[0], who)
+            stats = item[1]
+            if not isinstance(stats, CosineStatistics):
+                raise TypeError(f"{who}: stats must be CosineStatistics, got {type(stats).__name__}")
+            if (method, step) in hists:
+                raise ValueError(f"row {method!r}: step {step} appears more than once")
+            hists[(method, step)] = _histograms(stats, histogram, f"{method} @ step {step}")
+            rho, tau = _trends([stats])
+            trends[(method, step)] = (float(rho[0]), float(tau[0]))
+    row_order = list(rows)
+    if methods is not None:
+        absent = [m for m in row_order if m not in list(methods)]
+        if absent:
+            raise ValueError(f"plot_condensation_grid: rows {absent} are not in methods={list(methods)}")
+    colors = method_colors(list(methods) if methods is not None else sorted(row_order))
+    steps = sorted({s for _, s in hists})
+    flat = list(hists.values())
+    y_range = _shared_ylim(flat, [np.linspace(-1.0, 1.0, h.shape[1] + 1) for h in flat], ylim)
+
+    nrows, ncols = len(row_order), len(steps)
+    with matplotlib.rc_context(_RC):
+        fig = _new_figure(max(1.75 * ncols + 2.2, 5.0), 2.05 * nrows + 1.15)
+        gs = fig.add_gridspec(nrows, ncols)
+        heat_axes: list[Axes] = []
+        image = None
+        first = None
+        for r, method in enumerate(row_order):
+            last_row = r == nrows - 1
+            for c, step in enumerate(steps):
+                ax = fig.add_subplot(gs[r, c], sharex=first, sharey=first)
+                first = first or ax
+                _style_heatmap(ax, y_range, last_row, "cosine similarity" if c == 0 else None)
+                if r == 0:
+                    ax.set_title(_step_title(step))
+                if c == 0:
+                    # the method's name left of the y label, in the method's colour
+                    ax.annotate(
+                        textwrap.fill(method, _ROW_LABEL_WIDTH), xy=(0.0, 0.5),
+                        xycoords=ax.yaxis.label, xytext=(-5, 0), textcoords="offset points",
+                        rotation=90, ha="right", va="center", fontweight="bold", fontsize=10,
+                        color=colors[method], multialignment="center",
+                    )
+                heat_axes.append(ax)
+                h = hists.get((method, step))
+                if h is None:
+                    ax.set_facecolor("0.96")
+                    ax.text(0.5, 0.5, "no checkpoint", transform=ax.transAxes, ha="center",
+                            va="center", fontsize=8, color="0.45", style="italic")
+                    continue
+                image = _draw_heatmap(ax, h, vmax)
+                if annotate_trend:
+                    rho, tau = trends[(method, step)]
+                    text = ("ρ n/a  τ n/a" if not (math.isfinite(rho) and math.isfinite(tau))
+                            else f"ρ {rho:+.2f}  τ {tau:+.2f}".replace("-", "\u2212"))
+                    ax.text(0.04, 0.96, text, transform=ax.transAxes, ha="left", va="top",
+                            fontsize=7, color="0.15",
+                            bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.75))
+        _add_colorbar(fig, image, heat_axes, flat, vmax)
+        fig.suptitle(title)
+        return _save(fig, path)
+
+
+def plot_trajectory(
+    frame: pd.DataFrame,
+    path: str | os.PathLike,
+    title: str,
+    metrics: Sequence[str] = ("spearman_rho", "kendall_tau"),
+    methods: Sequence[str] | None = None,
+) -> Path:
+    """Depth-trend statistics against training step, one panel per metric (paper Fig. 4).
+
+    ``frame`` is long format: columns ``method``, ``seed``, ``step`` and each of ``metrics``,
+    one row per (method, seed, checkpoint). Per method: the mean over seeds as a line with a
+    marker at each checkpoint, and a band of mean +- sample std where two or more seeds have a
+    value (none for a single seed). NaN metric values (undefined trends) are left out. Colours
+    and legend order follow :func:`method_colors` over ``methods`` (default: sorted names).
+    """
+    metrics = list(metrics)
+    if not metrics:
+        raise ValueError("plot_trajectory: metrics is empty")
+    _check_unique(metrics, "metrics")
+    for m in metrics:
+        if m in ("method", "seed", "step"):
+            raise ValueError(f"plot_trajectory: {m!r} is not a metric column")
+    data = _check_frame(frame, ["method", "seed", "step", *metrics], "plot_trajectory")
+    order = _method_order(data, methods, "plot_trajectory")
+    colors = method_colors(order)
+    present = [m for m in order if m in set(data["method"])]
+    ms = 4.5 if data["step"].nunique() <= 20 else 3.0
+
+    with matplotlib.rc_context(_RC):
+        k = len(metrics)
+        fig = _new_figure(3.5 * k + 0.6, 3.6)
+        first = None
+        for i, metric in enumerate(metrics):
+            ax = fig.add_subplot(1, k, i + 1, sharex=first, sharey=first)
+            first = first or ax
+            summary = _seed_summary(data, metric)
+            ax.axhline(0.0, color="0.45", linestyle=":", linewidth=1.0, zorder=1)
+            for m in present:
+                _plot_seed_band(ax, summary, m, colors[m], ms)
+            if summary.empty:
+                ax.text(0.5, 0.5, "no finite values", transform=ax.transAxes, ha="center",
+                        va="center", fontsize=8, color="0.45", style="italic")
+            name = _METRIC_NAMES.get(metric, metric)
+            ax.set_title(name)
+            if not all(m in _METRIC_NAMES for m in metrics):
+                ax.set_ylabel(name)
+            elif i == 0:
+                ax.set_ylabel("rank correlation with depth")
+            ax.set_xlabel("training step")
+            ax.set_ylim(-1.05, 1.05)
+            _style_step_axis(ax)
+        _method_legend(fig, present, colors, "o")
+        fig.suptitle(title)
+        return _save(fig, path)
+
+
+def plot_loss_curves(
+    frame: pd.DataFrame,
+    path: str | os.PathLike,
+    title: str,
+    methods: Sequence[str] | None = None,
+) -> Path:
+    """Training loss (every step) and validation loss (checkpoints) against step, per method.
+
+    ``frame`` columns: ``method``, ``seed``, ``step``, ``loss`` (training loss) and
+    ``val_loss`` (NaN except at checkpoints). Left: the mean training loss over seeds, smoothed
+    by a centred rolling mean of ``max(1, n // 50)`` steps (``n`` = that method's logged
+    steps). Right: mean validation loss over seeds at each checkpoint (markers and line) with
+    a mean +- std band where two or more seeds have a value. Linear axes; colours as in
+    :func:`method_colors` over ``methods`` (default: sorted names).
+    """
+    data = _check_frame(frame, ["method", "seed", "step", "loss", "val_loss"], "plot_loss_curves")
+    if not np.isfinite(data["loss"]).any():
+        raise ValueError("plot_loss_curves: column 'loss' has no finite values")
+    order = _method_order(data, methods, "plot_loss_curves")
+    colors = method_colors(order)
+    present = [m for m in order if m in set(data["method"])]
+    train = data[np.isfinite(data["loss"])]
+    val = _seed_summary(data, "val_loss")
+    ms = 4.5 if val["step"].nunique() <= 20 else 3.0
+
+    with matplotlib.rc_context(_RC):
+        fig = _new_figure(7.6, 3.6)
+        ax_train = fig.add_subplot(1, 2, 1)
+        ax_val = fig.add_subplot(1, 2, 2, sharex=ax_train)
+        windows = set()
+        for m in present:
+            curve = train[train["method"] == m].groupby("step")["loss"].mean().sort_index()
+            if curve.empty:
+                continue
+            window = max(1, len(curve) // 50)
+            windows.add(window)
+            smooth = curve.rolling(window, center=True, min_periods=1).mean()
+            ax_train.plot(smooth.index.to_numpy(), smooth.to_numpy(), color=colors[m], lw=1.4)
+            _plot_seed_band(ax_val, val, m, colors[m], ms)
+        smoothing = (
+            "" if windows == {1}
+            else f" (rolling mean, {windows.pop()} steps)" if len(windows) == 1
+            else " (rolling mean)"
+        )
+        ax_train.set_title("training loss" + smoothing)
+        ax_val.set_title("validation loss")
+        if val.empty:
+            ax_val.text(0.5, 0.5, "no validation checkpoints", transform=ax_val.transAxes,
+                        ha="center", va="center", fontsize=8, color="0.45", style="italic")
+            ax_val.tick_params(axis="y", labelleft=False, length=0)
+        for ax in (ax_train, ax_val):
+            ax.set_xlabel("training step")
+            ax.set_ylabel("loss")
+            ax.yaxis.get_major_formatter().set_useOffset(False)
+            _style_step_axis(ax)
+        _method_legend(fig, present, colors, "o")
+        fig.suptitle(title)
         return _save(fig, path)

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from . import corpus, data, geometry, models
-from .config import ExtractionConfig, SamplingConfig, TrendConfig
-from .io import atomic_path, write_json, write_text
+from .config import ExtractionConfig, SamplingConfig, TrendConfig, train_config
+from .io import atomic_path, read_json, write_json, write_text
 
 log = logging.getLogger("condensation")
 
@@ -102,14 +102,22 @@ def prepare_tokenizer(
     models.train_bpe_tokenizer(data.load_rows(dataset, spec, corpus_dir), vocab_size, out_dir)
 
 
-def pack_pretraining_data(
-    dataset: str, spec: Mapping[str, Any], corpus_dir: str | Path | None, tokenizer_dir: str | Path,
+def pack_training_data(
+    dataset: str, spec: Mapping[str, Any], corpus_dir: str | Path | None, tokenizer_source: str | Path,
     block_size: int, validation_fraction: float, out_path: str | Path,
 ) -> None:
-    """Tokenise the dataset row by row, pack blocks, hold out the last blocks for validation."""
-    from transformers import AutoTokenizer
+    """Tokenise the dataset row by row, pack blocks, hold out the last blocks for validation.
 
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    ``tokenizer_source`` is a tokenizer directory or a model's ``handle.json`` (mid-training packs
+    with each model's own tokenizer).
+    """
+    source = Path(tokenizer_source)
+    if source.suffix == ".json":
+        tokenizer = models.load_tokenizer(models.ModelHandle.load(source))
+    else:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(source))
     ids = tokenizer(data.load_rows(dataset, spec, corpus_dir))["input_ids"]
     blocks = data.pack_blocks(ids, block_size, tokenizer.eos_token_id)
     num_val = max(1, int(round(len(blocks) * validation_fraction)))
@@ -121,6 +129,11 @@ def pack_pretraining_data(
     log.info("packed %d train + %d validation blocks of %d tokens", len(blocks) - num_val, num_val, block_size)
 
 
+def _read_blocks(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    with np.load(path) as blocks:
+        return blocks["train"], blocks["validation"]
+
+
 def pretrain_model(
     arch: Mapping[str, int], settings: Mapping[str, Any], tokenizer_dir: str | Path, blocks_path: str | Path,
     run_dir: str | Path, threads: int = 1,
@@ -129,24 +142,49 @@ def pretrain_model(
     import torch
     from transformers import AutoTokenizer
 
-    from .train import TrainConfig, train
+    from .train import train
 
     torch.set_num_threads(threads)
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     model = models.build_gpt2(arch, tokenizer, seed=settings["seed"])
-    with np.load(blocks_path) as blocks:
-        train_blocks, val_blocks = blocks["train"], blocks["validation"]
-    config = TrainConfig(
-        train_tokens=settings["train_tokens"],
-        block_size=settings["block_size"],
-        micro_batch_size=settings["micro_batch_size"],
-        grad_accum_steps=settings["grad_accum_steps"],
-        lr=settings["lr"],
-        warmup_ratio=settings["warmup_ratio"],
-        seed=settings["seed"],
-    )
+    train_blocks, val_blocks = _read_blocks(blocks_path)
+    config = train_config(settings["train"], seed=settings["seed"])
     result = train(model, train_blocks, val_blocks, config, Path(run_dir), tokenizer=tokenizer)
     log.info("pre-trained: %s", result)
+
+
+def midtrain_model(
+    handle_path: str | Path, blocks_path: str | Path, method: Mapping[str, Any], settings: Mapping[str, Any],
+    seed: int, run_dir: str | Path, threads: int = 1,
+) -> None:
+    """Continue training a model with CE, CE + an auxiliary loss, or CE with a baseline."""
+    import functools
+
+    import torch
+
+    from .baselines import make_baseline
+    from .losses import AuxLossConfig, auxiliary_loss
+    from .train import train
+
+    torch.set_num_threads(threads)
+    handle = models.ModelHandle.load(handle_path)
+    tokenizer = models.load_tokenizer(handle)
+    # float32 master weights on the CPU; the loop moves them to the device and runs bf16 autocast.
+    model = models.load_model(handle, dtype="float32", device="cpu", causal_lm=True)
+    options = {key: value for key, value in method.items() if key != "objective"}
+    objective = method["objective"]
+    aux_loss, baseline, aux_weight = None, None, 0.0
+    if objective in ("noisy_embedding", "active_forgetting"):
+        baseline = make_baseline(objective, **options)
+    elif objective != "ce":
+        loss_config = AuxLossConfig(name=objective, **options)
+        aux_loss, aux_weight = functools.partial(auxiliary_loss, config=loss_config), loss_config.weight
+    train_blocks, val_blocks = _read_blocks(blocks_path)
+    config = train_config(settings, seed=seed, aux_weight=aux_weight)
+    result = train(
+        model, train_blocks, val_blocks, config, Path(run_dir), aux_loss=aux_loss, tokenizer=tokenizer, baseline=baseline
+    )
+    log.info("mid-trained %s with %s: %s", handle.name, dict(method), result)
 
 
 def prepare_model(
@@ -181,16 +219,11 @@ def prepare_model(
 # ---------------------------------------------------------------------------------------------
 
 
-def extract(
-    handle_path: str | Path, samples_path: str | Path, out_path: str | Path,
-    sampling: SamplingConfig, extraction: ExtractionConfig, threads: int = 1,
-) -> None:
-    """Cosine statistics of every hidden layer of one model on one dataset's samples."""
-    import torch
-
-    torch.set_num_threads(threads)
-    handle = models.ModelHandle.load(handle_path)
-    texts = data.read_samples(samples_path)
+def measure(
+    handle: models.ModelHandle, texts: list[str], sampling: SamplingConfig, extraction: ExtractionConfig,
+    meta: Mapping[str, Any],
+) -> geometry.CosineStatistics:
+    """Cosine statistics of every hidden layer of one model on the sampled texts."""
     tokenizer = models.load_tokenizer(handle)
     model = models.load_model(handle, extraction.dtype, extraction.device)
     limit = models.max_positions(model.config)
@@ -198,24 +231,63 @@ def extract(
         raise ValueError(
             f"model '{handle.name}' accepts at most {limit} positions, fewer than sampling.seq_len={sampling.seq_len}"
         )
-    input_ids = data.tokenize_exactly(tokenizer, texts, sampling.seq_len, where=f"{samples_path}: ")
+    input_ids = data.tokenize_exactly(tokenizer, texts, sampling.seq_len, where=f"{meta.get('dataset')}: ")
     started = time.perf_counter()
     stats = geometry.extract_cosine_statistics(
         model,
         input_ids,
         batch_size=extraction.batch_size,
         meta={
+            **meta,
             "model": handle.name,
-            "dataset": Path(samples_path).stem,
             "num_parameters": handle.num_parameters,
             "dtype": str(next(model.parameters()).dtype),
             "device": str(next(model.parameters()).device),
         },
     )
-    elapsed = time.perf_counter() - started
-    stats.meta["seconds"] = elapsed
+    stats.meta["seconds"] = time.perf_counter() - started
+    log.info("%s: %d sequences x %d tokens, %d layers, %.1f s", handle.name, *input_ids.shape, stats.num_layers, stats.meta["seconds"])
+    return stats
+
+
+def extract(
+    handle_path: str | Path, samples_path: str | Path, out_path: str | Path,
+    sampling: SamplingConfig, extraction: ExtractionConfig, threads: int = 1,
+) -> None:
+    """Cosine statistics of one prepared model on one dataset's samples."""
+    import torch
+
+    torch.set_num_threads(threads)
+    texts = data.read_samples(samples_path)
+    stats = measure(models.ModelHandle.load(handle_path), texts, sampling, extraction, {"dataset": Path(samples_path).stem})
     stats.save(out_path)
-    log.info("%s: %d sequences x %d tokens, %d layers, %.1f s", handle.name, *input_ids.shape, stats.num_layers, elapsed)
+
+
+def measure_checkpoints(
+    run_dir: str | Path, samples_path: str | Path, out_dir: str | Path,
+    sampling: SamplingConfig, extraction: ExtractionConfig, trend: TrendConfig, threads: int = 1,
+) -> None:
+    """Condensation of every evaluation checkpoint of a training run: one ``.npz`` per step and
+    ``trajectory.csv`` (step, validation loss, rho, tau, last-n means)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    texts = data.read_samples(samples_path)
+    checkpoints = sorted((Path(run_dir) / "checkpoints").glob("step-*"))
+    if not checkpoints:
+        raise FileNotFoundError(f"{run_dir} has no checkpoints/step-* directories")
+    rows = []
+    with atomic_path(out_dir) as tmp:
+        tmp.mkdir()
+        for checkpoint in checkpoints:
+            step = int(checkpoint.name.removeprefix("step-"))
+            handle = models.ModelHandle(name=f"{Path(run_dir).name}@{step}", location=str(checkpoint.resolve()))
+            stats = measure(handle, texts, sampling, extraction, {"dataset": Path(samples_path).stem, "step": step})
+            stats.save(tmp / f"{checkpoint.name}.npz")
+            info = read_json(checkpoint / "checkpoint.json") if (checkpoint / "checkpoint.json").exists() else {}
+            statistics = geometry.trend_statistics(layer_means_for_trend(stats, trend))
+            rows.append({"step": step, "val_loss": info.get("val_loss"), **statistics.as_row()})
+        pd.DataFrame(rows).to_csv(tmp / "trajectory.csv", index=False, float_format="%.5f")
 
 
 def layer_means_for_trend(stats: geometry.CosineStatistics, trend: TrendConfig) -> np.ndarray:
@@ -347,3 +419,47 @@ def dataset_figure(
         grid, out_path, title=f"{family} across datasets",
         model_order=[labels.get(m, m) for m in model_names], dataset_order=list(datasets),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Mid-training summaries and figures
+# ---------------------------------------------------------------------------------------------
+
+
+def midtrain_tables(
+    methods: Sequence[str], seeds: Sequence[int], run_dirs: Sequence[str | Path], geometry_dirs: Sequence[str | Path],
+    trajectory_path: str | Path, loss_path: str | Path,
+) -> None:
+    """Collect every run of one model: condensation per checkpoint, and the loss logs."""
+    trajectories, losses = [], []
+    for method, seed, run_dir, geometry_dir in zip(methods, seeds, run_dirs, geometry_dirs, strict=True):
+        keys = {"method": method, "seed": seed}
+        trajectories.append(pd.read_csv(Path(geometry_dir) / "trajectory.csv").assign(**keys))
+        log_csv = pd.read_csv(Path(run_dir).parent / "log.csv")
+        losses.append(log_csv[["step", "tokens", "loss", "ce_loss", "aux_loss", "val_loss"]].assign(**keys))
+    for frames, path in ((trajectories, trajectory_path), (losses, loss_path)):
+        table = pd.concat(frames, ignore_index=True)
+        with atomic_path(path) as tmp:
+            table[["method", "seed", *[c for c in table.columns if c not in ("method", "seed")]]].to_csv(
+                tmp, index=False, float_format="%.5f"
+            )
+
+
+def midtrain_figures(
+    model: str, label: str, trajectory_path: str | Path, loss_path: str | Path,
+    grid_methods: Sequence[str], grid_dirs: Sequence[str | Path],
+    grid_figure: str | Path, trajectory_figure: str | Path, loss_figure: str | Path,
+) -> None:
+    """The paper's Fig. 6 (heatmaps per method and checkpoint), rho/tau over training, losses."""
+    from .figures import plot_condensation_grid, plot_loss_curves, plot_trajectory
+
+    rows = {
+        method: [
+            (int(path.stem.removeprefix("step-")), geometry.CosineStatistics.load(path))
+            for path in sorted(Path(directory).glob("step-*.npz"))
+        ]
+        for method, directory in zip(grid_methods, grid_dirs, strict=True)
+    }
+    plot_condensation_grid(rows, grid_figure, title=f"{label}: condensation during mid-training")
+    plot_trajectory(pd.read_csv(trajectory_path), trajectory_figure, title=f"{label}: depth trend during mid-training")
+    plot_loss_curves(pd.read_csv(loss_path), loss_figure, title=f"{label}: mid-training losses")

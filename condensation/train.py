@@ -1,5 +1,6 @@
 """The one training loop: pre-train a tiny GPT-2-like model from scratch, or mid-train a pretrained
-Hugging Face causal LM, with an optional auxiliary loss on the hidden states.
+Hugging Face causal LM, with an optional auxiliary loss on the hidden states, or with one of the
+paper's baselines (noisy embeddings, active forgetting: ``baselines.py``) hooked into the loop.
 
 Read it top to bottom, nanoGPT style:
 
@@ -7,7 +8,8 @@ Read it top to bottom, nanoGPT style:
     lr_at, ...           pure functions: step count, LR schedule, checkpoint steps, data order
     train()              the loop: resume or start, then per step
                            forward/backward over grad_accum micro-batches -> NaN guard -> clip ->
-                           AdamW step -> (eval + checkpoint) -> log row -> (resumable state)
+                           AdamW step -> (baseline hook) -> (eval + checkpoint) -> log row ->
+                           (resumable state)
 
 Distributed: written for ``accelerate launch`` (DDP) as well as a single process. Every rank runs
 the same control flow (step counts are global), every loss and flag that decides what happens next
@@ -47,6 +49,7 @@ import torch.nn.functional as F
 from accelerate import Accelerator
 from accelerate.utils import gather_object, set_seed
 
+from .baselines import TrainingBaseline
 from .io import atomic_path, read_json, write_json
 
 AuxLoss = Callable[[tuple[torch.Tensor, ...]], torch.Tensor]
@@ -249,12 +252,14 @@ def train(
     aux_loss: AuxLoss | None = None,
     tokenizer: Any = None,
     stop_after_steps: int | None = None,
+    baseline: TrainingBaseline | None = None,
 ) -> TrainResult:
     """Train ``model`` (in place) on int64 ``[num_blocks, block_size]`` token blocks.
 
     Resumes from ``out_dir/state`` when present and ends bit-identical to an uninterrupted run;
     returns at once when ``out_dir/final`` is complete. ``stop_after_steps`` stops (saving a state)
     once the global step reaches that value: a graceful stand-in for a kill, or a time limit.
+    ``baseline`` hooks a training baseline into the loop (see ``baselines.TrainingBaseline``).
     """
     out_dir = Path(out_dir)
     if (out_dir / "final" / SUMMARY_NAME).exists():
@@ -281,11 +286,15 @@ def train(
         "config": dataclasses.asdict(config),
         "world_size": world,
         "train_blocks_shape": list(train_blocks.shape),
+        "baseline": baseline.describe() if baseline is not None else None,
     }
 
+    if baseline is not None:
+        baseline.prepare(model)  # may replace parameters (untie a head): before the optimizer sees them
     optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.lr, betas=config.betas)
     model, optimizer = accelerator.prepare(model, optimizer)
     model.train()
+    net = accelerator.unwrap_model(model)  # what the baseline hooks see: no DDP wrapper
 
     state_dir, log_path = out_dir / "state", out_dir / "log.csv"
     if accelerator.is_main_process:
@@ -339,12 +348,15 @@ def train(
                     # No labels: the HF model would compute a second, wasted CE. Under bf16 the
                     # hidden states reach aux_loss in bf16; it upcasts where it needs precision.
                     with autocast():
-                        out = model(input_ids=ids, output_hidden_states=use_aux, use_cache=False)
+                        # The labels stay `ids`; a baseline may only change what the model is fed.
+                        embeds = baseline.inputs_embeds(net, ids) if baseline is not None else None
+                        inputs = {"input_ids": ids} if embeds is None else {"inputs_embeds": embeds}
+                        out = model(**inputs, output_hidden_states=use_aux, use_cache=False)
                     ce = causal_lm_ce(out.logits, ids)
                     aux = aux_loss(out.hidden_states) if use_aux else torch.zeros((), device=ce.device)
                     loss = (ce + config.aux_weight * aux) if use_aux else ce
                     accelerator.backward(loss / config.grad_accum_steps)
-                del out, loss  # the logits can be GBs (large vocabulary): free them before the next forward
+                del out, loss, embeds  # the logits can be GBs (large vocabulary): free them before the next one
                 ce, aux = ce.detach().float(), aux.detach().float()
                 sums += torch.stack([ce, aux, (~ce.isfinite()).float(), (~aux.isfinite()).float()])
 
@@ -361,6 +373,8 @@ def train(
             optimizer.zero_grad(set_to_none=True)
 
             step += 1
+            if baseline is not None:  # before the checkpoint and state of this step record the weights
+                baseline.after_step(step, net, optimizer, seed=config.seed, final=step == steps)
             micro_batches = config.grad_accum_steps * world
             ce_loss, aux_value = sums[0] / micro_batches, sums[1] / micro_batches
             progress["step"] = step
@@ -407,6 +421,7 @@ def train(
         "world_size": world,
         "mixed_precision": precision,
         "config": dataclasses.asdict(config),
+        "baseline": identity["baseline"],
     }
     _save_pretrained(accelerator, model, tokenizer, out_dir / "final", summary, json_name=SUMMARY_NAME)
     result.final_dir = out_dir / "final"

@@ -1,10 +1,14 @@
 # Configuration, wildcard constraints and input functions shared by every rule.
 
 import glob
+import json
 import re
+import sys
 
 from condensation.config import (
     extraction_config,
+    midtrain_methods,
+    midtrain_runs,
     sampling_config,
     trend_config,
     validate_config,
@@ -18,6 +22,9 @@ MODELS = config["models"]
 FAMILIES = config["families"]
 PAIRS = config["pairs"]
 PRETRAIN = config["pretrain"]
+MIDTRAIN = config["midtrain"]
+METHODS = midtrain_methods(config)
+RUNS = midtrain_runs(config)  # (model, method, seed) of every mid-training run
 SAMPLING = sampling_config(config)
 EXTRACTION = extraction_config(config)
 TREND = trend_config(config)
@@ -37,6 +44,8 @@ wildcard_constraints:
     model=_alternatives(MODELS),
     family=_alternatives(FAMILIES),
     pair=_alternatives(PAIRS),
+    method=_alternatives(METHODS),
+    seed=r"\d+",
 
 
 def model_label(name):
@@ -86,6 +95,58 @@ def get_deb(wildcards):
             "run `bash tools/fetch_debs.sh` (the README's install command does)"
         )
     return found[-1]
+
+
+# More than one GPU per run: the same script under `accelerate launch` (DDP, one process per GPU).
+TRAINING_LAUNCHER = (
+    f"{sys.executable} -m accelerate.commands.launch --multi_gpu --num_processes {MIDTRAIN['gpus_per_run']}"
+    if MIDTRAIN["gpus_per_run"] > 1
+    else sys.executable
+) + f" {workflow.basedir}/workflow_scripts/midtrain.py"
+
+
+def get_midtrain_corpus_input(wildcards):
+    return corpus_inputs(MIDTRAIN["dataset"])
+
+
+def get_midtrain_run_dir(wildcards):
+    return f"runs/midtrain/{wildcards.model}/{wildcards.method}/seed{wildcards.seed}"
+
+
+def get_method_json(wildcards):
+    return json.dumps(METHODS[wildcards.method], sort_keys=True)
+
+
+def runs_of(model):
+    return [(method, seed) for m, method, seed in RUNS if m == model]
+
+
+def get_model_run_methods(wildcards):
+    return [method for method, _ in runs_of(wildcards.model)]
+
+
+def get_model_run_seeds(wildcards):
+    return [seed for _, seed in runs_of(wildcards.model)]
+
+
+def get_model_run_finals(wildcards):
+    return [f"runs/midtrain/{wildcards.model}/{m}/seed{s}/final" for m, s in runs_of(wildcards.model)]
+
+
+def get_model_run_geometry(wildcards):
+    return [f"results/midtrain/geometry/{wildcards.model}/{m}/seed{s}" for m, s in runs_of(wildcards.model)]
+
+
+def get_figure_row_geometry(wildcards):
+    """Fig. 6 rows: each row's method in the first seed it was run with."""
+    seeds = {}
+    for method, seed in runs_of(wildcards.model):
+        seeds.setdefault(method, seed)
+    return [f"results/midtrain/geometry/{wildcards.model}/{m}/seed{seeds[m]}" for m in MIDTRAIN["figure_rows"]]
+
+
+def get_model_label(wildcards):
+    return model_label(wildcards.model)
 
 
 def get_model_spec(wildcards):
@@ -191,4 +252,6 @@ def all_targets():
     targets += [f"results/figures/datasets/{family}.png" for family in config["dataset_robustness"]]
     if FAMILIES:
         targets += ["results/metrics/trend.json", "results/metrics/layer_means.csv"]
+    for model in MIDTRAIN["models"]:
+        targets += [f"results/figures/midtrain/{model}_{kind}.png" for kind in ("condensation", "trajectory", "losses")]
     return targets

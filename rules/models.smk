@@ -35,12 +35,12 @@ rule pack_pretraining_data:
     params:
         dataset=PRETRAIN["dataset"],
         spec=DATASETS.get(PRETRAIN["dataset"]),
-        block_size=PRETRAIN["block_size"],
+        block_size=PRETRAIN["train"]["block_size"],
         validation_fraction=PRETRAIN["validation_fraction"],
     conda:
         "../envs/condensation.yaml"
     script:
-        "../workflow_scripts/pack_pretraining_data.py"
+        "../workflow_scripts/pack_training_data.py"
 
 
 rule pretrain:

@@ -246,3 +246,173 @@ def test_layer_means_errors(tmp_path):
     with pytest.raises(ValueError, match="missing label"):
         F.plot_layer_means({"": np.arange(3.0)}, path, "t")
     assert not path.exists()
+
+
+# --------------------------------------------------------------------------------------------
+# mid-training figures
+# --------------------------------------------------------------------------------------------
+
+import pandas as pd  # noqa: E402
+
+MID_STEPS = (0, 10, 20)
+
+
+def condensing_run(step: int, layers: int = 7) -> CosineStatistics:
+    """Similarity at the last layer climbs from 0.3 (step 0) to 0.9 (step 20)."""
+    return make_stats(np.linspace(0.0, 0.3 + 0.03 * step, layers))
+
+
+def dispersing_run(step: int, layers: int = 7) -> CosineStatistics:
+    """The depth trend turns negative as training goes on: the last layer ends at -0.3."""
+    return make_stats(np.linspace(0.0, 0.3 - 0.03 * step, layers))
+
+
+def mid_rows() -> dict[str, list[tuple[int, CosineStatistics]]]:
+    return {
+        "cross-entropy only": [(s, condensing_run(s)) for s in MID_STEPS],
+        "dispersion": [(s, dispersing_run(s)) for s in MID_STEPS],
+    }
+
+
+def trajectory_frame(seeds=(0, 1)) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    rows = []
+    for method, sign in (("cross-entropy only", 1.0), ("dispersion", -1.0)):
+        for seed in seeds:
+            for step in (0, 50, 100, 150):
+                base = 0.3 + sign * 0.004 * step
+                rows.append(dict(method=method, seed=seed, step=step,
+                                 spearman_rho=float(np.clip(base + rng.normal(0, 0.05), -1, 1)),
+                                 kendall_tau=float(np.clip(0.8 * base + rng.normal(0, 0.05), -1, 1))))
+    return pd.DataFrame(rows)
+
+
+def loss_frame(steps: int = 120, every: int = 40) -> pd.DataFrame:
+    rng = np.random.default_rng(1)
+    rows = []
+    for method, offset in (("cross-entropy only", 0.0), ("dispersion", 0.1)):
+        for seed in (0, 1):
+            for step in range(steps + 1):
+                loss = 3.0 + np.exp(-step / 30) + offset + rng.normal(0, 0.1)
+                val = 3.1 + np.exp(-step / 30) + offset + rng.normal(0, 0.02) if step % every == 0 else np.nan
+                rows.append(dict(method=method, seed=seed, step=step, loss=loss, val_loss=val))
+    return pd.DataFrame(rows)
+
+
+def test_method_colors_deterministic_and_distinct():
+    names = ["cross-entropy only", "dispersion", "decorrelation"]
+    colors = F.method_colors(names)
+    assert list(colors) == names
+    assert colors == F.method_colors(list(names))
+    assert len(set(colors.values())) == 3
+    assert F.method_colors(names[:2]) == {k: colors[k] for k in names[:2]}  # a prefix keeps its colours
+    many = [f"m{i}" for i in range(25)]
+    assert len(set(F.method_colors(many).values())) == 25
+    assert len(set(F.method_colors(many[:15]).values())) == 15
+    assert F.method_colors([]) == {}
+    with pytest.raises(ValueError, match="duplicate"):
+        F.method_colors(["a", "a"])
+
+
+def test_condensation_grid_writes_png(tmp_path):
+    path = tmp_path / "mid" / "grid.png"
+    assert F.plot_condensation_grid(mid_rows(), path, "mid-training") == path
+    assert_png(path)
+    F.plot_condensation_grid(mid_rows(), path, "pooled", histogram="pooled", annotate_trend=False)
+    assert_png(path)
+
+
+def test_condensation_grid_mismatched_steps_and_negative_mass(tmp_path):
+    rows = {
+        "cross-entropy only": [(20, condensing_run(20)), (0, condensing_run(0))],  # unsorted, no 10
+        "dispersion": [(np.int64(10), dispersing_run(10)), (30.0, negative(7))],
+    }
+    path = tmp_path / "grid.png"
+    F.plot_condensation_grid(rows, path, "mismatched steps", methods=["dispersion", "cross-entropy only"])
+    assert_png(path)
+    one = {"only": [(5, condensing_run(5))]}
+    assert_png(F.plot_condensation_grid(one, tmp_path / "one.png", "one cell"))
+
+
+def test_condensation_grid_errors(tmp_path):
+    path = tmp_path / "x.png"
+    with pytest.raises(ValueError, match="no rows"):
+        F.plot_condensation_grid({}, path, "t")
+    with pytest.raises(ValueError, match="no checkpoints"):
+        F.plot_condensation_grid({"a": []}, path, "t")
+    with pytest.raises(ValueError, match="more than once"):
+        F.plot_condensation_grid({"a": [(0, condensing_run(0)), (0, condensing_run(10))]}, path, "t")
+    with pytest.raises(ValueError, match="non-negative integer"):
+        F.plot_condensation_grid({"a": [(-1, condensing_run(0))]}, path, "t")
+    with pytest.raises(ValueError, match="non-negative integer"):
+        F.plot_condensation_grid({"a": [(2.5, condensing_run(0))]}, path, "t")
+    with pytest.raises(ValueError, match="pair"):
+        F.plot_condensation_grid({"a": [condensing_run(0)]}, path, "t")
+    with pytest.raises(TypeError):
+        F.plot_condensation_grid({"a": [(0, "stats")]}, path, "t")
+    with pytest.raises(ValueError, match="missing label"):
+        F.plot_condensation_grid({"": [(0, condensing_run(0))]}, path, "t")
+    with pytest.raises(ValueError, match="not in methods"):
+        F.plot_condensation_grid(mid_rows(), path, "t", methods=["dispersion"])
+    with pytest.raises(ValueError, match="histogram"):
+        F.plot_condensation_grid(mid_rows(), path, "t", histogram="median")
+    assert not path.exists()
+
+
+def test_trajectory_writes_png(tmp_path):
+    path = tmp_path / "trajectory.png"
+    assert F.plot_trajectory(trajectory_frame(), path, "trajectory") == path
+    assert_png(path)
+
+
+def test_trajectory_single_seed_nan_and_extra_methods(tmp_path):
+    frame = trajectory_frame(seeds=(0,))  # no band
+    frame.loc[0, "spearman_rho"] = np.nan  # an undefined trend is skipped, not an error
+    path = tmp_path / "one_seed.png"
+    F.plot_trajectory(frame, path, "one seed", methods=["dispersion", "cross-entropy only", "absent"])
+    assert_png(path)
+    assert_png(F.plot_trajectory(frame, tmp_path / "rho.png", "rho only", metrics=["spearman_rho"]))
+
+
+def test_trajectory_errors(tmp_path):
+    path = tmp_path / "x.png"
+    frame = trajectory_frame()
+    with pytest.raises(ValueError, match="empty"):
+        F.plot_trajectory(frame.iloc[:0], path, "t")
+    with pytest.raises(ValueError, match=r"missing column\(s\) \['kendall_tau'\]"):
+        F.plot_trajectory(frame.drop(columns="kendall_tau"), path, "t")
+    with pytest.raises(ValueError, match=r"\['seed', 'step'\]"):
+        F.plot_trajectory(frame.drop(columns=["seed", "step"]), path, "t")
+    with pytest.raises(ValueError, match="metrics is empty"):
+        F.plot_trajectory(frame, path, "t", metrics=[])
+    with pytest.raises(ValueError, match="repeat"):
+        F.plot_trajectory(pd.concat([frame, frame.iloc[:1]]), path, "t")
+    with pytest.raises(ValueError, match="not in methods"):
+        F.plot_trajectory(frame, path, "t", methods=["dispersion"])
+    with pytest.raises(TypeError):
+        F.plot_trajectory(frame.to_dict(), path, "t")
+    assert not path.exists()
+
+
+def test_loss_curves_writes_png(tmp_path):
+    path = tmp_path / "loss.png"
+    assert F.plot_loss_curves(loss_frame(), path, "loss") == path
+    assert_png(path)
+    no_val = loss_frame(steps=20).assign(val_loss=np.nan)  # no checkpoint evaluated: still a figure
+    assert_png(F.plot_loss_curves(no_val, tmp_path / "no_val.png", "no validation"))
+
+
+def test_loss_curves_errors(tmp_path):
+    path = tmp_path / "x.png"
+    frame = loss_frame(steps=10, every=5)
+    with pytest.raises(ValueError, match="empty"):
+        F.plot_loss_curves(frame.iloc[:0], path, "t")
+    with pytest.raises(ValueError, match=r"missing column\(s\) \['val_loss'\]"):
+        F.plot_loss_curves(frame.drop(columns="val_loss"), path, "t")
+    with pytest.raises(ValueError, match="no finite values"):
+        F.plot_loss_curves(frame.assign(loss=np.nan), path, "t")
+    with pytest.raises(ValueError, match="numeric"):
+        F.plot_loss_curves(frame.assign(loss="high"), path, "t")
+    with pytest.raises(ValueError, match="non-negative integers"):
+        F.plot_loss_curves(frame.assign(step=frame["step"] - 0.5), path, "t")
+    assert not path.exists()

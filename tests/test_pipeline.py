@@ -23,7 +23,9 @@ pytestmark = pytest.mark.slow
 
 
 def run(args: list[str], cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
-    result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    # dvc starts `snakemake` by name: the environment running the tests must come first on PATH.
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     if result.returncode != 0:
         raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-6000:]}")
     return result
@@ -55,6 +57,9 @@ def expected_outputs() -> list[str]:
         "results/tables/trend/toy_austen.md",
         "results/metrics/trend.json",
         "results/metrics/layer_means.csv",
+        "results/figures/midtrain/toy-wide_condensation.png",
+        "results/figures/midtrain/toy-wide_trajectory.png",
+        "results/figures/midtrain/toy-wide_losses.png",
     ]
 
 
@@ -98,6 +103,31 @@ def test_init_model_is_the_pretraining_start(project):
     assert all(np.array_equal(init[k].numpy(), start[k].numpy()) for k in init)
 
 
+def test_midtrain_grid_measures_every_checkpoint_of_every_run(project):
+    trajectory = pd.read_csv(project / "results/midtrain/toy-wide/trajectory.csv")
+    runs = {("ce", 0), ("ce", 1), ("dispersion", 0), ("dispersion", 1), ("noisy", 0), ("noisy", 1),
+            ("forget", 0), ("forget", 1), ("dispersion-lam1-tau0.5", 0)}
+    assert set(zip(trajectory["method"], trajectory["seed"])) == runs
+    # 16 steps: step 0, num_checkpoints=2 evenly spaced checkpoints, and the final step
+    assert sorted(trajectory.loc[trajectory["method"] == "ce", "step"].unique()) == [0, 5, 10, 16]
+    assert trajectory["spearman_rho"].between(-1, 1).all()
+    assert trajectory["val_loss"].notna().all()
+    # every run starts from the same pre-trained model: identical geometry at step 0
+    start = trajectory[trajectory["step"] == 0]
+    assert np.allclose(start["spearman_rho"], start["spearman_rho"].iloc[0])
+
+
+def test_midtrain_losses_record_the_auxiliary_term_only_where_used(project):
+    losses = pd.read_csv(project / "results/midtrain/toy-wide/losses.csv")
+    trained = losses[losses["step"] > 0]
+    assert trained.loc[trained["method"] == "dispersion", "aux_loss"].notna().all()
+    assert trained.loc[trained["method"] == "ce", "aux_loss"].isna().all()
+    # seeds differ in data order, so their curves differ; the same seed of two methods starts alike
+    ce0 = trained[(trained["method"] == "ce") & (trained["seed"] == 0)]["loss"].to_numpy()
+    ce1 = trained[(trained["method"] == "ce") & (trained["seed"] == 1)]["loss"].to_numpy()
+    assert len(ce0) == 16 and not np.allclose(ce0, ce1)
+
+
 def test_rerun_has_nothing_to_do(project):
     result = run([str(BIN / "snakemake"), "--cores", "2", "-n"], project)
     assert "Nothing to be done" in result.stdout + result.stderr
@@ -130,3 +160,5 @@ def test_paper_config_plans_every_observation_job(repo, tmp_path):
     assert counts["dataset_figure"] == "1"
     assert counts["extract"] == "52"
     assert counts["pretrain"] == "4"
+    assert counts["midtrain"] == "58"  # GPT2 and Qwen3-0.6B x 7 methods x 3 seeds, and 16 ablation runs on GPT2
+    assert counts["measure_checkpoints"] == "58"
