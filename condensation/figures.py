@@ -681,7 +681,13 @@ def plot_layer_means(
 # Mid-training figures: methods against checkpoint steps
 # ---------------------------------------------------------------------------------------------
 
-_METRIC_NAMES = {"spearman_rho": "Spearman ρ", "kendall_tau": "Kendall τ"}
+_METRIC_NAMES = {
+    "spearman_rho": "Spearman ρ",
+    "kendall_tau": "Kendall τ",
+    "last_1": "mean cosine, last layer",
+    "last_half": "mean cosine, deeper half of layers",
+}
+_RANK_METRICS = ("spearman_rho", "kendall_tau")  # share the fixed [-1, 1] axis
 _ROW_LABEL_WIDTH = 22  # characters per line of a grid row label before it wraps
 
 
@@ -949,12 +955,14 @@ def plot_trajectory(
     with matplotlib.rc_context(_RC):
         k = len(metrics)
         fig = _new_figure(3.5 * k + 0.6, 3.6)
-        first = None
+        first = first_rank = None
         for i, metric in enumerate(metrics):
-            ax = fig.add_subplot(1, k, i + 1, sharex=first, sharey=first)
+            is_rank = metric in _RANK_METRICS
+            ax = fig.add_subplot(1, k, i + 1, sharex=first, sharey=first_rank if is_rank else None)
             first = first or ax
             summary = _seed_summary(data, metric)
-            ax.axhline(0.0, color="0.45", linestyle=":", linewidth=1.0, zorder=1)
+            if is_rank:
+                ax.axhline(0.0, color="0.45", linestyle=":", linewidth=1.0, zorder=1)
             for m in present:
                 _plot_seed_band(ax, summary, m, colors[m], ms)
             if summary.empty:
@@ -962,12 +970,14 @@ def plot_trajectory(
                         va="center", fontsize=8, color="0.45", style="italic")
             name = _METRIC_NAMES.get(metric, metric)
             ax.set_title(name)
-            if not all(m in _METRIC_NAMES for m in metrics):
-                ax.set_ylabel(name)
-            elif i == 0:
+            if not is_rank:
+                ax.set_ylabel(name if metric not in _METRIC_NAMES else "mean cosine similarity")
+            elif first_rank is None:  # one label for the shared rank-correlation axis
                 ax.set_ylabel("rank correlation with depth")
+            if is_rank:
+                ax.set_ylim(-1.05, 1.05)
+                first_rank = first_rank or ax
             ax.set_xlabel("training step")
-            ax.set_ylim(-1.05, 1.05)
             _style_step_axis(ax)
         _method_legend(fig, present, colors, "o")
         fig.suptitle(title)
@@ -979,6 +989,7 @@ def plot_loss_curves(
     path: str | os.PathLike,
     title: str,
     methods: Sequence[str] | None = None,
+    train_label: str = "training loss",
 ) -> Path:
     """Training loss (every step) and validation loss (checkpoints) against step, per method.
 
@@ -1018,7 +1029,7 @@ def plot_loss_curves(
             else f" (rolling mean, {windows.pop()} steps)" if len(windows) == 1
             else " (rolling mean)"
         )
-        ax_train.set_title("training loss" + smoothing)
+        ax_train.set_title(train_label + smoothing)
         ax_val.set_title("validation loss")
         if val.empty:
             ax_val.text(0.5, 0.5, "no validation checkpoints", transform=ax_val.transAxes,

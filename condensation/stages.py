@@ -446,11 +446,12 @@ def midtrain_tables(
 
 
 def midtrain_figures(
-    model: str, label: str, trajectory_path: str | Path, loss_path: str | Path,
+    model: str, label: str, trajectory_path: str | Path, loss_path: str | Path, methods: Sequence[str],
     grid_methods: Sequence[str], grid_dirs: Sequence[str | Path],
     grid_figure: str | Path, trajectory_figure: str | Path, loss_figure: str | Path,
 ) -> None:
-    """The paper's Fig. 6 (heatmaps per method and checkpoint), rho/tau over training, losses."""
+    """The paper's Fig. 6 (heatmaps per method and checkpoint), the depth trend over training and
+    the losses of ``methods`` (the ablation runs are Table 3's, not these figures')."""
     from .figures import plot_condensation_grid, plot_loss_curves, plot_trajectory
 
     rows = {
@@ -460,6 +461,36 @@ def midtrain_figures(
         ]
         for method, directory in zip(grid_methods, grid_dirs, strict=True)
     }
-    plot_condensation_grid(rows, grid_figure, title=f"{label}: condensation during mid-training")
-    plot_trajectory(pd.read_csv(trajectory_path), trajectory_figure, title=f"{label}: depth trend during mid-training")
-    plot_loss_curves(pd.read_csv(loss_path), loss_figure, title=f"{label}: mid-training losses")
+    colour_order = list(methods) + [m for m in grid_methods if m not in methods]  # same colours in every figure
+    plot_condensation_grid(rows, grid_figure, title=f"{label}: condensation during mid-training", methods=colour_order)
+    trajectory = pd.read_csv(trajectory_path)
+    plot_trajectory(
+        trajectory[trajectory["method"].isin(methods)], trajectory_figure,
+        title=f"{label}: condensation during mid-training",
+        # with few layers rho and tau saturate; the deeper layers' mean cosine shows the size of the effect
+        metrics=("spearman_rho", "kendall_tau", "last_half"), methods=list(methods),
+    )
+    # Cross-entropy, not the total: auxiliary terms differ in scale and sign between methods.
+    losses = pd.read_csv(loss_path)
+    losses = losses[losses["method"].isin(methods)].assign(loss=lambda frame: frame["ce_loss"])
+    plot_loss_curves(
+        losses, loss_figure, title=f"{label}: mid-training losses", methods=list(methods),
+        train_label="training cross-entropy",
+    )
+
+
+def midtrain_metrics(trajectory_paths: Sequence[str | Path], models: Sequence[str], metrics_path: str | Path) -> None:
+    """DVC metrics: per model and method, the last checkpoint's validation loss and depth trend,
+    averaged over seeds."""
+    metrics: dict[str, Any] = {}
+    for model, path in zip(models, trajectory_paths, strict=True):
+        table = pd.read_csv(path)
+        last = table.loc[table.groupby(["method", "seed"])["step"].idxmax()]
+        for method, rows in last.groupby("method"):
+            metrics[f"{model}/{method}"] = {
+                "final_val_loss": float(rows["val_loss"].mean()),
+                "final_spearman_rho": float(rows["spearman_rho"].mean()),
+                "final_kendall_tau": float(rows["kendall_tau"].mean()),
+                "seeds": int(len(rows)),
+            }
+    write_json(metrics_path, metrics)

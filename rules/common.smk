@@ -254,4 +254,6 @@ def all_targets():
         targets += ["results/metrics/trend.json", "results/metrics/layer_means.csv"]
     for model in MIDTRAIN["models"]:
         targets += [f"results/figures/midtrain/{model}_{kind}.png" for kind in ("condensation", "trajectory", "losses")]
+    if MIDTRAIN["models"]:
+        targets.append("results/metrics/midtrain.json")
     return targets

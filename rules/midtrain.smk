@@ -128,8 +128,26 @@ rule midtrain_figures:
         "logs/benchmarks/midtrain_figures/{model}.tsv"
     params:
         label=get_model_label,
+        methods=list(MIDTRAIN["methods"]),
         grid_methods=MIDTRAIN["figure_rows"],
     conda:
         "../envs/condensation.yaml"
     script:
         "../workflow_scripts/midtrain_figures.py"
+
+
+rule midtrain_metrics:
+    input:
+        expand("results/midtrain/{model}/trajectory.csv", model=MIDTRAIN["models"]),
+    output:
+        "results/metrics/midtrain.json",
+    log:
+        "logs/midtrain_metrics.log",
+    benchmark:
+        "logs/benchmarks/midtrain_metrics.tsv"
+    params:
+        models=MIDTRAIN["models"],
+    conda:
+        "../envs/condensation.yaml"
+    script:
+        "../workflow_scripts/midtrain_metrics.py"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -51,3 +54,23 @@ def tiny_model_dir(tmp_path_factory, tiny_tokenizer_dir) -> Path:
     out = tmp_path_factory.mktemp("model") / "tiny-gpt2"
     save_model_dir(build_gpt2(arch, tokenizer, seed=0), tokenizer, out)
     return out
+
+
+@pytest.fixture
+def run_on_two_ranks(tmp_path):
+    """Run a script template under torchrun with two CPU (gloo) processes; return each rank's report.
+
+    The template gets ``{repo}`` and ``{tests}`` filled in, is called with an output directory,
+    and must write ``rank<r>.json`` there.
+    """
+
+    def run(template: str) -> list[dict]:
+        script = tmp_path / "ddp_run.py"
+        script.write_text(template.format(repo=str(REPO), tests=str(REPO / "tests")))
+        env = os.environ | {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+        done = subprocess.run([*torchrun, str(script), str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+    return run

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -382,18 +379,10 @@ DDP_RUN = textwrap.dedent(
 )
 
 
-def test_ddp_two_processes_on_cpu(tmp_path):
+def test_ddp_two_processes_on_cpu(run_on_two_ranks):
     """Two gloo processes: embeddings fed from outside the DDP forward still get all-reduced
     gradients, both ranks reset to the same embeddings and end equal, and resume is exact. On two
     ranks short_config(8) is 4 steps: the reset after step 3 falls in the resumed part."""
-    script = tmp_path / "ddp_run.py"
-    script.write_text(DDP_RUN.format(repo=str(REPO), tests=str(REPO / "tests")))
-    env = os.environ | {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    done = subprocess.run(
-        [*torchrun, str(script), str(tmp_path)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = run_on_two_ranks(DDP_RUN)
     assert ranks[0] == ranks[1]
     assert all(run["resume_exact"] for run in ranks[0].values())

@@ -60,6 +60,7 @@ def expected_outputs() -> list[str]:
         "results/figures/midtrain/toy-wide_condensation.png",
         "results/figures/midtrain/toy-wide_trajectory.png",
         "results/figures/midtrain/toy-wide_losses.png",
+        "results/metrics/midtrain.json",
     ]
 
 
@@ -139,7 +140,7 @@ def test_dvc_repro_reproduces_and_versions_the_results(project, tmp_path):
     run([str(BIN / "dvc"), "repro"], project)
     assert (project / "dvc.lock").exists()
     shown = run([str(BIN / "dvc"), "metrics", "show", "--json"], project).stdout
-    assert "spearman_rho" in shown
+    assert "spearman_rho" in shown and "final_val_loss" in shown
     run([str(BIN / "dvc"), "push"], project)
     assert any(env_remote.rglob("*")), "nothing was pushed to the local remote"
     status = run([str(BIN / "dvc"), "status"], project).stdout

@@ -406,18 +406,10 @@ DDP_RUN = textwrap.dedent(
 )
 
 
-def test_ddp_two_processes_on_cpu(tmp_path):
+def test_ddp_two_processes_on_cpu(tmp_path, run_on_two_ranks):
     """Two gloo processes under torchrun: the collectives match up (no hang), ranks end with the
     same weights and loss, steps halve, files come from one writer, and resume is exact."""
-    script = tmp_path / "ddp_run.py"
-    script.write_text(DDP_RUN.format(repo=str(REPO), tests=str(REPO / "tests")))
-    env = os.environ | {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    done = subprocess.run(
-        [*torchrun, str(script), str(tmp_path)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = run_on_two_ranks(DDP_RUN)
     assert ranks[0] == ranks[1]
     assert ranks[0]["world"] == 2 and ranks[0]["steps"] == 10 and ranks[0]["resume_exact"]
     for run in ("a", "b"):

@@ -8,6 +8,7 @@ with logged(snakemake.log[0]):
         snakemake.params.label,
         snakemake.input.trajectory,
         snakemake.input.losses,
+        snakemake.params.methods,
         snakemake.params.grid_methods,
         snakemake.input.grid,
         snakemake.output.grid,
