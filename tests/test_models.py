@@ -1,5 +1,7 @@
 """Model loading from every source, on models built and saved here (no network)."""
 
+import os
+
 import pytest
 import torch
 
@@ -120,3 +122,28 @@ def test_gguf_is_dequantised_to_a_working_plain_directory(tmp_path):
 def test_missing_gguf_file(tmp_path):
     with pytest.raises(ModelError, match="GGUF file .* does not exist"):
         convert_gguf("x", str(tmp_path / "missing.gguf"), tmp_path / "out")
+
+
+def test_hub_id_resolves_through_the_hugging_face_cache(tiny_model_dir, tmp_path):
+    """The real hub path (snapshot_download, then from_pretrained by id and pinned commit), offline:
+    a save_pretrained model placed in a Hugging Face cache layout stands in for a download."""
+    import shutil
+    import subprocess
+    import sys
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--tiny-org--tiny-gpt2"
+    shutil.copytree(tiny_model_dir, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    script = (
+        "from condensation.models import prepare_hub, load_model, load_tokenizer\n"
+        "h = prepare_hub('tiny', 'tiny-org/tiny-gpt2', None, False)\n"
+        "m = load_model(h, dtype='float32', device='cpu'); t = load_tokenizer(h)\n"
+        "out = m(**t('a good fortune', return_tensors='pt'), output_hidden_states=True)\n"
+        "print(h.revision, h.num_layers, len(out.hidden_states))\n"
+    )
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-3:] == [commit, "2", "3"]  # pinned to the cached commit; 2 layers
