@@ -84,8 +84,6 @@ def get_dataset_spec(wildcards):
     return DATASETS[wildcards.dataset]
 
 
-
-
 def get_deb(wildcards):
     package = CORPUS_PACKAGES[wildcards.corpus]
     found = sorted(glob.glob(f"{DEB_DIR}/{package}_*.deb"))
