@@ -1,7 +1,7 @@
 """One function per workflow stage: paths and config in, artifacts out.
 
-``workflow_scripts/*.py`` call exactly one of these with what Snakemake hands them; tests call
-them directly. Nothing here knows about Snakemake.
+``workflow_scripts/*.py`` call exactly one of these with what Snakemake hands them. Nothing here
+knows about Snakemake, so every stage also runs from plain Python.
 """
 
 from __future__ import annotations
