@@ -20,6 +20,19 @@ include: "rules/figures.smk"
 include: "rules/midtrain.smk"
 
 
+# Quick jobs that only read results: on a cluster they run on the submitting node.
+localrules:
+    all,
+    trend_table,
+    trend_metrics,
+    family_figure,
+    paired_figure,
+    dataset_figure,
+    midtrain_tables,
+    midtrain_figures,
+    midtrain_metrics,
+
+
 rule all:
     default_target: True
     input:

@@ -163,3 +163,18 @@ def test_paper_config_plans_every_observation_job(repo, tmp_path):
     assert counts["pretrain"] == "4"
     assert counts["midtrain"] == "58"  # GPT2 and Qwen3-0.6B x 7 methods x 3 seeds, and 16 ablation runs on GPT2
     assert counts["measure_checkpoints"] == "58"
+
+
+def test_slurm_profile_plans_the_paper_with_site_resources(repo, tmp_path):
+    """The SLURM profile parses with the executor plugin installed and gives GPU rules their
+    partition, GPU and attempt-scaled memory."""
+    result = run(
+        [str(BIN / "snakemake"), "--workflow-profile", str(repo / "profiles/slurm"), "-n", "--configfile",
+         "configs/paper.yaml", "-d", str(tmp_path), "-s", str(repo / "Snakefile")],
+        repo,
+    )
+    text = result.stdout + result.stderr
+    midtrain = text[text.index("rule midtrain:"):]
+    midtrain = midtrain[: midtrain.index("\n\n")]
+    for expected in ("slurm_partition=gpu", "gpu=1", "gpu_model=a100", "mem_mb=64000", "runtime=480"):
+        assert expected in midtrain, expected
