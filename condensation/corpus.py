@@ -35,12 +35,13 @@ import re
 import shutil
 import struct
 import subprocess
-import tempfile
 import zlib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
+
+from .io import atomic_path
 
 __all__ = [
     "AUSTEN_NOVELS",
@@ -792,22 +793,9 @@ def export_documents(documents: Mapping[str, str], out_dir: str | os.PathLike) -
     if clashes:
         raise ValueError(f"document names collide after sanitising: {clashes}")
 
-    final.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
-    retired: Path | None = None
-    try:
+    with atomic_path(final) as staging:
+        staging.mkdir()
         for file_name, text in zip(file_names, documents.values()):
             with open(staging / file_name, "w", encoding="utf-8", newline="\n") as handle:
                 handle.write(text)
-        os.chmod(staging, 0o755)  # mkdtemp makes it private; the output is an ordinary directory
-        if final.exists() or final.is_symlink():
-            # os.replace cannot overwrite a non-empty directory: move the old one aside first
-            # (one atomic rename), then put the new one in place (another).
-            retired = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".old", dir=final.parent))
-            os.replace(final, retired / "old")
-        os.replace(staging, final)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)  # no-op once renamed
-        if retired is not None:
-            shutil.rmtree(retired, ignore_errors=True)
     return [final / file_name for file_name in file_names]

