@@ -18,6 +18,7 @@ include: "rules/models.smk"
 include: "rules/geometry.smk"
 include: "rules/figures.smk"
 include: "rules/midtrain.smk"
+include: "rules/evaluation.smk"
 
 
 # Quick jobs that only read results: on a cluster they run on the submitting node.
@@ -31,6 +32,9 @@ localrules:
     midtrain_tables,
     midtrain_figures,
     midtrain_metrics,
+    table2,
+    table3,
+    scores_by_step,
 
 
 rule all:

@@ -38,7 +38,8 @@ def _with_defaults(validator_class: type) -> type:
 
 
 def _copy(value: Any) -> Any:
-    return yaml.safe_load(yaml.safe_dump(value))
+    """A deep copy in plain YAML types; mapping order is kept (it orders tables and figures)."""
+    return yaml.safe_load(yaml.safe_dump(value, sort_keys=False))
 
 
 _Validator = _with_defaults(jsonschema.Draft202012Validator)
@@ -109,6 +110,7 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
             if spec["source"] == "pretrain" and spec["arch"]["n_positions"] < config["pretrain"]["train"]["block_size"]:
                 problems.append(f"config.models.{name}.arch.n_positions is below config.pretrain.train.block_size")
     problems += _check_midtrain(config)
+    problems += _check_evaluation(config)
     sampling = config["sampling"]
     if sampling["min_words"] < sampling["seq_len"]:
         problems.append(
@@ -157,12 +159,68 @@ def _check_midtrain(config: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _check_evaluation(config: dict[str, Any]) -> list[str]:
+    section, problems = config["evaluation"], []
+    for name in section["local_tasks"]:
+        if name not in section["tasks"]:
+            problems.append(f"config.evaluation.local_tasks.{name}: built but never scored; add it to config.evaluation.tasks")
+    for key in section["fewshot"]:
+        if key != "default" and key not in config["models"]:
+            problems.append(f"config.evaluation.fewshot: '{key}' is neither 'default' nor a model name")
+    if section["tasks"] and config["midtrain"]["models"]:
+        methods = midtrain_methods(config)
+        if section["reference"] not in methods:
+            problems.append(
+                f"config.evaluation.reference: unknown method '{section['reference']}' (known: {', '.join(methods)})"
+            )
+    return problems
+
+
+def evaluation_tasks(config: Mapping[str, Any], model: str) -> dict[str, int]:
+    """lm-eval task name -> num_fewshot for ``model``: 0 for `zero` tasks, the model's few-shot
+    count (or the default, else 0) for `few` tasks."""
+    section = config["evaluation"]
+    shots = section["fewshot"].get(model, section["fewshot"].get("default", 0))
+    return {task: (0 if kind == "zero" else shots) for task, kind in section["tasks"].items()}
+
+
+def ablation_grid(config: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
+    """Method name -> (weight, tau) of every dispersion run of Table 3: the ablation grid plus
+    each configured method that is the plain dispersion loss (the paper's default row)."""
+    grid = {name: _plain_dispersion(spec) for name, spec in midtrain_methods(config).items()}
+    return {name: point for name, point in grid.items() if point is not None}
+
+
+def midtrain_checkpoints(config: Mapping[str, Any]) -> list[str]:
+    """Names (``step-0000049``) of the evaluation checkpoints every mid-training run writes;
+    known before training, since the step count follows from the token budget."""
+    from .train import checkpoint_steps, total_steps
+
+    train = train_config(config["midtrain"]["train"], seed=0)
+    world = max(1, config["midtrain"]["gpus_per_run"])
+    return [f"step-{step:07d}" for step in checkpoint_steps(total_steps(train, world), train.num_checkpoints)]
+
+
+def _plain_dispersion(spec: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(weight, tau) of a method that is the dispersion loss with nothing else changed, else None."""
+    from .losses import AuxLossConfig
+
+    if spec["objective"] != "dispersion" or not set(spec) <= {"objective", "weight", "tau"}:
+        return None
+    defaults = AuxLossConfig("dispersion")
+    return float(spec.get("weight", defaults.weight)), float(spec.get("tau", defaults.tau))
+
+
 def _ablation_methods(section: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The grid's runs, minus points a configured method already trains (the paper's default
+    lambda=0.1, tau=1 sits in its own grid): no run is trained twice."""
     grid = section["ablation"]
+    configured = {_plain_dispersion(spec) for spec in section["methods"].values()}
     return {
         f"dispersion-lam{weight:g}-tau{tau:g}": {"objective": "dispersion", "weight": weight, "tau": tau}
         for weight in grid["weights"]
         for tau in grid["taus"]
+        if (float(weight), float(tau)) not in configured
     }
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from .io import atomic_path
+from .io import atomic_path, write_manifest
 
 __all__ = [
     "AUSTEN_NOVELS",
@@ -798,4 +798,5 @@ def export_documents(documents: Mapping[str, str], out_dir: str | os.PathLike) -
         for file_name, text in zip(file_names, documents.values()):
             with open(staging / file_name, "w", encoding="utf-8", newline="\n") as handle:
                 handle.write(text)
+        write_manifest(staging, kind="corpus")
     return [final / file_name for file_name in file_names]

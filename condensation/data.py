@@ -19,7 +19,7 @@ import torch
 
 from .config import SamplingConfig
 from .corpus import paragraphs
-from .io import atomic_path, verify_manifest, write_manifest
+from .io import atomic_path, manifest_path, verify_manifest, write_manifest
 
 START_FRACTION = 0.95
 """Starting rows are drawn from the first 95 % so a window rarely runs off the end."""
@@ -38,6 +38,8 @@ def read_local_documents(spec: Mapping[str, Any], corpus_dir: str | Path | None)
     else:
         if corpus_dir is None or not Path(corpus_dir).is_dir():
             raise DatasetError(f"corpus directory missing: {corpus_dir}")
+        if manifest_path(corpus_dir).exists():  # built by the pipeline: check it is whole
+            verify_manifest(corpus_dir)
         paths = sorted(str(p) for p in Path(corpus_dir).glob("*.txt"))
     documents = {Path(p).stem: Path(p).read_text(encoding="utf-8", errors="replace") for p in paths}
     excluded = set(spec.get("exclude", []))

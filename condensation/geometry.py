@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from scipy import stats
 
-from .io import atomic_path
+from .io import atomic_path, verify_manifest, write_manifest
 
 NUM_BINS = 128
 """Histogram bins over [-1, 1], as in the paper's heatmaps."""
@@ -54,7 +54,10 @@ def histogram_counts(values: torch.Tensor, bins: int = NUM_BINS) -> torch.Tensor
     """Counts in ``bins`` equal bins over [-1, 1]; the right edge 1.0 falls in the last bin."""
     flat = values.reshape(-1).double()
     index = ((flat + 1.0) * (bins / 2.0)).floor().clamp_(0, bins - 1).long()
-    return torch.bincount(index, minlength=bins).double()
+    # index_add_, not bincount: on CUDA bincount reads max() back to size its output (a host sync
+    # per layer per batch); this stays on the device. Counts are exact in float64 up to 2^53.
+    counts = torch.zeros(bins, dtype=torch.float64, device=values.device)
+    return counts.index_add_(0, index, torch.ones_like(flat))
 
 
 def counts_to_density(counts: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -102,9 +105,12 @@ class CosineStatistics:
                     num_sequences=np.int64(self.num_sequences),
                     meta=np.array(json.dumps(self.meta, sort_keys=True)),
                 )
+        write_manifest(path, kind="cosine_statistics")
 
     @classmethod
     def load(cls, path: str | Path) -> "CosineStatistics":
+        """Load after checking the file against its manifest (``io.CorruptArtifactError`` if not)."""
+        verify_manifest(path)
         with np.load(path, allow_pickle=False) as data:
             return cls(
                 mean_cosine=data["mean_cosine"],

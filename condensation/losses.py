@@ -34,6 +34,8 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
+from .kernels import dispersion_tiled
+
 LOSS_NAMES = ("dispersion", "decorrelation", "l2_repel", "orthogonalization")
 PLACEMENTS = ("all", "last", "early_half", "late_half")
 
@@ -197,6 +199,12 @@ def _mean_offdiag(x: Tensor) -> Tensor:
 
 
 def _dispersion(z: Tensor, config: AuxLossConfig) -> Tensor:
+    """``_dispersion_dense``'s value and gradient, computed tile by tile (``kernels``): autograd
+    keeps no ``[B, T, T]`` tensor, so the loss on every layer no longer costs ``O(L B T^2)`` memory."""
+    return dispersion_tiled(z, config.tau, config.clamp, norm_eps=NORM_EPS)
+
+
+def _dispersion_dense(z: Tensor, config: AuxLossConfig) -> Tensor:
     """The paper's loss, as log-MEAN-exp: it differs from the paper's log-sum-exp only by the
     constant ``log(T(T-1))``, so the gradient is identical, but values compare across T."""
     dist = angular_distance(cosine_matrix(z), config.clamp)

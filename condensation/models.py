@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from .io import atomic_path, write_json
+from .io import atomic_path, manifest_path, verify_manifest, write_json, write_manifest
 
 PACKAGE_SCHEME = "pkg://"
 
@@ -95,9 +95,20 @@ def _pretrained_kwargs(handle: ModelHandle) -> dict[str, Any]:
     return kwargs
 
 
+def verify_local(handle: ModelHandle) -> None:
+    """Check a directory this pipeline wrote (it carries a manifest) before loading from it.
+
+    Hub ids and directories from elsewhere (packages, users) have no manifest and are trusted.
+    """
+    location = Path(handle.location)
+    if location.is_dir() and manifest_path(location).exists():
+        verify_manifest(location)
+
+
 def load_tokenizer(handle: ModelHandle):
     from transformers import AutoTokenizer
 
+    verify_local(handle)
     try:
         return AutoTokenizer.from_pretrained(handle.location, **_pretrained_kwargs(handle))
     except (OSError, ValueError) as error:
@@ -111,6 +122,7 @@ def load_model(handle: ModelHandle, dtype: str = "auto", device: str = "auto", c
     """
     from transformers import AutoModel, AutoModelForCausalLM
 
+    verify_local(handle)
     torch_device = resolve_device(device)
     auto = AutoModelForCausalLM if causal_lm else AutoModel
     try:
@@ -211,6 +223,7 @@ def convert_gguf(name: str, gguf_path: str, out_dir: str | Path) -> ModelHandle:
     with atomic_path(out_dir) as tmp:
         plain.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        write_manifest(tmp, kind="model", source=str(path))
     return _describe(ModelHandle(name=name, location=str(out_dir.resolve())))
 
 
@@ -239,6 +252,7 @@ def save_model_dir(model, tokenizer, out_dir: str | Path) -> None:
     with atomic_path(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        write_manifest(tmp, kind="model")
 
 
 def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Path):
@@ -266,4 +280,5 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Pa
     )
     with atomic_path(out_dir) as tmp:
         tokenizer.save_pretrained(tmp)
+        write_manifest(tmp, kind="tokenizer")
     return tokenizer

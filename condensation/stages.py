@@ -7,6 +7,7 @@ knows about Snakemake, so every stage also runs from plain Python.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import tempfile
 import time
@@ -18,7 +19,7 @@ import pandas as pd
 
 from . import corpus, data, geometry, models
 from .config import ExtractionConfig, SamplingConfig, TrendConfig, train_config
-from .io import atomic_path, read_json, write_json, write_text
+from .io import atomic_path, read_json, verify_manifest, write_json, write_manifest, write_text
 
 log = logging.getLogger("condensation")
 
@@ -98,6 +99,7 @@ def prepare_tokenizer(
         tokenizer = AutoTokenizer.from_pretrained(location)
         with atomic_path(out_dir) as tmp:
             tokenizer.save_pretrained(tmp)
+            write_manifest(tmp, kind="tokenizer")
         return
     models.train_bpe_tokenizer(data.load_rows(dataset, spec, corpus_dir), vocab_size, out_dir)
 
@@ -126,10 +128,12 @@ def pack_training_data(
     with atomic_path(out_path) as tmp:
         with open(tmp, "wb") as handle:
             np.savez(handle, train=blocks[:-num_val], validation=blocks[-num_val:])
+    write_manifest(out_path, kind="token_blocks", block_size=block_size)
     log.info("packed %d train + %d validation blocks of %d tokens", len(blocks) - num_val, num_val, block_size)
 
 
 def _read_blocks(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    verify_manifest(path)
     with np.load(path) as blocks:
         return blocks["train"], blocks["validation"]
 
@@ -288,6 +292,7 @@ def measure_checkpoints(
             statistics = geometry.trend_statistics(layer_means_for_trend(stats, trend))
             rows.append({"step": step, "val_loss": info.get("val_loss"), **statistics.as_row()})
         pd.DataFrame(rows).to_csv(tmp / "trajectory.csv", index=False, float_format="%.5f")
+        write_manifest(tmp, kind="checkpoint_geometry")
 
 
 def layer_means_for_trend(stats: geometry.CosineStatistics, trend: TrendConfig) -> np.ndarray:
@@ -494,3 +499,177 @@ def midtrain_metrics(trajectory_paths: Sequence[str | Path], models: Sequence[st
                 "seeds": int(len(rows)),
             }
     write_json(metrics_path, metrics)
+
+
+# ---------------------------------------------------------------------------------------------
+# Downstream scores (lm-eval) and the paper's Tables 2 and 3
+# ---------------------------------------------------------------------------------------------
+
+EVAL_CACHE_DIR = Path("runs/eval_cache")
+"""lm-eval response caches, one per model content (see ``_cache_prefix``)."""
+
+
+def build_eval_tasks(corpus_dirs: Mapping[str, str | Path], specs: Mapping[str, Mapping[str, Any]], out_dir: str | Path) -> None:
+    """The offline multiple-choice tasks, from held-out documents of the built corpora."""
+    from . import evaluation
+
+    with atomic_path(out_dir) as tmp:
+        for name, spec in specs.items():
+            documents = evaluation.load_documents(corpus_dirs[spec["corpus"]])
+            task_spec = {key: value for key, value in spec.items() if key != "corpus"}
+            evaluation.build_local_tasks(documents, {name: task_spec}, tmp / name)
+        write_json(tmp / "tasks.json", {"tasks": list(specs)})
+        write_manifest(tmp, kind="eval_tasks")
+
+
+def select_checkpoint(run_dir: str | Path) -> Path:
+    """The checkpoint of a run with the lowest validation loss, step 0 excluded (it is the model
+    before mid-training, scored once as the `pretrained` row). Never chosen on test scores."""
+    candidates = []
+    for checkpoint in sorted((Path(run_dir) / "checkpoints").glob("step-*")):
+        info = read_json(checkpoint / "checkpoint.json")
+        if info["step"] > 0 and info.get("val_loss") is not None:
+            candidates.append((info["val_loss"], info["step"], checkpoint))
+    if not candidates:
+        raise FileNotFoundError(f"{run_dir}: no checkpoint after step 0 with a validation loss")
+    return min(candidates)[2]
+
+
+def _cache_prefix(handle: models.ModelHandle) -> Path:
+    """lm-eval's cache keys requests but not the model, so each model content gets its own:
+    named by the checksum of the model directory's manifest (written by this pipeline), else of
+    the handle (hub id pinned to a commit, or a path outside the pipeline). A retrained
+    checkpoint under the same name therefore never meets the old one's answers."""
+    import hashlib
+
+    location = Path(handle.location)
+    manifest = location / "manifest.json"
+    identity = manifest.read_bytes() if manifest.is_file() else json.dumps(handle.__dict__, sort_keys=True).encode()
+    return EVAL_CACHE_DIR / hashlib.sha256(identity).hexdigest()[:16] / "lm_eval"
+
+
+def _score(
+    handle: models.ModelHandle, tasks: Mapping[str, int], settings: Mapping[str, Any], task_dirs: Sequence[str | Path],
+    record: dict[str, Any], out_path: str | Path, threads: int,
+) -> None:
+    import torch
+
+    from . import evaluation
+
+    torch.set_num_threads(threads)
+    tokenizer = models.load_tokenizer(handle)
+    model = models.load_model(handle, dtype="auto", device="auto", causal_lm=True)
+    eval_settings = evaluation.EvalSettings(
+        batch_size=settings["batch_size"], limit=settings["limit"], seed=settings["seed"], metric=settings["metric"]
+    )
+    cache = _cache_prefix(handle)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="lm-eval-tasks-") as include:
+        for task_dir in task_dirs:  # fresh YAMLs pointing at the data where it is now
+            evaluation.write_task_yamls(task_dir, include)
+        scores = evaluation.score_model(model, tokenizer, tasks, eval_settings, include_path=include, cache_prefix=str(cache))
+    import lm_eval
+
+    record |= {
+        "scores": scores, "metric": settings["metric"], "limit": settings["limit"],
+        "lm_eval_version": lm_eval.__version__, "seconds": time.perf_counter() - started,
+    }
+    write_json(out_path, record)
+    log.info("%s: %s", record["checkpoint"], {task: entry[settings["metric"]] for task, entry in scores.items()})
+
+
+def _local_task_dirs(tasks_index: str | Path | None) -> list[Path]:
+    if tasks_index is None:
+        return []
+    root = Path(tasks_index).parent
+    return [root / name for name in read_json(tasks_index)["tasks"]]
+
+
+def evaluate_pretrained(
+    handle_path: str | Path, tasks_index: str | Path | None, tasks: Mapping[str, int], settings: Mapping[str, Any],
+    out_path: str | Path, threads: int = 1,
+) -> None:
+    """Scores of a model before mid-training: Table 2's `pretrained` row."""
+    handle = models.ModelHandle.load(handle_path)
+    record = {"model": handle.name, "method": "pretrained", "seed": None, "checkpoint": "pretrained", "step": None, "val_loss": None}
+    _score(handle, tasks, settings, _local_task_dirs(tasks_index), record, out_path, threads)
+
+
+def evaluate_checkpoint(
+    run_dir: str | Path, checkpoint: str, tasks_index: str | Path | None, tasks: Mapping[str, int],
+    settings: Mapping[str, Any], out_path: str | Path, model: str, method: str, seed: int, threads: int = 1,
+) -> None:
+    """Scores of one checkpoint of a run: ``selected`` (lowest validation loss) or ``step-N``."""
+    path = select_checkpoint(run_dir) if checkpoint == "selected" else Path(run_dir) / "checkpoints" / checkpoint
+    info = read_json(path / "checkpoint.json")
+    handle = models.ModelHandle(name=f"{model}/{method}/seed{seed}/{path.name}", location=str(path.resolve()))
+    record = {
+        "model": model, "method": method, "seed": seed, "checkpoint": path.name, "step": info["step"],
+        "val_loss": info.get("val_loss"), "selected_by": "lowest validation loss" if checkpoint == "selected" else None,
+    }
+    _score(handle, tasks, settings, _local_task_dirs(tasks_index), record, out_path, threads)
+
+
+def table2(
+    score_paths: Sequence[str | Path], tasks: Sequence[str], methods: Sequence[str], reference: str, metric: str,
+    labels: Mapping[str, str], stem: str | Path, metrics_path: str | Path, plot_path: str | Path,
+) -> None:
+    """Table 2 (every method on every mid-trained model, against ``reference``) as CSV, Markdown,
+    LaTeX and HTML, and the same scores as DVC metrics and a DVC plot of the averages."""
+    from . import tables
+
+    scores = tables.load_scores(score_paths, metric=metric)
+    table = tables.table2(scores, tasks, methods, reference=reference, labels=labels)
+    display = tables.format_table2(table, tasks)
+    caption = tables.table2_caption(reference, metric)
+    tables.write_table(display, table, stem, caption)
+    write_text(Path(stem).with_suffix(".html"), _html(display, caption))
+    write_json(metrics_path, tables.score_metrics(scores, tasks, methods))
+    averages = table.assign(row=table["model"] + " / " + table["method"])[["row", "model", "method", "average_mean", "average_std"]]
+    with atomic_path(plot_path) as tmp:
+        averages.to_csv(tmp, index=False, float_format="%.4f")
+
+
+def table3(
+    score_paths: Sequence[str | Path], tasks: Sequence[str], metric: str, grid: Mapping[str, Sequence[float]],
+    models: Sequence[str], stem: str | Path,
+) -> None:
+    """Table 3: the average score of the dispersion loss over its weight x temperature grid."""
+    from . import tables
+
+    scores = tables.load_scores(score_paths, metric=metric)
+    table = tables.table3(scores, tasks, {name: tuple(pair) for name, pair in grid.items()}, models=models)
+    grids = [tables.table3_grid(table, model=model) for model in models]
+    display = pd.concat([g.assign(model=m) for g, m in zip(grids, models)], ignore_index=True)
+    display = display[["model", *[c for c in display.columns if c != "model"]]]
+    caption = tables.table3_caption(metric)
+    tables.write_table(display, table, stem, caption)
+    write_text(Path(stem).with_suffix(".html"), _html(display, caption))
+
+
+def _html(display: pd.DataFrame, caption: str) -> str:
+    """A table for the Snakemake report (Markdown bold becomes <b>)."""
+    import html
+    import re
+
+    body = display.to_html(index=False, escape=True, na_rep="—")
+    body = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", body)
+    return f"<p>{html.escape(caption)}</p>\n{body}\n"
+
+
+def scores_by_step(score_paths: Sequence[str | Path], metric: str, out_path: str | Path) -> None:
+    """Every scored checkpoint: the task scores (percent) over mid-training, mean and std over seeds.
+    The model before mid-training appears as method `pretrained` at step 0."""
+    from . import tables
+
+    scores = tables.load_scores(score_paths, metric=metric)
+    scores["step"] = scores["step"].fillna(0)
+    summary = (
+        scores.assign(score=scores["score"] * 100)
+        .groupby(["model", "method", "step", "task"])["score"]
+        .agg(["mean", "std", "count"])
+        .reset_index()
+    )
+    with atomic_path(out_path) as tmp:
+        summary.to_csv(tmp, index=False, float_format="%.4f")

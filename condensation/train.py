@@ -50,7 +50,7 @@ from accelerate import Accelerator
 from accelerate.utils import gather_object, set_seed
 
 from .baselines import TrainingBaseline
-from .io import atomic_path, read_json, write_json
+from .io import atomic_path, read_json, verify_manifest, write_json, write_manifest
 
 AuxLoss = Callable[[tuple[torch.Tensor, ...]], torch.Tensor]
 """Auxiliary loss: receives the model's hidden states (embedding output first, then one per layer)
@@ -218,10 +218,10 @@ def block_indices(num_blocks: int, seed: int, start: int, count: int) -> np.ndar
 def causal_lm_ce(logits: torch.Tensor, input_ids: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
     """Next-token cross-entropy: position t predicts token t + 1. Computed in float32 even under
     bf16 autocast, since a bf16 log-softmax over a large vocabulary loses precision."""
-    vocab = logits.shape[-1]
-    return F.cross_entropy(
-        logits[:, :-1].reshape(-1, vocab).float(), input_ids[:, 1:].reshape(-1), reduction=reduction
-    )
+    # Shift the targets, not the logits: slicing the logits copies the largest activation of the
+    # step (B x T x vocab) and its backward allocates another; the ignored last position is free.
+    targets = F.pad(input_ids[:, 1:], (0, 1), value=-100)
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100, reduction=reduction)
 
 
 def resolve_mixed_precision(setting: str) -> str:
@@ -501,6 +501,7 @@ def _save_pretrained(
             if tokenizer is not None:
                 tokenizer.save_pretrained(tmp)
             write_json(tmp / json_name, info)
+            write_manifest(tmp, kind="checkpoint")
     accelerator.wait_for_everyone()
 
 
@@ -553,6 +554,7 @@ def _save_state(
             torch.save(rng_states, tmp / "rng.pt")
             shutil.copyfile(log.path, tmp / "log.csv")
             write_json(tmp / PROGRESS_NAME, progress | identity | {"epoch": epoch, "position": position})
+            write_manifest(tmp, kind="training_state")
     accelerator.wait_for_everyone()
 
 
@@ -564,6 +566,7 @@ def _load_state(
     log_path: Path,
     identity: dict[str, Any],
 ) -> dict[str, Any]:
+    verify_manifest(state_dir)
     saved = read_json(state_dir / PROGRESS_NAME)
     now = _identity_fields(identity)
     before = _identity_fields({key: saved[key] for key in identity if key in saved})

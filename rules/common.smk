@@ -7,7 +7,10 @@ import sys
 
 from condensation.corpus import find_deb
 from condensation.config import (
+    ablation_grid,
+    evaluation_tasks,
     extraction_config,
+    midtrain_checkpoints,
     midtrain_methods,
     midtrain_runs,
     sampling_config,
@@ -29,6 +32,11 @@ RUNS = midtrain_runs(config)  # (model, method, seed) of every mid-training run
 SAMPLING = sampling_config(config)
 EXTRACTION = extraction_config(config)
 TREND = trend_config(config)
+EVALUATION = config["evaluation"]
+# Scores are taken of mid-trained models only (Tables 2 and 3); no tasks, no scoring.
+SCORING = bool(EVALUATION["tasks"]) and bool(MIDTRAIN["models"])
+ABLATION_GRID = ablation_grid(config)  # method -> (weight, tau) of Table 3's dispersion runs
+ABLATION_MODELS = MIDTRAIN["ablation"]["models"] or MIDTRAIN["models"]
 
 # Offline text comes from Debian packages that tools/fetch_debs.sh downloads.
 DEB_DIR = "resources/debs"
@@ -47,6 +55,7 @@ wildcard_constraints:
     pair=_alternatives(PAIRS),
     method=_alternatives(METHODS),
     seed=r"\d+",
+    checkpoint=r"selected|step-\d{7}",
 
 
 def model_label(name):
@@ -238,6 +247,49 @@ def all_geometry():
     return sorted(geometry_path(m, d) for m, d in pairs)
 
 
+def get_eval_corpora(wildcards):
+    """Built corpora the offline tasks are drawn from, by corpus name."""
+    return {spec["corpus"]: f"data/corpus/{spec['corpus']}" for spec in EVALUATION["local_tasks"].values()}
+
+
+def eval_task_inputs():
+    """The built offline tasks, when the config has any."""
+    return {"tasks": "data/eval_tasks/tasks.json"} if EVALUATION["local_tasks"] else {}
+
+
+def get_eval_tasks(wildcards):
+    return evaluation_tasks(config, wildcards.model)
+
+
+EVAL_SETTINGS = {key: EVALUATION[key] for key in ("batch_size", "limit", "seed", "metric")}
+
+
+def score_files():
+    """What Table 2 and 3 read: each model before mid-training, and each run's checkpoint with
+    the lowest validation loss."""
+    files = [f"results/scores/{model}/pretrained.json" for model in MIDTRAIN["models"]]
+    return files + [f"results/scores/{m}/{method}/seed{s}/selected.json" for m, method, s in RUNS]
+
+
+def step_score_files():
+    """Every checkpoint after step 0 of every run (evaluation.checkpoints: all); step 0 is the
+    model before mid-training, scored once per model."""
+    checkpoints = midtrain_checkpoints(config)[1:]
+    files = [f"results/scores/{model}/pretrained.json" for model in MIDTRAIN["models"]]
+    return files + [f"results/scores/{m}/{method}/seed{s}/{c}.json" for m, method, s in RUNS for c in checkpoints]
+
+
+def score_targets():
+    if not SCORING:
+        return []
+    tables = ["table2", "table3"] if ABLATION_GRID else ["table2"]
+    targets = [f"results/tables/{table}.{ext}" for table in tables for ext in ("csv", "md", "tex", "html")]
+    targets += ["results/metrics/scores.json", "results/metrics/scores.csv"]
+    if EVALUATION["checkpoints"] == "all":
+        targets.append("results/tables/scores_by_step.csv")
+    return targets
+
+
 def all_targets():
     targets = family_figures() + family_tables()
     targets += [f"results/figures/paired/{pair}.png" for pair in PAIRS]
@@ -248,4 +300,4 @@ def all_targets():
         targets += [f"results/figures/midtrain/{model}_{kind}.png" for kind in ("condensation", "trajectory", "losses")]
     if MIDTRAIN["models"]:
         targets.append("results/metrics/midtrain.json")
-    return targets
+    return targets + score_targets()

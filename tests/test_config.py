@@ -3,7 +3,14 @@
 import pytest
 import yaml
 
-from condensation.config import ConfigError, load_config, validate_config
+from condensation.config import (
+    ConfigError,
+    ablation_grid,
+    evaluation_tasks,
+    load_config,
+    midtrain_runs,
+    validate_config,
+)
 
 MINIMAL = {"datasets": {"austen": {"source": "austen"}}, "models": {"m": {"source": "hub", "id": "gpt2"}}}
 
@@ -97,3 +104,42 @@ def test_missing_config_file(tmp_path):
 def test_shipped_configs_are_valid(repo, name):
     config = load_config(repo / name)
     assert config["families"], f"{name} defines no family"
+
+
+MIDTRAIN = {"models": ["m"], "dataset": "austen", "methods": {"ce": {"objective": "ce"}, "dispersion": {"objective": "dispersion"}}}
+
+
+def test_local_task_must_be_scored():
+    evaluation = {"tasks": {}, "local_tasks": {"cloze": {"kind": "cloze", "corpus": "austen", "documents": ["persuasion"]}}}
+    with pytest.raises(ConfigError, match=r"evaluation.local_tasks.cloze: built but never scored"):
+        validate_config(with_changes(midtrain=MIDTRAIN, evaluation=evaluation))
+
+
+def test_reference_method_must_exist():
+    with pytest.raises(ConfigError, match=r"evaluation.reference: unknown method 'disp'"):
+        validate_config(with_changes(midtrain=MIDTRAIN, evaluation={"tasks": {"piqa": "zero"}, "reference": "disp"}))
+
+
+def test_fewshot_counts_per_model():
+    config = validate_config(
+        with_changes(midtrain=MIDTRAIN, evaluation={"tasks": {"piqa": "zero", "arc_easy": "few"}, "fewshot": {"default": 1, "m": 5}})
+    )
+    assert evaluation_tasks(config, "m") == {"piqa": 0, "arc_easy": 5}
+    assert evaluation_tasks(config, "other") == {"piqa": 0, "arc_easy": 1}
+    with pytest.raises(ConfigError, match=r"evaluation.fewshot: 'x' is neither 'default' nor a model name"):
+        validate_config(with_changes(evaluation={"tasks": {}, "fewshot": {"x": 5}}))
+    with pytest.raises(ConfigError, match=r"evaluation.tasks.piqa"):
+        validate_config(with_changes(evaluation={"tasks": {"piqa": "five"}}))
+
+
+def test_ablation_does_not_retrain_the_default_dispersion_point():
+    midtrain = {**MIDTRAIN, "ablation": {"weights": [0.1, 1.0], "taus": [1.0]}}
+    config = validate_config(with_changes(midtrain=midtrain))
+    assert ablation_grid(config) == {"dispersion": (0.1, 1.0), "dispersion-lam1-tau1": (1.0, 1.0)}
+    assert [method for _, method, _ in midtrain_runs(config)] == ["ce", "dispersion", "dispersion-lam1-tau1"]
+
+
+def test_mapping_order_is_kept():
+    methods = {"zeta": {"objective": "ce"}, "alpha": {"objective": "ce"}, "mid": {"objective": "ce"}}
+    config = validate_config(with_changes(midtrain={**MIDTRAIN, "methods": methods}))
+    assert list(config["midtrain"]["methods"]) == ["zeta", "alpha", "mid"]  # rows of tables and figures

@@ -275,7 +275,7 @@ def test_export_documents_sanitises_names(tmp_path):
     out = tmp_path / "out"
     paths = export_documents({"library/os.path": "Text é", "odd name?": "x"}, out)
     assert paths == [out / "library__os.path.txt", out / "odd_name_.txt"]
-    assert sorted(p.name for p in out.iterdir()) == ["library__os.path.txt", "odd_name_.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["library__os.path.txt", "manifest.json", "odd_name_.txt"]
     assert (out / "library__os.path.txt").read_text(encoding="utf-8") == "Text é"
     with pytest.raises(ValueError, match="collide"):
         export_documents({"a/b": "1", "a__b": "2"}, tmp_path / "clash")
@@ -289,12 +289,12 @@ def test_export_documents_is_atomic(tmp_path):
     # directory exactly as it was and no temporary directories behind.
     with pytest.raises(TypeError):
         export_documents({"new": "new text", "broken": 12345}, out)  # type: ignore[dict-item]
-    assert sorted(p.name for p in out.iterdir()) == ["old.txt", "stale.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "old.txt", "stale.txt"]
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
     # A successful run replaces the whole directory: stale files do not survive.
     export_documents({"new": "new text"}, out)
-    assert [p.name for p in out.iterdir()] == ["new.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "new.txt"]
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 

@@ -15,6 +15,7 @@ from condensation.geometry import (
     extract_cosine_statistics,
     trend_statistics,
 )
+from condensation.io import CorruptArtifactError
 
 
 def orthonormal(num_tokens: int, dim: int, seed: int = 0) -> torch.Tensor:
@@ -134,7 +135,23 @@ def test_statistics_round_trip_through_npz(tmp_path, tiny_model):
     assert np.array_equal(loaded.layer_mean, stats.layer_mean)
     assert np.array_equal(loaded.mean_cosine, stats.mean_cosine)
     assert loaded.seq_len == 8 and loaded.num_sequences == 2
-    assert list(path.parent.iterdir()) == [path]  # no temporary left behind
+    # no temporary left behind; the manifest records the checksum
+    assert sorted(p.name for p in path.parent.iterdir()) == ["tiny.npz", "tiny.npz.manifest.json"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_damaged_statistics_file_is_detected(tmp_path, tiny_model, damage):
+    stats = extract_cosine_statistics(tiny_model, torch.randint(0, 50, (2, 8)))
+    path = tmp_path / "tiny.npz"
+    stats.save(path)
+    raw = bytearray(path.read_bytes())
+    if damage == "truncate":
+        raw = raw[: len(raw) // 2]  # as a copy interrupted half-way leaves it
+    else:
+        raw[len(raw) // 2] ^= 0xFF  # one flipped byte
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptArtifactError, match="tiny.npz: checksum .* does not match its manifest"):
+        CosineStatistics.load(path)
 
 
 def test_trend_of_a_monotone_sequence_is_plus_or_minus_one():

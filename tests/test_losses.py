@@ -186,6 +186,10 @@ DEGENERATE = {
     "bf16": lambda: random_hidden(features=8, dtype=torch.bfloat16),
     "bf16_identical": lambda: identical_tokens(dtype=torch.bfloat16),
     "fp16": lambda: random_hidden(features=8, dtype=torch.float16),
+    # massive activations (~1e4 per feature occur in real LMs) and vanishing ones, in bf16
+    "bf16_huge_norm": lambda: (1e4 * random_hidden(features=8)).bfloat16(),
+    "bf16_tiny_norm": lambda: (1e-30 * random_hidden(features=8)).bfloat16(),
+    "bf16_two_tokens_opposite": lambda: torch.tensor([[[1.0] * 8, [-1.0] * 8]], dtype=torch.bfloat16),
 }
 
 

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import matplotlib.image
@@ -15,33 +14,9 @@ import pandas as pd
 import pytest
 
 from condensation.geometry import CosineStatistics
-
-BIN = Path(sys.executable).parent
-PROJECT_FILES = ["Snakefile", "rules", "workflow_scripts", "condensation", "report", "envs", "dvc.yaml", ".dvc", ".dvcignore", ".gitignore"]
+from workflow_helpers import BIN, copy_workflow, run
 
 pytestmark = pytest.mark.slow
-
-
-def run(args: list[str], cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
-    # dvc starts `snakemake` by name: the environment running the tests must come first on PATH.
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
-    if result.returncode != 0:
-        raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-6000:]}")
-    return result
-
-
-def copy_workflow(repo: Path, root: Path, config_text: str) -> Path:
-    """The workflow's files under ``root`` with ``config_text`` as its config.yaml; the offline
-    .deb files are linked, not copied."""
-    root.mkdir(parents=True, exist_ok=True)
-    for name in PROJECT_FILES:
-        source = repo / name
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, root / name)
-    (root / "config.yaml").write_text(config_text)
-    (root / "resources").mkdir()
-    (root / "resources" / "debs").symlink_to(repo / "resources" / "debs")
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +43,12 @@ def expected_outputs() -> list[str]:
         "results/figures/midtrain/toy-wide_trajectory.png",
         "results/figures/midtrain/toy-wide_losses.png",
         "results/metrics/midtrain.json",
+        "results/tables/table2.csv",
+        "results/tables/table2.md",
+        "results/tables/table2.tex",
+        "results/tables/table3.csv",
+        "results/metrics/scores.json",
+        "results/metrics/scores.csv",
     ]
 
 
@@ -136,6 +117,36 @@ def test_midtrain_losses_record_the_auxiliary_term_only_where_used(project):
     assert len(ce0) == 16 and not np.allclose(ce0, ce1)
 
 
+def test_scores_come_from_the_checkpoint_with_the_lowest_validation_loss(project):
+    for seed in (0, 1):
+        record = json.loads((project / f"results/scores/toy-wide/dispersion/seed{seed}/selected.json").read_text())
+        run_dir = project / f"runs/midtrain/toy-wide/dispersion/seed{seed}/checkpoints"
+        losses = {
+            path.name: json.loads((path / "checkpoint.json").read_text())["val_loss"]
+            for path in run_dir.glob("step-*") if not path.name.endswith("0000000")
+        }
+        assert record["checkpoint"] == min(losses, key=losses.get) and record["val_loss"] == min(losses.values())
+        assert set(record["scores"]) == {"persuasion_cloze", "persuasion_next"}
+        assert record["scores"]["persuasion_cloze"]["num_fewshot"] == 0
+        assert record["scores"]["persuasion_next"]["num_fewshot"] == 1
+        assert record["scores"]["persuasion_cloze"]["num_items"] == 12
+
+
+def test_table2_has_every_method_against_the_reference(project):
+    table = pd.read_csv(project / "results/tables/table2.csv")
+    assert list(table["method"]) == ["pretrained", "ce", "dispersion", "noisy", "forget"]
+    assert list(table["n_seeds"]) == [1, 2, 2, 2, 2]
+    others = table[~table["method"].isin(["pretrained", "dispersion"])]
+    assert others["p_value"].between(0, 1).all() and (others["n_pairs"] == 4).all()  # 2 tasks x 2 seeds
+    assert table["average_mean"].between(0, 100).all()
+    text = (project / "results/tables/table2.md").read_text()
+    assert "Wilcoxon signed-rank" in text and "lowest validation loss" in text
+    assert "\\begin{tabular}" in (project / "results/tables/table2.tex").read_text()
+    grid = pd.read_csv(project / "results/tables/table3.csv")
+    assert sorted(zip(grid["weight"], grid["tau"])) == [(0.5, 1.0), (1.0, 0.5)]
+    assert list(grid["n_seeds"]) == [2, 1]
+
+
 def test_rerun_has_nothing_to_do(project):
     result = run([str(BIN / "snakemake"), "--cores", "2", "-n"], project)
     assert "Nothing to be done" in result.stdout + result.stderr
@@ -147,7 +158,8 @@ def test_dvc_repro_reproduces_and_versions_the_results(project, tmp_path):
     run([str(BIN / "dvc"), "repro"], project)
     assert (project / "dvc.lock").exists()
     shown = run([str(BIN / "dvc"), "metrics", "show", "--json"], project).stdout
-    assert "spearman_rho" in shown and "final_val_loss" in shown
+    assert "spearman_rho" in shown and "final_val_loss" in shown and "persuasion_cloze" in shown
+    assert (project / "results/report.html").stat().st_size > 100_000  # the stage ends with the HTML report
     run([str(BIN / "dvc"), "push"], project)
     assert any(env_remote.rglob("*")), "nothing was pushed to the local remote"
     status = run([str(BIN / "dvc"), "status"], project).stdout
@@ -168,8 +180,13 @@ def test_paper_config_plans_every_observation_job(repo, tmp_path):
     assert counts["dataset_figure"] == "1"
     assert counts["extract"] == "52"
     assert counts["pretrain"] == "4"
-    assert counts["midtrain"] == "58"  # GPT2 and Qwen3-0.6B x 7 methods x 3 seeds, and 16 ablation runs on GPT2
-    assert counts["measure_checkpoints"] == "58"
+    # GPT2 and Qwen3-0.6B x 7 methods x 3 seeds, and the 4 x 4 ablation on GPT2 minus its
+    # lambda=0.1, tau=1 point, which is the dispersion method itself
+    assert counts["midtrain"] == "57"
+    assert counts["measure_checkpoints"] == "57"
+    assert counts["evaluate_pretrained"] == "2"
+    assert counts["evaluate_checkpoint"] == str(57 * 7)  # 6 checkpoints after step 0, and the selected one
+    assert counts["table2"] == counts["table3"] == "1"
 
 
 def test_slurm_profile_plans_the_paper_with_site_resources(repo, tmp_path):

@@ -1,0 +1,337 @@
+"""Dispersion loss, dense formula vs tiled kernel: time and memory, alone and inside a training step.
+
+Two measurements, each run side by side in one process (variants interleaved rep by rep, so a
+load spike on a shared machine hits all of them alike):
+
+(a) the loss alone, forward + backward over ``--loss-layers`` layers of hidden states
+    ``[B, T, F]`` (default: a GPT2-small-like 12 x [4, 256, 768]):
+    ``dense`` = ``losses._dispersion_dense`` (builds the [B, T, T] matrices, autograd keeps them),
+    ``tiled`` = ``kernels.dispersion_tiled`` (what ``layer_loss`` now uses).
+(b) one full training step of a small random-init GPT2 (``GPT2LMHeadModel`` from a config, AdamW):
+    ``ce``          cross-entropy only (computed once from the logits, no HF ``labels``),
+    ``ce+dense``    + weight * dense dispersion on every block output (``output_hidden_states``),
+    ``ce+tiled``    + weight * tiled dispersion, via ``losses.auxiliary_loss`` (the production path),
+    ``ce+dense@K``  + dense dispersion on K random positions (``max_tokens=K``), only when T > K.
+
+How to read it:
+
+* ``time`` is the median wall time per call over ``--reps`` reps after ``--warmup`` warm-up calls;
+  ``min`` is the least disturbed rep, the better estimate on a machine shared with other jobs;
+  ``cpu`` is the median process CPU time (threads that spin while waiting for a descheduled
+  sibling count too, so it is not immune to contention). On CUDA the clock is read after
+  ``torch.cuda.synchronize()``.
+* ``memory``: on CUDA, ``torch.cuda.max_memory_allocated`` during one call, above what was
+  allocated before it (peak, temporaries included). On CPU there is no allocator statistic, so
+  it is the bytes autograd holds for backward (``saved_tensors_hooks``, distinct storages, not
+  counting what exists anyway: the hidden states in (a), the parameters in (b)), i.e. the part
+  that grows with the number of layers; the temporaries of one op or tile come on top of it.
+* ratios: in (a) ``dense / tiled`` (> 1: the tiled kernel is faster or leaner); in (b) each
+  step's time relative to ``ce``, its overhead ``t - t_ce``, and ``dense overhead / tiled
+  overhead`` (> 1: the tiled kernel makes the auxiliary loss that many times cheaper). The
+  small default vocabulary (2048) keeps the LM head from dominating a CPU step, so the loss's
+  share of a step is larger here than with GPT2's 50257; the overhead in seconds does not
+  depend on it.
+
+    python benchmarks/dispersion_loss.py [--device cpu|cuda] [--dtype float32|bfloat16]
+        [--reps 15] [--threads 1] [--json results.json] [--only loss|train]   (--help: sizes)
+
+On CPU it uses one thread by default (``--threads``): with two threads on two cores shared
+with other jobs, medians of the same step varied by 5x. The default CPU run takes about 1.5 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from condensation.kernels import DEFAULT_TILE, dispersion_tiled  # noqa: E402
+from condensation.losses import (  # noqa: E402
+    AuxLossConfig,
+    _dispersion_dense,
+    auxiliary_loss,
+    select_layers,
+    subsample_tokens,
+)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+# ----------------------------------------------------------------------------------------------
+# measuring
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_interleaved(variants: dict[str, Callable[[], object]], device: torch.device, reps: int, warmup: int) -> dict[str, dict]:
+    """Median/min wall and median CPU seconds per call; variants take turns within each rep, in a
+    rotating order, so that slow phases of a shared machine are spread over all of them."""
+    names = list(variants)
+    for _ in range(warmup):
+        for name in names:
+            variants[name]()
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    for rep in range(reps):
+        for name in names[rep % len(names):] + names[: rep % len(names)]:
+            synchronize(device)
+            wall_start, cpu_start = time.perf_counter(), time.process_time()
+            variants[name]()
+            synchronize(device)
+            wall[name].append(time.perf_counter() - wall_start)
+            cpu[name].append(time.process_time() - cpu_start)
+    return {name: {"time_s": statistics.median(wall[name]), "min_s": min(wall[name]),
+                   "cpu_s": statistics.median(cpu[name]), "reps_s": wall[name]} for name in names}
+
+
+def memory_of(fn: Callable[[], object], device: torch.device, inputs: list[torch.Tensor]) -> tuple[str, int]:
+    """``(kind, bytes)`` for one call of ``fn``: CUDA peak above the baseline, or on CPU the bytes
+    autograd saves for backward, without the storages of ``inputs`` (the caller holds those anyway)."""
+    if device.type == "cuda":
+        synchronize(device)
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        synchronize(device)
+        return "cuda_peak", torch.cuda.max_memory_allocated(device) - base
+    held = {t.untyped_storage().data_ptr() for t in inputs}
+    storages: dict[int, torch.UntypedStorage] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in held:
+            storages[storage.data_ptr()] = storage  # kept alive: no address reused within the call
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        fn()
+    return "saved_for_backward", sum(storage.nbytes() for storage in storages.values())
+
+
+def no_autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    if torch.amp.is_autocast_available(device.type):
+        return torch.autocast(device.type, enabled=False)
+    return contextlib.nullcontext()
+
+
+def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:
+    """Mixed precision as in training: autocast to ``dtype``; float32 means none."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def human(nbytes: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= size:
+            return f"{nbytes / size:.1f} {unit}"
+    return f"{nbytes} B"
+
+
+# ----------------------------------------------------------------------------------------------
+# (a) the loss alone
+
+
+def dense_layer_loss(z: torch.Tensor, config: AuxLossConfig, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``losses.layer_loss`` as it was before the tiled kernel: subsample, upcast, dense formula."""
+    z = subsample_tokens(z, config.max_tokens, generator)
+    with no_autocast(z.device):
+        return _dispersion_dense(z.to(torch.promote_types(z.dtype, torch.float32)), config)
+
+
+def bench_loss(args, device: torch.device, dtype: torch.dtype) -> dict:
+    config = AuxLossConfig("dispersion", tau=args.tau)
+    gen = torch.Generator().manual_seed(0)
+    shape = (args.loss_batch, args.loss_tokens, args.loss_features)
+    # condensed-looking states: a shared direction plus noise, so the pair weights are not uniform
+    layers = [(torch.randn(shape[-1], generator=gen) + torch.randn(shape, generator=gen)).to(device, dtype).requires_grad_(True)
+              for _ in range(args.loss_layers)]
+    fns = {
+        "dense": lambda z: dense_layer_loss(z, config),
+        "tiled": lambda z: dispersion_tiled(z, config.tau, config.clamp, tile=args.tile),
+    }
+
+    def step(fn):
+        loss = torch.stack([fn(z) for z in layers]).mean()
+        return loss.detach(), torch.autograd.grad(loss, layers)
+
+    (dense_value, dense_grads), (tiled_value, tiled_grads) = step(fns["dense"]), step(fns["tiled"])
+    grad_error = max(((d.float() - t.float()).abs().max() / d.float().abs().max()).item() for d, t in zip(dense_grads, tiled_grads))
+    del dense_grads, tiled_grads
+    results = time_interleaved({name: (lambda fn=fn: step(fn)) for name, fn in fns.items()}, device, args.reps, args.warmup)
+    for name, fn in fns.items():
+        results[name]["memory_kind"], results[name]["memory_bytes"] = memory_of(lambda fn=fn: step(fn), device, layers)
+    return {"shape": list(shape), "layers": args.loss_layers, "tile": args.tile, "variants": results,
+            "loss_abs_diff": abs(dense_value.item() - tiled_value.item()), "grad_max_rel_diff": grad_error}
+
+
+def print_loss(result: dict) -> None:
+    batch, tokens, features = result["shape"]
+    print(f"\n(a) dispersion loss alone, forward + backward, {result['layers']} layers of [B={batch}, T={tokens}, F={features}], tile {result['tile']}")
+    variants = result["variants"]
+    kind = variants["dense"]["memory_kind"]
+    print(f"  {'variant':<8} {'time':>9} {'min':>9} {'cpu':>9}   {kind}")
+    for name, row in variants.items():
+        print(f"  {name:<8} {row['time_s']:8.3f}s {row['min_s']:8.3f}s {row['cpu_s']:8.3f}s   {human(row['memory_bytes']):>10}")
+    dense, tiled = variants["dense"], variants["tiled"]
+    print(f"  dense / tiled: time x{dense['time_s'] / tiled['time_s']:.2f} (min x{dense['min_s'] / tiled['min_s']:.2f}, "
+          f"cpu x{dense['cpu_s'] / tiled['cpu_s']:.2f}); memory {human(dense['memory_bytes'])} vs {human(tiled['memory_bytes'])}"
+          f" (x{dense['memory_bytes'] / max(tiled['memory_bytes'], 1):.3g})")
+    print(f"  agreement: |loss dense - tiled| = {result['loss_abs_diff']:.1e}, max relative gradient difference {result['grad_max_rel_diff']:.1e}")
+
+
+# ----------------------------------------------------------------------------------------------
+# (b) a training step
+
+
+def bench_train(args, device: torch.device, dtype: torch.dtype) -> dict:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    gpt_config = GPT2Config(vocab_size=args.vocab, n_positions=args.tokens, n_embd=args.n_embd,
+                            n_layer=args.n_layer, n_head=args.n_head, bos_token_id=0, eos_token_id=0)
+    model = GPT2LMHeadModel(gpt_config).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(args.vocab, (args.batch, args.tokens), generator=torch.Generator().manual_seed(1)).to(device)
+    config = AuxLossConfig("dispersion", tau=args.tau)
+    subsampled = AuxLossConfig("dispersion", tau=args.tau, max_tokens=args.max_tokens)
+    gen = torch.Generator().manual_seed(2)
+
+    def dense_aux(hidden_states, aux_config):
+        return torch.stack([dense_layer_loss(z, aux_config, gen) for z in select_layers(hidden_states, aux_config.placement)]).mean()
+
+    aux_losses: dict[str, Callable | None] = {
+        "ce": None,
+        "ce+dense": lambda hidden: dense_aux(hidden, config),
+        "ce+tiled": lambda hidden: auxiliary_loss(hidden, config),
+    }
+    if args.tokens > args.max_tokens:
+        aux_losses[f"ce+dense@{args.max_tokens}"] = lambda hidden: dense_aux(hidden, subsampled)
+
+    def forward(aux):
+        with autocast(device, dtype):
+            out = model(ids, output_hidden_states=aux is not None)
+            # next-token CE, once, in float32 (HF `labels` would compute a second loss)
+            loss = F.cross_entropy(out.logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
+            if aux is not None:
+                loss = loss + config.weight * aux(out.hidden_states)
+        return loss
+
+    def step(aux):
+        optimizer.zero_grad(set_to_none=True)
+        forward(aux).backward()
+        optimizer.step()
+
+    def memory_step(aux):  # the same as step() but without the update, so memory probes change nothing
+        forward(aux).backward()
+        model.zero_grad(set_to_none=True)
+
+    results = time_interleaved({name: (lambda aux=aux: step(aux)) for name, aux in aux_losses.items()}, device, args.reps, args.warmup)
+    params = list(model.parameters())
+    for name, aux in aux_losses.items():
+        results[name]["memory_kind"], results[name]["memory_bytes"] = memory_of(lambda aux=aux: memory_step(aux), device, params)
+    return {"batch": args.batch, "tokens": args.tokens, "n_layer": args.n_layer, "n_embd": args.n_embd,
+            "n_head": args.n_head, "vocab": args.vocab, "max_tokens": args.max_tokens, "variants": results}
+
+
+def print_train(result: dict) -> None:
+    print(f"\n(b) training step, GPT2 n_layer={result['n_layer']} n_embd={result['n_embd']} vocab={result['vocab']}, "
+          f"B={result['batch']} T={result['tokens']}, AdamW; dispersion on all {result['n_layer']} block outputs")
+    variants = result["variants"]
+    base = variants["ce"]
+    kind = base["memory_kind"]
+    print(f"  {'variant':<14} {'time':>9} {'min':>9} {'cpu':>9} {'/ ce':>7} {'overhead':>10}   {kind}")
+    for name, row in variants.items():
+        overhead = row["time_s"] - base["time_s"]
+        row["ratio_to_ce"], row["overhead_s"] = row["time_s"] / base["time_s"], overhead
+        print(f"  {name:<14} {row['time_s']:8.3f}s {row['min_s']:8.3f}s {row['cpu_s']:8.3f}s {row['ratio_to_ce']:6.2f}x "
+              f"{overhead:+9.3f}s   {human(row['memory_bytes']):>10}")
+    dense, tiled = variants["ce+dense"], variants["ce+tiled"]
+    factors = []
+    for key, label in (("time_s", "median"), ("cpu_s", "cpu")):  # a difference of two minima is too noisy
+        dense_over, tiled_over = dense[key] - base[key], tiled[key] - base[key]
+        # an overhead <= 0 means the noise of the CE-only step is larger than the loss: no ratio
+        factor = dense_over / tiled_over if dense_over > 0 and tiled_over > 0 else None
+        result[f"dense_over_tiled_overhead_{label}"] = factor
+        factors.append(f"x{factor:.2f} ({label})" if factor is not None else f"n/a ({label}, an overhead <= 0: noise)")
+    print(f"  dense overhead / tiled overhead: {', '.join(factors)}")
+    extra = (dense["memory_bytes"] - base["memory_bytes"], tiled["memory_bytes"] - base["memory_bytes"])
+    print(f"  extra memory over ce: dense {human(extra[0])}, tiled {human(extra[1])}")
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default=None,
+                        help="autocast dtype of the model and dtype of the (a) hidden states; default float32 on CPU, bfloat16 on CUDA")
+    parser.add_argument("--reps", type=int, default=15,
+                        help="the loss is ~10%% of a default CPU step, so its overhead needs many reps to rise above the noise")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--tile", type=int, default=DEFAULT_TILE, help="rows per tile of the tiled kernel in (a)")
+    parser.add_argument("--tau", type=float, default=1.0)
+    parser.add_argument("--only", choices=("loss", "train"), help="run only (a) or (b)")
+    parser.add_argument("--loss-batch", type=int, default=4)
+    parser.add_argument("--loss-tokens", type=int, default=256)
+    parser.add_argument("--loss-features", type=int, default=768)
+    parser.add_argument("--loss-layers", type=int, default=12)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--n-layer", type=int, default=4)
+    parser.add_argument("--n-embd", type=int, default=256)
+    parser.add_argument("--n-head", type=int, default=4)
+    parser.add_argument("--vocab", type=int, default=2048,
+                        help="small, so that on CPU the LM head does not drown the rest (makes the loss's share of a step larger than with GPT2's 50257)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU only, torch.set_num_threads; one thread is much steadier on a shared machine (0: torch's default)")
+    parser.add_argument("--max-tokens", type=int, default=256, help="positions kept by the subsampled dense variant (only run when --tokens is larger)")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+
+    device = torch.device(args.device)
+    if device.type == "cpu" and args.threads > 0:
+        torch.set_num_threads(args.threads)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda but no CUDA device is available")
+    dtype = DTYPES[args.dtype or ("bfloat16" if device.type == "cuda" else "float32")]
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else (
+        f"CPU, {torch.get_num_threads()} torch threads, {os.cpu_count()} cores visible, {platform.processor() or platform.machine()}")
+    print(f"device: {where}; dtype {str(dtype).removeprefix('torch.')}; torch {torch.__version__}; "
+          f"{args.reps} reps after {args.warmup} warm-up, median wall time")
+
+    report: dict = {"device": where, "dtype": str(dtype), "torch": torch.__version__, "reps": args.reps, "warmup": args.warmup}
+    started = time.perf_counter()
+    if args.only in (None, "loss"):
+        report["loss"] = bench_loss(args, device, dtype)
+        print_loss(report["loss"])
+    if args.only in (None, "train"):
+        report["train"] = bench_train(args, device, dtype)
+        print_train(report["train"])
+    report["wall_s"] = time.perf_counter() - started
+    print(f"\ntotal {report['wall_s']:.0f} s")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

