@@ -194,7 +194,7 @@ def ablation_grid(config: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
 def midtrain_checkpoints(config: Mapping[str, Any]) -> list[str]:
     """Names (``step-0000049``) of the evaluation checkpoints every mid-training run writes;
     known before training, since the step count follows from the token budget."""
-    from .train import checkpoint_steps, total_steps
+    from .settings import checkpoint_steps, total_steps
 
     train = train_config(config["midtrain"]["train"], seed=0)
     world = max(1, config["midtrain"]["gpus_per_run"])
@@ -203,7 +203,7 @@ def midtrain_checkpoints(config: Mapping[str, Any]) -> list[str]:
 
 def _plain_dispersion(spec: Mapping[str, Any]) -> tuple[float, float] | None:
     """(weight, tau) of a method that is the dispersion loss with nothing else changed, else None."""
-    from .losses import AuxLossConfig
+    from .settings import AuxLossConfig
 
     if spec["objective"] != "dispersion" or not set(spec) <= {"objective", "weight", "tau"}:
         return None
@@ -276,7 +276,7 @@ class TrendConfig:
 
 def train_config(train: Mapping[str, Any], seed: int, aux_weight: float = 0.0):
     """The training loop's config from a validated ``train`` section."""
-    from .train import TrainConfig
+    from .settings import TrainConfig
 
     return TrainConfig(**train, seed=seed, aux_weight=aux_weight)
 

@@ -28,88 +28,18 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
 
 from .kernels import dispersion_tiled
+from .settings import LOSS_NAMES, PLACEMENTS, AuxLossConfig
 
-LOSS_NAMES = ("dispersion", "decorrelation", "l2_repel", "orthogonalization")
-PLACEMENTS = ("all", "last", "early_half", "late_half")
 
 NORM_EPS = 1e-6
 """Floor on a token's norm (and std): a zero vector gets cosine 0 with everything, not NaN.
 Same value as ``geometry.NORM_EPS``, so the loss sees the cosines the measurements report."""
-
-
-@dataclass(frozen=True)
-class AuxLossConfig:
-    """Which auxiliary loss, where, and with which constants. Validated on construction."""
-
-    name: str
-    """One of ``LOSS_NAMES``; no default, the choice of loss is the experiment."""
-
-    weight: float = 0.1
-    """lambda in ``L_LM + lambda * L_aux``; 0.1 is the paper's default. Not applied by
-    ``auxiliary_loss``: the caller multiplies, so the loss can be logged unweighted."""
-
-    tau: float = 1.0
-    """Temperature of the log-mean-exp (dispersion, l2_repel); 1.0 is the paper's default.
-    Smaller tau concentrates the gradient on the closest pairs."""
-
-    placement: str = "all"
-    """Which hidden states get the loss (see ``select_layers``): every block output by default,
-    since condensation grows with depth and no single layer is where it happens."""
-
-    max_tokens: int | None = None
-    """If set and ``T > max_tokens``, use a random subset of ``max_tokens`` positions (the same
-    for the whole batch) to bound the ``B * T^2`` cost. None: all pairs, exact, as in the paper."""
-
-    clamp: float = 1e-3
-    """Cosines are clamped to ``[-1 + clamp, 1 - clamp]`` before arccos, with a straight-through
-    gradient. 1e-3 bounds the arccos slope at 1 / sqrt(clamp * (2 - clamp)) ~ 22 (7.1 after
-    dividing by pi) and sits well above the rounding noise of a float32 cosine (~1e-6 even for
-    F ~ 10^4) and near that of TF32 matmuls, so the slope is never taken at a noisy value; only
-    pairs closer than ~2.6 degrees see a flat forward value (their gradient still flows)."""
-
-    norm_weight: float = 0.1
-    """l2_repel only: weight of ``mean(z^2)``, without which the repulsion is won by inflating
-    norms; 0.1, the value this project specifies, as for the loss weight. Note that it is in
-    the units of mean(z^2), so it is relatively stronger on large-norm hidden states."""
-
-    margin: float = 0.5
-    """orthogonalization only: pairs closer than this angular distance are penalised; 1/2 is
-    90 degrees, i.e. the loss asks for orthogonal tokens and ignores already-spread pairs."""
-
-    def __post_init__(self) -> None:
-        if self.name not in LOSS_NAMES:
-            raise ValueError(f"unknown auxiliary loss name {self.name!r}; allowed: {', '.join(LOSS_NAMES)}")
-        if self.placement not in PLACEMENTS:
-            raise ValueError(f"unknown placement {self.placement!r}; allowed: {', '.join(PLACEMENTS)}")
-        _check_number("weight", self.weight, low=0.0, low_open=False)
-        _check_number("tau", self.tau, low=0.0, low_open=True)
-        _check_number("clamp", self.clamp, low=0.0, low_open=True, high=1.0)
-        _check_number("norm_weight", self.norm_weight, low=0.0, low_open=False)
-        _check_number("margin", self.margin, low=0.0, low_open=True, high=1.0, high_open=False)
-        if self.max_tokens is not None:
-            # bool is an int subclass; True as a token count is a bug, not 1.
-            if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 2:
-                raise ValueError(f"max_tokens must be None or an int >= 2 (pairs need two tokens), got {self.max_tokens!r}")
-
-
-def _check_number(field: str, value: float, low: float, low_open: bool,
-                  high: float | None = None, high_open: bool = True) -> None:
-    """ValueError naming ``field`` and ``value`` unless value is a finite number in the range."""
-    interval = ("(" if low_open else "[") + f"{low}, " + ("inf)" if high is None else f"{high}" + (")" if high_open else "]"))
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok:
-        ok = (value > low) if low_open else (value >= low)
-        if ok and high is not None:
-            ok = (value < high) if high_open else (value <= high)
-    if not ok:
-        raise ValueError(f"{field} must be a finite number in {interval}, got {value!r}")
 
 
 # ----------------------------------------------------------------------------------------------

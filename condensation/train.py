@@ -4,8 +4,8 @@ paper's baselines (noisy embeddings, active forgetting: ``baselines.py``) hooked
 
 Read it top to bottom, nanoGPT style:
 
-    TrainConfig          every knob, with the reason for its default
-    lr_at, ...           pure functions: step count, LR schedule, checkpoint steps, data order
+    TrainConfig          every knob, with the reason for its default (in ``settings``, torch-free)
+    lr_at, ...           pure functions: step count, LR schedule, checkpoint steps (``settings``), data order
     train()              the loop: resume or start, then per step
                            forward/backward over grad_accum micro-batches -> NaN guard -> clip ->
                            AdamW step -> (baseline hook) -> (eval + checkpoint) -> log row ->
@@ -51,6 +51,7 @@ from accelerate.utils import gather_object, set_seed
 
 from .baselines import TrainingBaseline
 from .io import atomic_path, read_json, verify_manifest, write_json, write_manifest
+from .settings import TrainConfig, checkpoint_steps, lr_at, tokens_per_step, total_steps, warmup_steps
 
 AuxLoss = Callable[[tuple[torch.Tensor, ...]], torch.Tensor]
 """Auxiliary loss: receives the model's hidden states (embedding output first, then one per layer)
@@ -62,84 +63,6 @@ PROGRESS_NAME = "progress.json"  # written last inside state/
 
 
 # ----------------------------------------------------------------------------- configuration
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Everything that decides the trajectory of a run. Resuming requires the same config."""
-
-    train_tokens: int
-    """Token budget. Steps = ceil(train_tokens / tokens per step), tokens per step =
-    micro_batch_size * block_size * grad_accum_steps * world_size; the last step may overshoot."""
-
-    block_size: int
-    """Tokens per training block; must equal the width of the block arrays passed to ``train``."""
-
-    micro_batch_size: int
-    """Blocks per forward pass per process: as large as fits in memory."""
-
-    grad_accum_steps: int = 1
-    """Micro-batches summed into one optimizer step: raises the effective batch without memory."""
-
-    lr: float = 5e-5
-    """Peak learning rate. Small by default because mid-training a pretrained model at a large LR
-    destroys what it knows; pass ~1e-3 when pre-training a tiny model from scratch."""
-
-    min_lr_ratio: float = 0.0
-    """The cosine decays to ``lr * min_lr_ratio``; 0 anneals fully, as the reference does."""
-
-    warmup_ratio: float = 0.2
-    """Fraction of the steps spent in linear warmup (20 %, the paper/reference setting): Adam's
-    second-moment estimates are poor at first, and a pretrained model's loss spikes without it."""
-
-    weight_decay: float = 0.1
-    """AdamW decoupled weight decay (GPT-2/3, nanoGPT). Applied to every tensor of 2 or more
-    dimensions (matmul weights and embeddings, as in nanoGPT); never to 1-D tensors (biases, norm
-    gains), whose decay only fights the normalisation and buys no regularisation."""
-
-    betas: tuple[float, float] = (0.9, 0.95)
-    """AdamW betas. beta2 = 0.95 (GPT-3, nanoGPT) forgets rare huge gradients faster than 0.999
-    and so keeps LM training stable."""
-
-    grad_clip: float = 1.0
-    """Clip the global gradient norm to this (GPT-3 standard); <= 0 disables clipping (the norm is
-    still measured and logged)."""
-
-    num_checkpoints: int = 5
-    """Evaluation checkpoints spread evenly over training, in addition to step 0 and the final step:
-    enough points to see a trend in the geometry without filling the disk."""
-
-    checkpoint_every: int = 50
-    """Steps between resumable ``state/`` saves (also saved at the end): bounds the work a kill
-    loses while keeping state writes (weights + two Adam moments) a small share of the time."""
-
-    val_batches: int = 8
-    """Validation loss = mean CE over the first ``val_batches * micro_batch_size`` validation blocks,
-    always the same blocks, so values are comparable across checkpoints."""
-
-    seed: int = 0
-    """Seeds torch, numpy and random (dropout) and, with the epoch number, the data order."""
-
-    mixed_precision: str = "auto"
-    """``"auto"``: bf16 autocast on a CUDA device that supports it, else ``"no"``; or ``"bf16"``, ``"no"``.
-    fp16 is refused: its loss scaler skips overflowing steps, which the NaN guard would turn into
-    errors, and bf16 needs no scaler."""
-
-    aux_weight: float = 0.0
-    """Weight of the auxiliary loss: total = ce + aux_weight * aux. 0 trains on CE alone (the
-    auxiliary callable is then not even called, and hidden states are not requested)."""
-
-    def __post_init__(self) -> None:
-        positive = ("train_tokens", "block_size", "micro_batch_size", "grad_accum_steps", "checkpoint_every")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.num_checkpoints < 0 or self.val_batches < 1:
-            raise ValueError("TrainConfig: num_checkpoints must be >= 0 and val_batches >= 1")
-        if not 0.0 <= self.warmup_ratio <= 1.0 or not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ValueError("TrainConfig: warmup_ratio and min_lr_ratio must lie in [0, 1]")
-        if self.mixed_precision not in ("auto", "bf16", "no"):
-            raise ValueError(f"TrainConfig.mixed_precision must be 'auto', 'bf16' or 'no', got {self.mixed_precision!r}")
 
 
 @dataclass
@@ -159,41 +82,6 @@ class TrainResult:
 
 
 # ----------------------------------------------------------------------------- pure functions
-
-
-def tokens_per_step(config: TrainConfig, world_size: int = 1) -> int:
-    return config.micro_batch_size * config.block_size * config.grad_accum_steps * world_size
-
-
-def total_steps(config: TrainConfig, world_size: int = 1) -> int:
-    """Optimizer steps needed to consume the token budget (rounded up: the budget is a minimum)."""
-    return math.ceil(config.train_tokens / tokens_per_step(config, world_size))
-
-
-def warmup_steps(total: int, config: TrainConfig) -> int:
-    return math.ceil(config.warmup_ratio * total)
-
-
-def lr_at(step: int, total_steps: int, config: TrainConfig) -> float:
-    """Learning rate of the update that takes the weights from ``step`` to ``step + 1``.
-
-    Linear warmup over the first ``W = ceil(warmup_ratio * total_steps)`` updates,
-    ``lr * (step + 1) / (W + 1)`` (never 0, so no update is wasted), reaching the peak at step W;
-    then a cosine from ``lr`` at step W to ``lr * min_lr_ratio`` at step ``total_steps``.
-    """
-    warmup = warmup_steps(total_steps, config)
-    if step < warmup:
-        return config.lr * (step + 1) / (warmup + 1)
-    min_lr = config.lr * config.min_lr_ratio
-    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
-    return min_lr + 0.5 * (config.lr - min_lr) * (1.0 + math.cos(math.pi * progress))
-
-
-def checkpoint_steps(total_steps: int, num_checkpoints: int) -> list[int]:
-    """Step 0, ``num_checkpoints`` evenly spaced steps strictly inside the run, and the final step
-    (fewer when the run is too short for them all to be distinct)."""
-    inner = {i * total_steps // (num_checkpoints + 1) for i in range(1, num_checkpoints + 1)}
-    return sorted(inner | {0, total_steps})
 
 
 @functools.lru_cache(maxsize=4)
@@ -291,7 +179,11 @@ def train(
 
     if baseline is not None:
         baseline.prepare(model)  # may replace parameters (untie a head): before the optimizer sees them
-    optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.lr, betas=config.betas)
+    # fused: one kernel for every parameter's update on CUDA instead of a loop of small ones
+    optimizer = torch.optim.AdamW(
+        parameter_groups(model, config.weight_decay), lr=config.lr, betas=config.betas,
+        fused=accelerator.device.type == "cuda",
+    )
     model, optimizer = accelerator.prepare(model, optimizer)
     model.train()
     net = accelerator.unwrap_model(model)  # what the baseline hooks see: no DDP wrapper
