@@ -535,22 +535,23 @@ def select_checkpoint(run_dir: str | Path) -> Path:
     return min(candidates)[2]
 
 
-def _cache_prefix(handle: models.ModelHandle) -> Path:
+def _cache_prefix(handle: models.ModelHandle, job: str) -> Path:
     """lm-eval's cache keys requests but not the model, so each model content gets its own:
     named by the checksum of the model directory's manifest (written by this pipeline), else of
     the handle (hub id pinned to a commit, or a path outside the pipeline). A retrained
-    checkpoint under the same name therefore never meets the old one's answers."""
+    checkpoint under the same name therefore never meets the old one's answers. ``job`` keeps
+    two jobs that score the same checkpoint (``selected`` and its ``step-N``) off one SQLite file."""
     import hashlib
 
     location = Path(handle.location)
     manifest = location / "manifest.json"
     identity = manifest.read_bytes() if manifest.is_file() else json.dumps(handle.__dict__, sort_keys=True).encode()
-    return EVAL_CACHE_DIR / hashlib.sha256(identity).hexdigest()[:16] / "lm_eval"
+    return EVAL_CACHE_DIR / hashlib.sha256(identity).hexdigest()[:16] / job
 
 
 def _score(
     handle: models.ModelHandle, tasks: Mapping[str, int], settings: Mapping[str, Any], task_dirs: Sequence[str | Path],
-    record: dict[str, Any], out_path: str | Path, threads: int,
+    record: dict[str, Any], out_path: str | Path, threads: int, job: str,
 ) -> None:
     import torch
 
@@ -562,7 +563,7 @@ def _score(
     eval_settings = evaluation.EvalSettings(
         batch_size=settings["batch_size"], limit=settings["limit"], seed=settings["seed"], metric=settings["metric"]
     )
-    cache = _cache_prefix(handle)
+    cache = _cache_prefix(handle, job)
     cache.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lm-eval-tasks-") as include:
@@ -593,7 +594,7 @@ def evaluate_pretrained(
     """Scores of a model before mid-training: Table 2's `pretrained` row."""
     handle = models.ModelHandle.load(handle_path)
     record = {"model": handle.name, "method": "pretrained", "seed": None, "checkpoint": "pretrained", "step": None, "val_loss": None}
-    _score(handle, tasks, settings, _local_task_dirs(tasks_index), record, out_path, threads)
+    _score(handle, tasks, settings, _local_task_dirs(tasks_index), record, out_path, threads, job="pretrained")
 
 
 def evaluate_checkpoint(
@@ -608,7 +609,7 @@ def evaluate_checkpoint(
         "model": model, "method": method, "seed": seed, "checkpoint": path.name, "step": info["step"],
         "val_loss": info.get("val_loss"), "selected_by": "lowest validation loss" if checkpoint == "selected" else None,
     }
-    _score(handle, tasks, settings, _local_task_dirs(tasks_index), record, out_path, threads)
+    _score(handle, tasks, settings, _local_task_dirs(tasks_index), record, out_path, threads, job=checkpoint)
 
 
 def table2(

@@ -206,28 +206,25 @@ class _Row:
         return self.values.mean(axis=1)
 
 
-def _check_tasks(tasks: Sequence[str]) -> list[str]:
-    tasks = list(tasks)
-    if not tasks:
-        raise ValueError("tasks: give at least one task")
-    duplicates = sorted({t for t in tasks if tasks.count(t) > 1})
+def _check_names(names: Sequence[str], what: str, reserved: str, why: str) -> list[str]:
+    """``names`` as a list: non-empty, without repeats, without the ``reserved`` name."""
+    names = list(names)
+    if not names:
+        raise ValueError(f"{what}: give at least one")
+    duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise ValueError(f"tasks: listed more than once: {', '.join(duplicates)}")
-    if "average" in tasks:
-        raise ValueError("tasks: 'average' is reserved for the mean over tasks")
-    return tasks
+        raise ValueError(f"{what}: listed more than once: {', '.join(duplicates)}")
+    if reserved in names:
+        raise ValueError(f"{what}: {reserved!r} {why}")
+    return names
+
+
+def _check_tasks(tasks: Sequence[str]) -> list[str]:
+    return _check_names(tasks, "tasks", "average", "is reserved for the mean over tasks")
 
 
 def _check_methods(methods: Sequence[str]) -> list[str]:
-    methods = list(methods)
-    if not methods:
-        raise ValueError("methods: give at least one method")
-    duplicates = sorted({m for m in methods if methods.count(m) > 1})
-    if duplicates:
-        raise ValueError(f"methods: listed more than once: {', '.join(duplicates)}")
-    if PRETRAINED in methods:
-        raise ValueError(f"methods: {PRETRAINED!r} is added automatically; do not list it")
-    return methods
+    return _check_names(methods, "methods", PRETRAINED, "is added automatically; do not list it")
 
 
 def _row(selected: pd.DataFrame, model: str, method: str, tasks: Sequence[str]) -> _Row:

@@ -132,6 +132,12 @@ def test_scores_come_from_the_checkpoint_with_the_lowest_validation_loss(project
         assert record["scores"]["persuasion_cloze"]["num_items"] == 12
 
 
+def test_each_scored_model_has_its_own_lm_eval_cache(project):
+    # lm-eval's cache ignores the model: one cache per model content (9 runs + the pretrained model)
+    caches = sorted(path.parent.name for path in (project / "runs/eval_cache").glob("*/*_rank0.db"))
+    assert len(caches) == len(set(caches)) == 10
+
+
 def test_table2_has_every_method_against_the_reference(project):
     table = pd.read_csv(project / "results/tables/table2.csv")
     assert list(table["method"]) == ["pretrained", "ce", "dispersion", "noisy", "forget"]
@@ -186,7 +192,7 @@ def test_paper_config_plans_every_observation_job(repo, tmp_path):
     assert counts["measure_checkpoints"] == "57"
     assert counts["evaluate_pretrained"] == "2"
     assert counts["evaluate_checkpoint"] == str(57 * 7)  # 6 checkpoints after step 0, and the selected one
-    assert counts["table2"] == counts["table3"] == "1"
+    assert counts["table2"] == counts["table3"] == counts["scores_by_step"] == "1"
 
 
 def test_slurm_profile_plans_the_paper_with_site_resources(repo, tmp_path):

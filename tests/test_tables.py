@@ -431,3 +431,20 @@ def test_score_metrics(world):
     assert json.loads(json.dumps(metrics)) == metrics
     with pytest.raises(ValueError, match="whitening"):
         T.score_metrics(world, TASKS, ["whitening"])
+
+
+def test_scores_by_step_puts_pretrained_at_step_zero(tmp_path):
+    from condensation.stages import scores_by_step
+
+    paths = write_records(tmp_path / "scores", [
+        record("pretrained", None, "pretrained", None, None, 0.30, 0.25),
+        record("ce", 0, "step-0000010", 10, 5.0, 0.40, 0.30),
+        record("ce", 1, "step-0000010", 10, 5.1, 0.50, 0.20),
+    ])
+    out = tmp_path / "by_step.csv"
+    scores_by_step(paths, "acc", out)
+    table = pd.read_csv(out).set_index(["method", "step", "task"])
+    assert table.loc[("pretrained", 0, "persuasion_cloze"), "mean"] == pytest.approx(30.0)
+    row = table.loc[("ce", 10, "persuasion_cloze")]
+    assert row["mean"] == pytest.approx(45.0) and row["count"] == 2
+    assert row["std"] == pytest.approx(math.sqrt(50.0), abs=1e-4)  # (40, 50): sample variance 50; 4 decimals
