@@ -253,12 +253,15 @@ def train(
                 sums += torch.stack([ce, aux, (~ce.isfinite()).float(), (~aux.isfinite()).float()])
 
             # Every rank sees the same reduced numbers, so all ranks stop (or go on) together.
-            sums = accelerator.reduce(sums, reduction="sum").tolist()
+            reduced = accelerator.reduce(sums, reduction="sum")
+            max_norm = config.grad_clip if config.grad_clip > 0 else float("inf")
+            norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
+            # One host sync per step: sums, non-finite flags and grad norm come back together.
+            # Clipping NaN gradients is harmless: a non-finite value stops before the update.
+            *sums, grad_norm = torch.cat([reduced, norm.reshape(1).to(reduced)]).tolist()
             for term, bad in (("ce", sums[2]), ("aux", sums[3])):
                 if bad > 0:
                     raise RuntimeError(_nonfinite_message(step + 1, f"{term} loss", saved_step))
-            max_norm = config.grad_clip if config.grad_clip > 0 else float("inf")
-            grad_norm = float(accelerator.clip_grad_norm_(model.parameters(), max_norm))
             if not math.isfinite(grad_norm):
                 raise RuntimeError(_nonfinite_message(step + 1, "grad norm", saved_step))
             optimizer.step()
