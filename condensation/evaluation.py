@@ -51,7 +51,6 @@ __all__ = [
     "UnknownTaskError",
     "build_local_tasks",
     "cloze_items",
-    "load_documents",
     "next_sentence_items",
     "score_model",
     "sentences",
@@ -457,15 +456,6 @@ def write_task_yamls(task_dir: str | Path, out_dir: str | Path) -> list[str]:
         config = _task_config(name, index["details"][name]["kind"], data_path)
         write_text(Path(out_dir) / f"{name}.yaml", yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
     return list(index["tasks"])
-
-
-def load_documents(corpus_dir: str | Path) -> dict[str, str]:
-    """``{stem: text}`` for every ``*.txt`` in ``corpus_dir`` (as written by
-    ``corpus.export_documents``), sorted by name."""
-    files = sorted(Path(corpus_dir).glob("*.txt"))
-    if not files:
-        raise FileNotFoundError(f"no *.txt documents in {corpus_dir}")
-    return {f.stem: f.read_text(encoding="utf-8") for f in files}
 
 
 # --------------------------------------------------------------------------------------------

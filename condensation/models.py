@@ -95,14 +95,25 @@ def _pretrained_kwargs(handle: ModelHandle) -> dict[str, Any]:
     return kwargs
 
 
+_VERIFIED: dict[Path, tuple] = {}
+"""Directories already checked in this process, with the size and mtime of each file then."""
+
+
 def verify_local(handle: ModelHandle) -> None:
     """Check a directory this pipeline wrote (it carries a manifest) before loading from it.
 
     Hub ids and directories from elsewhere (packages, users) have no manifest and are trusted.
+    The tokenizer and the weights load from one directory: it is hashed once per process,
+    and again only if a file's size or mtime changed since.
     """
     location = Path(handle.location)
-    if location.is_dir() and manifest_path(location).exists():
+    if not (location.is_dir() and manifest_path(location).exists()):
+        return
+    files = sorted(p for p in location.rglob("*") if p.is_file())
+    stamp = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    if _VERIFIED.get(location) != stamp:
         verify_manifest(location)
+        _VERIFIED[location] = stamp
 
 
 def load_tokenizer(handle: ModelHandle):

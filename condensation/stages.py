@@ -513,11 +513,12 @@ def build_eval_tasks(corpus_dirs: Mapping[str, str | Path], specs: Mapping[str, 
     """The offline multiple-choice tasks, from held-out documents of the built corpora."""
     from . import evaluation
 
+    # each corpus read once, through the same (manifest-checked) reader as the datasets
+    documents = {corpus: data.read_local_documents({"source": corpus}, path) for corpus, path in corpus_dirs.items()}
     with atomic_path(out_dir) as tmp:
         for name, spec in specs.items():
-            documents = evaluation.load_documents(corpus_dirs[spec["corpus"]])
             task_spec = {key: value for key, value in spec.items() if key != "corpus"}
-            evaluation.build_local_tasks(documents, {name: task_spec}, tmp / name)
+            evaluation.build_local_tasks(documents[spec["corpus"]], {name: task_spec}, tmp / name)
         write_json(tmp / "tasks.json", {"tasks": list(specs)})
         write_manifest(tmp, kind="eval_tasks")
 
