@@ -5,11 +5,13 @@ load spike on a shared machine hits all of them alike):
 
 (a) the loss alone, forward + backward over ``--loss-layers`` layers of hidden states
     ``[B, T, F]`` (default: a GPT2-small-like 12 x [4, 256, 768]):
+    ``naive`` = the paper's Algorithm 1 (Appendix A) line by line: the cost baseline of the targets,
     ``dense`` = ``losses._dispersion_dense`` (builds the [B, T, T] matrices, autograd keeps them),
-    ``tiled`` = ``kernels.dispersion_tiled`` (what ``layer_loss`` now uses).
+    ``tiled`` = ``kernels.dispersion_tiled`` (what ``layer_loss`` uses).
 (b) one full training step of a small random-init GPT2 (``GPT2LMHeadModel`` from a config, AdamW):
     ``ce``          cross-entropy only (computed once from the logits, no HF ``labels``),
-    ``ce+dense``    + weight * dense dispersion on every block output (``output_hidden_states``),
+    ``ce+naive``    + weight * Algorithm 1 on every block output (``output_hidden_states``),
+    ``ce+dense``    + weight * dense dispersion on every block output,
     ``ce+tiled``    + weight * tiled dispersion, via ``losses.auxiliary_loss`` (the production path),
     ``ce+dense@K``  + dense dispersion on K random positions (``max_tokens=K``), only when T > K.
 
@@ -25,12 +27,13 @@ How to read it:
   it is the bytes autograd holds for backward (``saved_tensors_hooks``, distinct storages, not
   counting what exists anyway: the hidden states in (a), the parameters in (b)), i.e. the part
   that grows with the number of layers; the temporaries of one op or tile come on top of it.
-* ratios: in (a) ``dense / tiled`` (> 1: the tiled kernel is faster or leaner); in (b) each
-  step's time relative to ``ce``, its overhead ``t - t_ce``, and ``dense overhead / tiled
-  overhead`` (> 1: the tiled kernel makes the auxiliary loss that many times cheaper). The
-  small default vocabulary (2048) keeps the LM head from dominating a CPU step, so the loss's
-  share of a step is larger here than with GPT2's 50257; the overhead in seconds does not
-  depend on it.
+* ratios: in (a) ``naive / tiled`` and ``dense / tiled`` (> 1: the tiled kernel is faster or
+  leaner); in (b) each step's time relative to ``ce``, its overhead ``t - t_ce`` (also as the
+  median of per-rep paired differences, the steadier figure), and ``naive overhead / tiled
+  overhead`` (> 1: the tiled kernel makes the auxiliary loss that many times cheaper; the
+  issue's CPU target is >= 2). The small default vocabulary (2048) keeps the LM head from
+  dominating a CPU step, so the loss's share of a step is larger here than with GPT2's 50257;
+  the overhead in seconds does not depend on it.
 
     python benchmarks/dispersion_loss.py [--device cpu|cuda] [--dtype float32|bfloat16]
         [--reps 15] [--threads 1] [--json results.json] [--only loss|train]   (--help: sizes)
@@ -44,6 +47,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import platform
 import statistics
@@ -155,6 +159,25 @@ def dense_layer_loss(z: torch.Tensor, config: AuxLossConfig, generator: torch.Ge
         return _dispersion_dense(z.to(torch.promote_types(z.dtype, torch.float32)), config)
 
 
+def naive_layer_loss(z: torch.Tensor, tau: float, eps: float = 1e-6) -> torch.Tensor:
+    """The paper's Algorithm 1 (Appendix A) line by line, as a user would paste it: the full
+    ``[B, T, T]`` matrix in the hidden states' dtype, a boolean-mask gather of the off-diagonal
+    (a copy, and a scatter in backward), and log-sum-exp. The cost baseline of the issue's targets.
+    Only change: ``z`` is upcast to float32 first, since in bf16 ``1 - eps`` rounds to 1 and the
+    arccos slope at the diagonal turns the gradient into NaN."""
+    z = z.float()
+    _, num_tokens, _ = z.shape
+    z_norm = z / (torch.linalg.norm(z, dim=2, keepdim=True) + eps)
+    cossim = z_norm @ z_norm.transpose(1, 2)
+    cossim = torch.clamp(cossim, -1 + eps, 1 - eps)
+    distance = torch.arccos(cossim) / math.pi
+    mask = torch.eye(num_tokens, dtype=torch.bool, device=z.device)
+    distance = distance[:, ~mask]
+    logit = -distance / tau
+    loss = torch.logsumexp(logit + eps, dim=1) - math.log(num_tokens * (num_tokens - 1))
+    return loss.mean()
+
+
 def bench_loss(args, device: torch.device, dtype: torch.dtype) -> dict:
     config = AuxLossConfig("dispersion", tau=args.tau)
     gen = torch.Generator().manual_seed(0)
@@ -163,6 +186,7 @@ def bench_loss(args, device: torch.device, dtype: torch.dtype) -> dict:
     layers = [(torch.randn(shape[-1], generator=gen) + torch.randn(shape, generator=gen)).to(device, dtype).requires_grad_(True)
               for _ in range(args.loss_layers)]
     fns = {
+        "naive": lambda z: naive_layer_loss(z, config.tau),
         "dense": lambda z: dense_layer_loss(z, config),
         "tiled": lambda z: dispersion_tiled(z, config.tau, config.clamp, tile=args.tile),
     }
@@ -189,10 +213,12 @@ def print_loss(result: dict) -> None:
     print(f"  {'variant':<8} {'time':>9} {'min':>9} {'cpu':>9}   {kind}")
     for name, row in variants.items():
         print(f"  {name:<8} {row['time_s']:8.3f}s {row['min_s']:8.3f}s {row['cpu_s']:8.3f}s   {human(row['memory_bytes']):>10}")
-    dense, tiled = variants["dense"], variants["tiled"]
-    print(f"  dense / tiled: time x{dense['time_s'] / tiled['time_s']:.2f} (min x{dense['min_s'] / tiled['min_s']:.2f}, "
-          f"cpu x{dense['cpu_s'] / tiled['cpu_s']:.2f}); memory {human(dense['memory_bytes'])} vs {human(tiled['memory_bytes'])}"
-          f" (x{dense['memory_bytes'] / max(tiled['memory_bytes'], 1):.3g})")
+    tiled = variants["tiled"]
+    for name in ("naive", "dense"):
+        row = variants[name]
+        print(f"  {name} / tiled: time x{row['time_s'] / tiled['time_s']:.2f} (min x{row['min_s'] / tiled['min_s']:.2f}, "
+              f"cpu x{row['cpu_s'] / tiled['cpu_s']:.2f}); memory {human(row['memory_bytes'])} vs {human(tiled['memory_bytes'])}"
+              f" (x{row['memory_bytes'] / max(tiled['memory_bytes'], 1):.3g})")
     print(f"  agreement: |loss dense - tiled| = {result['loss_abs_diff']:.1e}, max relative gradient difference {result['grad_max_rel_diff']:.1e}")
 
 
@@ -218,6 +244,7 @@ def bench_train(args, device: torch.device, dtype: torch.dtype) -> dict:
 
     aux_losses: dict[str, Callable | None] = {
         "ce": None,
+        "ce+naive": lambda hidden: torch.stack([naive_layer_loss(z, config.tau) for z in select_layers(hidden, config.placement)]).mean(),
         "ce+dense": lambda hidden: dense_aux(hidden, config),
         "ce+tiled": lambda hidden: auxiliary_loss(hidden, config),
     }
@@ -246,7 +273,19 @@ def bench_train(args, device: torch.device, dtype: torch.dtype) -> dict:
     params = list(model.parameters())
     for name, aux in aux_losses.items():
         results[name]["memory_kind"], results[name]["memory_bytes"] = memory_of(lambda aux=aux: memory_step(aux), device, params)
-    return {"batch": args.batch, "tokens": args.tokens, "n_layer": args.n_layer, "n_embd": args.n_embd,
+    # The loss alone on this step's own hidden states (forward + backward, as in (a)): the same
+    # work its variant adds to a step, but timed in ~0.1 s reps instead of ~1 s steps, so many
+    # more reps fit and the machine's noise, which drowns a 0.1 s overhead in a 1 s step, averages out.
+    with torch.no_grad(), autocast(device, dtype):
+        hidden = [z.detach().requires_grad_(True) for z in model(ids, output_hidden_states=True).hidden_states]
+    with_loss = select_layers(hidden, config.placement)
+
+    def loss_only(aux):
+        torch.autograd.grad(aux(hidden), with_loss)
+
+    loss_results = time_interleaved({name: (lambda aux=aux: loss_only(aux)) for name, aux in aux_losses.items() if aux is not None},
+                                    device, args.loss_reps, args.warmup)
+    return {"loss_on_step_hidden": loss_results, "batch": args.batch, "tokens": args.tokens, "n_layer": args.n_layer, "n_embd": args.n_embd,
             "n_head": args.n_head, "vocab": args.vocab, "max_tokens": args.max_tokens, "variants": results}
 
 
@@ -262,15 +301,32 @@ def print_train(result: dict) -> None:
         row["ratio_to_ce"], row["overhead_s"] = row["time_s"] / base["time_s"], overhead
         print(f"  {name:<14} {row['time_s']:8.3f}s {row['min_s']:8.3f}s {row['cpu_s']:8.3f}s {row['ratio_to_ce']:6.2f}x "
               f"{overhead:+9.3f}s   {human(row['memory_bytes']):>10}")
-    dense, tiled = variants["ce+dense"], variants["ce+tiled"]
-    factors = []
-    for key, label in (("time_s", "median"), ("cpu_s", "cpu")):  # a difference of two minima is too noisy
-        dense_over, tiled_over = dense[key] - base[key], tiled[key] - base[key]
+    # Overheads as paired differences: within one rep every variant runs once, back to back, so
+    # t - t_ce per rep cancels slow drifts of a shared machine; the median of those differences
+    # is far steadier than a difference of two medians.
+    tiled = variants["ce+tiled"]
+    for name, row in variants.items():
+        row["paired_overhead_s"] = statistics.median(t - t_ce for t, t_ce in zip(row["reps_s"], base["reps_s"]))
+    print(f"  paired overhead (median over reps of t - t_ce): "
+          + ", ".join(f"{name} {row['paired_overhead_s']:+.3f}s" for name, row in variants.items() if name != "ce"))
+    for name in ("ce+naive", "ce+dense"):
+        over, tiled_over = variants[name]["paired_overhead_s"], tiled["paired_overhead_s"]
         # an overhead <= 0 means the noise of the CE-only step is larger than the loss: no ratio
-        factor = dense_over / tiled_over if dense_over > 0 and tiled_over > 0 else None
-        result[f"dense_over_tiled_overhead_{label}"] = factor
-        factors.append(f"x{factor:.2f} ({label})" if factor is not None else f"n/a ({label}, an overhead <= 0: noise)")
-    print(f"  dense overhead / tiled overhead: {', '.join(factors)}")
+        factor = over / tiled_over if over > 0 and tiled_over > 0 else None
+        result[f"{name.removeprefix('ce+')}_over_tiled_overhead"] = factor
+        shown = f"x{factor:.2f}" if factor is not None else "n/a (an overhead <= 0: noise)"
+        print(f"  {name.removeprefix('ce+')} overhead / tiled overhead: {shown}")
+    dense = variants["ce+dense"]
+    alone = result["loss_on_step_hidden"]
+    print(f"  the loss alone on this step's hidden states, forward + backward (median of {len(alone['ce+tiled']['reps_s'])} reps;"
+          f" what each variant adds to a step):")
+    for name, row in alone.items():
+        row["implied_ratio_to_ce"] = 1 + row["time_s"] / base["time_s"]
+        print(f"    {name.removeprefix('ce+'):<10} {row['time_s']:8.3f}s  (min {row['min_s']:.3f}s)  -> step / ce ~ {row['implied_ratio_to_ce']:.3f}")
+    for name in ("ce+naive", "ce+dense"):
+        factor = alone[name]["time_s"] / alone["ce+tiled"]["time_s"]
+        result[f"{name.removeprefix('ce+')}_over_tiled_loss_alone"] = factor
+        print(f"    {name.removeprefix('ce+')} / tiled: x{factor:.2f}")
     extra = (dense["memory_bytes"] - base["memory_bytes"], tiled["memory_bytes"] - base["memory_bytes"])
     print(f"  extra memory over ce: dense {human(extra[0])}, tiled {human(extra[1])}")
 
@@ -289,6 +345,7 @@ def main() -> None:
     parser.add_argument("--tile", type=int, default=DEFAULT_TILE, help="rows per tile of the tiled kernel in (a)")
     parser.add_argument("--tau", type=float, default=1.0)
     parser.add_argument("--only", choices=("loss", "train"), help="run only (a) or (b)")
+    parser.add_argument("--loss-reps", type=int, default=60, help="reps of the loss alone on the step's hidden states in (b)")
     parser.add_argument("--loss-batch", type=int, default=4)
     parser.add_argument("--loss-tokens", type=int, default=256)
     parser.add_argument("--loss-features", type=int, default=768)

@@ -15,6 +15,9 @@ shared machine hits both alike.
            (HF computes the loss), ``loss.backward()``, ``clip_grad_norm_``, ``AdamW.step()``,
            ``lr_scheduler.step()`` (cosine with warmup), ``zero_grad()``; no mixed precision, as in
            the tutorial, so float32 everywhere (what a straightforward reproduction would run).
+``ours+compile``  (with ``--compile``) ours with ``TrainConfig(compile=True)``: the model's
+           training forward goes through ``torch.compile``; the compile happens in the first step,
+           inside the warm-up, so it counts only in the end-to-end figure.
 ``plain+autocast``  (only when the autocast dtype is not float32, i.e. on CUDA by default) the
            same plain loop inside ``torch.autocast(bfloat16)``: separates what ours gains from
            precision from what it gains (or loses) as a loop.
@@ -48,7 +51,7 @@ How to read it:
   plain loop by adding it to ``out.loss``.
 
     python benchmarks/training_loop.py [--device cpu|cuda] [--preset gpt2-small] [--aux dispersion]
-        [--steps 12] [--warmup-steps 2] [--reps 3] [--threads 1] [--peak-tflops X] [--json results.json]
+        [--compile] [--steps 12] [--warmup-steps 2] [--reps 3] [--threads 1] [--peak-tflops X] [--json results.json]
 
 Default shape: GPT2 n_layer=4, n_embd=256, n_head=4, vocabulary 2048, B=8, T=256, float32 on
 CPU; the default CPU run takes about 1.5 minutes on one thread. ``--preset gpt2-small`` (12 layers,
@@ -103,7 +106,8 @@ def random_blocks(args, count: int, seed: int) -> np.ndarray:
 
 
 def run_ours(template: torch.nn.Module, args, device: torch.device, dtype: torch.dtype,
-             blocks: np.ndarray, val_blocks: np.ndarray, aux_config: AuxLossConfig | None) -> dict:
+             blocks: np.ndarray, val_blocks: np.ndarray, aux_config: AuxLossConfig | None,
+             compile_forward: bool = False) -> dict:
     config = TrainConfig(
         train_tokens=args.steps * args.batch * args.tokens,
         block_size=args.tokens,
@@ -114,6 +118,7 @@ def run_ours(template: torch.nn.Module, args, device: torch.device, dtype: torch
         val_batches=1,
         mixed_precision="no" if dtype == torch.float32 else "bf16",
         aux_weight=aux_config.weight if aux_config is not None else 0.0,
+        compile=compile_forward,
     )
     aux_loss = functools.partial(auxiliary_loss, config=aux_config) if aux_config is not None else None
     # train() places the model with accelerate; it gets float32 weights on the CPU, as in stages.py
@@ -194,6 +199,8 @@ def bench(args, device: torch.device, dtype: torch.dtype) -> dict:
         "ours": lambda: run_ours(template, args, device, dtype, blocks, val_blocks, aux_config),
         "plain": lambda: run_plain(template, args, device, torch.float32, blocks, aux_config),
     }
+    if args.compile:
+        variants["ours+compile"] = lambda: run_ours(template, args, device, dtype, blocks, val_blocks, aux_config, compile_forward=True)
     if dtype != torch.float32:
         variants["plain+autocast"] = lambda: run_plain(template, args, device, dtype, blocks, aux_config)
     names = list(variants)
@@ -223,7 +230,8 @@ def print_results(result: dict, device: torch.device, dtype: torch.dtype) -> Non
     print(f"\nGPT2 n_layer={result['n_layer']} n_embd={result['n_embd']} n_head={result['n_head']} vocab={result['vocab']}, "
           f"B={result['batch']} T={result['tokens']}{aux}; {result['steps']} steps per run, timed over steps "
           f"{result['warmup_steps'] + 1}..{result['steps'] - 1} ({result['timed_steps']} steps)")
-    precision = {"ours": "bf16 autocast" if dtype != torch.float32 else "float32", "plain": "float32",
+    ours_precision = "bf16 autocast" if dtype != torch.float32 else "float32"
+    precision = {"ours": ours_precision, "ours+compile": ours_precision, "plain": "float32",
                  "plain+autocast": {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "") + " autocast"}
     mfu_header = f" {'MFU':>7}" if result["peak_tflops"] else ""
     print(f"  {'loop':<15} {'precision':<14} {'step':>9} {'min':>9} {'tok/s':>10} {'tok/s best':>11}{mfu_header}")
@@ -232,14 +240,15 @@ def print_results(result: dict, device: torch.device, dtype: torch.dtype) -> Non
         mfu = f" {100 * row['mfu']:6.1f}%" if result["peak_tflops"] else ""
         print(f"  {name:<15} {precision[name]:<14} {row['step_s']:8.3f}s {row['min_step_s']:8.3f}s "
               f"{row['tokens_per_s']:10.0f} {row['tokens_per_s_best']:11.0f}{mfu}")
-    ours = variants["ours"]
     on_gpu = device.type == "cuda"
-    for name in ("plain", "plain+autocast"):
-        if name in variants:
-            ratio = ours["tokens_per_s"] / variants[name]["tokens_per_s"]
-            best = ours["tokens_per_s_best"] / variants[name]["tokens_per_s_best"]
-            target = (f"; target >= 2x: {'met' if ratio >= 2 else 'NOT met'}" if on_gpu else "") if name == "plain" else ""
-            print(f"  ours / {name}: x{ratio:.2f} (best x{best:.2f}){target}")
+    for mine in ("ours", "ours+compile"):
+        for name in ("plain", "plain+autocast"):
+            if mine in variants and name in variants:
+                ratio = variants[mine]["tokens_per_s"] / variants[name]["tokens_per_s"]
+                best = variants[mine]["tokens_per_s_best"] / variants[name]["tokens_per_s_best"]
+                target = (f"; target >= 2x: {'met' if ratio >= 2 else 'NOT met'}" if on_gpu else "") if name == "plain" else ""
+                print(f"  {mine} / {name}: x{ratio:.2f} (best x{best:.2f}){target}")
+    ours = variants["ours+compile"] if "ours+compile" in variants else variants["ours"]
     if result["peak_tflops"]:
         target = f"; target >= 40%: {'met' if ours['mfu'] >= 0.4 else 'NOT met'}" if on_gpu else ""
         print(f"  MFU: {result['flops_per_token'] / 1e6:.1f} MFLOP/token (6 x {result['params_counted'] / 1e6:.2f}M params "
@@ -247,10 +256,12 @@ def print_results(result: dict, device: torch.device, dtype: torch.dtype) -> Non
     else:
         print(f"  MFU: not printed (no --peak-tflops); {result['flops_per_token'] / 1e6:.1f} MFLOP/token "
               f"(6 x {result['params_counted'] / 1e6:.2f}M params + attention)")
-    calls = [run["call_s"] for run in ours["runs"]]
-    end_to_end = [run["summary_tokens_per_s"] for run in ours["runs"]]
-    print(f"  ours end to end: train() call {statistics.median(calls):.2f}s for {result['steps']} steps; "
-          f"train_summary.json tokens_per_s {statistics.median(end_to_end):.0f} (fixed costs included)")
+    for mine in ("ours", "ours+compile"):
+        if mine in variants:
+            calls = [run["call_s"] for run in variants[mine]["runs"]]
+            end_to_end = [run["summary_tokens_per_s"] for run in variants[mine]["runs"]]
+            print(f"  {mine} end to end: train() call {statistics.median(calls):.2f}s for {result['steps']} steps; "
+                  f"train_summary.json tokens_per_s {statistics.median(end_to_end):.0f} (fixed costs included)")
 
 
 def main() -> None:
@@ -264,6 +275,8 @@ def main() -> None:
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=None,
                             help=f"default: {PRESETS['default'][name]} ({PRESETS['gpt2-small'][name]} with --preset gpt2-small)")
     parser.add_argument("--aux", choices=("dispersion",), default=None, help="add this auxiliary loss to both loops")
+    parser.add_argument("--compile", action="store_true",
+                        help="also run ours with TrainConfig(compile=True) (ours+compile); the compile falls in the warm-up steps")
     parser.add_argument("--reps", type=int, default=3, help="runs of each loop (a fresh model and optimizer each)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--peak-tflops", type=float, default=None,

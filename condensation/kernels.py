@@ -6,17 +6,24 @@ the arccos, the scaled logits, the masked logits, the softmax of the logsumexp).
 ``output_hidden_states`` and the loss on every block, that is ``~6 * L * B * T^2`` floats: for
 T = 2048 it dwarfs the model's own activations, and it is why ``max_tokens`` subsampling exists.
 
-``TiledDispersion`` computes the same per-sequence log-mean-exp with a streaming (online)
-logsumexp over row tiles of ``tile`` tokens and saves only the input ``z`` (which the model's
-graph keeps alive anyway) and one logsumexp per sequence. Backward recomputes each tile's
-cosines and turns them into the gradient directly, so at any moment only one
-``[B, tile, T]`` block exists, and nothing of that size is held between forward and backward.
+``TiledDispersion`` makes one pass over row tiles of ``tile`` tokens and computes the value and,
+when ``z`` needs one, the gradient in that same pass; backward only multiplies the saved gradient
+by the upstream scalar. At any moment one ``[B, tile, T]`` block exists, and what is kept for
+backward is that gradient, ``[B, T, F]``, nothing of size ``T^2``.
 
-Symmetry halves the work: ``D_ij = D_ji``, so row tile ``[i0, i1)`` only looks at columns
+One pass works because all pairs of a sequence share one normaliser: the softmax weight of pair
+``(i, j)`` is ``exp(x_ij - lse_b)``, so the gradient can be summed with ``exp(x_ij - m_b)`` for a
+running maximum ``m_b`` (an online logsumexp, as in flash attention) and scaled by
+``exp(m_b - lse_b)`` once the last tile is in. Whenever ``m_b`` grows, what was summed so far is
+rescaled. Compared with a forward that only keeps the logsumexp and a backward that recomputes
+the cosines, this saves one of four matmuls and one of two arccos passes per tile, at the price of
+keeping the gradient (the size of ``z``) instead of nothing extra.
+
+Symmetry saves work: ``D_ij = D_ji``, so row tile ``[i0, i1)`` only looks at columns
 ``j >= i0``. Its square diagonal block ``[i0, i1) x [i0, i1)`` holds both ``(i, j)`` and
 ``(j, i)`` (the diagonal ``i = j`` is dropped); the columns right of it, ``j >= i1``, stand for
 their mirror pairs as well and enter the sum with weight 2 (``+ log 2`` on the logit). The
-backward pass is the exact adjoint of that computation, so value and gradient agree with the
+gradient is the exact adjoint of that computation, so value and gradient agree with the
 dense formula up to float rounding (the dense one takes ``cos_ji`` from its own dot product,
 which can differ from ``cos_ij`` in the last bit).
 
@@ -48,11 +55,11 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 DEFAULT_TILE = 128
-"""Rows per tile. Temporaries are a few ``B x tile x T`` blocks, small next to the dense formula's
-saved ``[B, T, T]`` tensors; smaller tiles also skip more of the mirrored lower triangle (a tile
-covers ``tile x (T - start)``). Timed forward + backward on CPU (1 and 2 threads, T = 256 and
-1024, F = 256 and 768): 64 and 128 were fastest, 256 and 512 up to ~25% slower at T = 256;
-128 keeps the number of Python-level steps, ``T / tile``, lower for long sequences."""
+"""Rows per tile. Temporaries are a few ``B x tile x T`` blocks; smaller tiles skip more of the
+mirrored lower triangle (a tile covers ``tile x (T - start)``) but make smaller, less efficient
+matmuls (the transposed product's inner dimension is the tile). Timed forward + backward on CPU,
+one thread, 4 layers, tile 64 vs 128: 56 vs 61 ms at B=8, T=256, F=256; 161 vs 167 ms at F=768;
+194 vs 178 ms at B=2, T=1024, F=256; 256 was slower than 128 everywhere."""
 
 NORM_EPS = 1e-6
 """Floor on a token's norm; must equal ``losses.NORM_EPS`` (a test checks). Repeated here, not
@@ -60,8 +67,7 @@ imported, because ``losses`` imports this module."""
 
 
 def _no_autocast(device: torch.device) -> contextlib.AbstractContextManager:
-    """Autocast would run the tile matmuls in bf16/fp16 and undo the float32 upcast; and since
-    backward may run in the caller's autocast context too, both passes switch it off."""
+    """Autocast would run the tile matmuls in bf16/fp16 and undo the float32 upcast."""
     if torch.amp.is_autocast_available(device.type):
         return torch.autocast(device_type=device.type, enabled=False)
     return contextlib.nullcontext()
@@ -79,76 +85,93 @@ def _normalise(z: Tensor, norm_eps: float) -> tuple[Tensor, Tensor, Tensor]:
     return z / norm, norm, floored
 
 
-def _tile_logits(zn: Tensor, start: int, stop: int, tau: float, clamp: float) -> tuple[Tensor, Tensor]:
-    """Logits of row tile ``[start, stop)`` against columns ``[start, T)``, and their clamped cosines.
+def _tile_weights(zn: Tensor, start: int, stop: int, peak: Tensor, inv_pi_tau: float,
+                  clamp: float, with_slope: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """Row tile ``[start, stop)`` against columns ``[start, T)``: ``(weight, new_peak, slope)``.
 
-    Returns ``(x, cc)``, both ``[B, stop - start, T - start]``: ``x`` is ``-arccos(cc) / (pi tau)``
-    with ``-inf`` on the diagonal (``exp`` gives 0: the pair is dropped) and ``+ log 2`` right of
-    the diagonal block (each of those entries also stands for its mirror pair ``(j, i)``).
+    ``weight`` is ``[B, stop - start, T - start]``, ``exp(x - new_peak)`` for the logits
+    ``x = -arccos(cc) / (pi tau)``, with ``+ log 2`` right of the diagonal block (each of those
+    entries also stands for its mirror pair ``(j, i)``) and 0 on the diagonal (the pair is
+    dropped); ``new_peak`` is the running maximum ``peak`` raised to the tile's largest logit.
+    ``slope`` is ``1 / sqrt(1 - cc^2)``, arccos' slope at the clamped cosine, in the buffer of the
+    cosines (None unless ``with_slope``). Few passes over the block: it is the cost beside the matmul.
     """
-    rows = stop - start
+    rows, cols = stop - start, zn.shape[1] - start
     cc = torch.matmul(zn[:, start:stop], zn[:, start:].mT).clamp_(-1.0 + clamp, 1.0 - clamp)
-    x = torch.acos(cc).mul_(-1.0 / (math.pi * tau))
-    x.diagonal(dim1=1, dim2=2).fill_(float("-inf"))  # offset 0: entries (i, i) of the tile
-    x[:, :, rows:].add_(math.log(2.0))
-    return x, cc
+    angle = torch.acos(cc)
+    angle.diagonal(dim1=1, dim2=2).fill_(float("inf"))  # offset 0: entries (i, i); exp(-inf) = 0
+    # the largest logit is the smallest angle, of the diagonal block and of the part right of it
+    tile_peak = angle[:, :, :rows].amin(dim=(1, 2)).mul_(-inv_pi_tau)
+    if cols > rows:
+        right_peak = angle[:, :, rows:].amin(dim=(1, 2)).mul_(-inv_pi_tau).add_(math.log(2.0))
+        tile_peak = torch.maximum(tile_peak, right_peak)
+    new_peak = torch.maximum(peak, tile_peak)  # finite: the first tile holds the pair (0, 1)
+    # x - new_peak in one pass: a per-column offset (log 2 right of the block) minus new_peak
+    offset = torch.zeros(cols, dtype=zn.dtype, device=zn.device)
+    offset[rows:] = math.log(2.0)
+    bias = offset[None, None, :] - new_peak[:, None, None]
+    weight = torch.add(bias, angle, alpha=-inv_pi_tau, out=angle).exp_()
+    slope = torch.addcmul(torch.ones((), dtype=cc.dtype, device=cc.device), cc, cc, value=-1.0, out=cc).rsqrt_() if with_slope else None
+    return weight, new_peak, slope
 
 
 class TiledDispersion(torch.autograd.Function):
     """Dispersion loss of one layer, ``[B, T, F] -> 0-dim`` (mean over B), tile by tile.
 
-    Computes in float32 (float64 for float64 ``z``) and saves ``z`` as given plus one logsumexp per
-    sequence, nothing ``O(T^2)``: a bf16 ``z`` is upcast again in backward rather than kept as a
-    float32 copy. Checks are in ``dispersion_tiled``. Not twice differentiable
-    (``once_differentiable``): the training loss needs one backward.
+    One pass over the tiles computes the value and, when ``z`` needs a gradient, the gradient too
+    (see the module docstring); backward only scales the saved gradient. Computes in float32
+    (float64 for float64 ``z``) and saves that gradient in ``z``'s dtype, nothing ``O(T^2)``.
+    Checks are in ``dispersion_tiled``. Not twice differentiable (``once_differentiable``): the
+    training loss needs one backward.
     """
 
     @staticmethod
     def forward(ctx, z: Tensor, tau: float, clamp: float, tile: int, norm_eps: float) -> Tensor:
         batch, num_tokens, _ = z.shape
-        compute_dtype = torch.promote_types(z.dtype, torch.float32)
-        zn, _, _ = _normalise(z.to(compute_dtype), norm_eps)
-        lse = torch.full((batch,), float("-inf"), dtype=compute_dtype, device=z.device)
+        zn, norm, floored = _normalise(z.to(torch.promote_types(z.dtype, torch.float32)), norm_eps)
+        with_grad = ctx.needs_input_grad[0]
+        # Online logsumexp per sequence: running max ``peak`` and ``total = sum exp(x - peak)``.
+        # The first tile always holds a pair (row 0, column 1), so ``peak`` is finite after it;
+        # a later tile with no pair (a last row alone) has max -inf and leaves ``peak`` as it is.
+        peak = torch.full((batch,), float("-inf"), dtype=zn.dtype, device=zn.device)
+        total = torch.zeros_like(peak)
+        # dL/dzn up to the per-sequence factor 1 / (B pi tau total), scaled to the current
+        # ``peak``; created by the first tile, whose column range covers every token
+        grad_zn = None
+        inv_pi_tau = 1.0 / (math.pi * tau)
         for start in range(0, num_tokens, tile):
-            x, _ = _tile_logits(zn, start, min(start + tile, num_tokens), tau, clamp)
-            # Online logsumexp: each tile's own logsumexp is stable (it subtracts the tile's max),
-            # and logaddexp merges them stably; a tile with no pair (last row alone) gives -inf,
-            # which logaddexp absorbs.
-            lse = torch.logaddexp(lse, torch.logsumexp(x.flatten(1), dim=1))
-        ctx.save_for_backward(z, lse)
-        ctx.constants = (tau, clamp, tile, norm_eps)
+            stop = min(start + tile, num_tokens)
+            weight, new_peak, slope = _tile_weights(zn, start, stop, peak, inv_pi_tau, clamp, with_grad)
+            rescale = torch.exp(peak - new_peak)  # 0 on the first tile: nothing summed yet
+            total = total * rescale + weight.sum(dim=(1, 2))
+            peak = new_peak
+            if with_grad:
+                # dL/dc up to that factor: the pair's weight times arccos' slope (straight-through)
+                grad_cos = weight.mul_(slope)
+                # c = zn[:, start:stop] @ zn[:, start:]^T sends gradient to both factors. (The
+                # diagonal block's share, G_d zn_rows + G_d^T zn_rows, is split between the two.)
+                # Fresh products added to slices: baddbmm_ into a strided slice of grad_zn falls
+                # back to one addmm per sequence on CPU, several times slower.
+                if grad_zn is None:  # start == 0
+                    grad_zn = torch.matmul(grad_cos.mT, zn[:, :stop])
+                else:
+                    grad_zn.mul_(rescale[:, None, None])
+                    grad_zn[:, start:] += torch.matmul(grad_cos.mT, zn[:, start:stop])
+                grad_zn[:, start:stop] += torch.matmul(grad_cos, zn[:, start:])
+        lse = peak + total.log()
+        if with_grad:
+            grad_zn.mul_((1.0 / (batch * math.pi * tau * total))[:, None, None])
+            # Through zn = z / norm: project out the radial part; where the norm was floored it is
+            # a constant and the gradient is just g / eps (the clamp_min of the dense formula).
+            radial = torch.linalg.vecdot(zn, grad_zn).unsqueeze_(-1).masked_fill_(floored, 0.0)
+            ctx.save_for_backward(grad_zn.addcmul_(zn, radial, value=-1.0).div_(norm).to(z.dtype))
         return (lse - math.log(num_tokens * (num_tokens - 1))).mean()
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_output: Tensor):
-        z_in, lse = ctx.saved_tensors
-        tau, clamp, tile, norm_eps = ctx.constants
-        z = z_in.to(lse.dtype)
-        batch, num_tokens, _ = z.shape
-        with _no_autocast(z.device):
-            zn, norm, floored = _normalise(z, norm_eps)
-            grad_zn = torch.zeros_like(zn)
-            # upstream gradient, the 1/B of the batch mean and the 1/(pi tau) of the logits, folded
-            scale = grad_output.to(z.dtype) / (batch * math.pi * tau)
-            lse = lse[:, None, None]
-            for start in range(0, num_tokens, tile):
-                stop = min(start + tile, num_tokens)
-                x, cc = _tile_logits(zn, start, stop, tau, clamp)
-                # G = dL/dc: softmax weight (with its factor 2 right of the diagonal block, and 0 on
-                # the diagonal) times arccos' slope at the clamped cosine (straight-through).
-                grad_cos = (x - lse).exp_().mul_(cc.mul_(cc).neg_().add_(1.0).rsqrt_()).mul_(scale)
-                # c = zn[:, start:stop] @ zn[:, start:]^T sends gradient to both factors. (The diagonal
-                # block's share, G_d zn_rows + G_d^T zn_rows, is split between the two products.)
-                # Fresh products added to slices: baddbmm_ into a strided slice of grad_zn falls back
-                # to one addmm per sequence on CPU, several times slower.
-                grad_zn[:, start:stop] += torch.matmul(grad_cos, zn[:, start:])
-                grad_zn[:, start:] += torch.matmul(grad_cos.mT, zn[:, start:stop])
-            # Through zn = z / norm: project out the radial part; where the norm was floored it is a
-            # constant and the gradient is just g / eps (the clamp_min of the dense formula).
-            radial = zn * (zn * grad_zn).sum(-1, keepdim=True)
-            grad_z = torch.where(floored, grad_zn, grad_zn - radial) / norm
-        return grad_z.to(z_in.dtype), None, None, None, None
+        (grad_z,) = ctx.saved_tensors
+        return grad_z * grad_output.to(grad_z.dtype), None, None, None, None
 
 
 def dispersion_tiled(z: Tensor, tau: float, clamp: float, tile: int = DEFAULT_TILE,

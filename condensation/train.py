@@ -187,6 +187,9 @@ def train(
     model, optimizer = accelerator.prepare(model, optimizer)
     model.train()
     net = accelerator.unwrap_model(model)  # what the baseline hooks see: no DDP wrapper
+    # A compiled wrapper for the training forward only; it shares the parameters, so validation,
+    # checkpoints and the state keep using `model` (no `_orig_mod.` keys, no recompile for no_grad).
+    forward_model = torch.compile(model) if config.compile else model
 
     state_dir, log_path = out_dir / "state", out_dir / "log.csv"
     if accelerator.is_main_process:
@@ -243,7 +246,7 @@ def train(
                         # The labels stay `ids`; a baseline may only change what the model is fed.
                         embeds = baseline.inputs_embeds(net, ids) if baseline is not None else None
                         inputs = {"input_ids": ids} if embeds is None else {"inputs_embeds": embeds}
-                        out = model(**inputs, output_hidden_states=use_aux, use_cache=False)
+                        out = forward_model(**inputs, output_hidden_states=use_aux, use_cache=False)
                     ce = causal_lm_ce(out.logits, ids)
                     aux = aux_loss(out.hidden_states) if use_aux else torch.zeros((), device=ce.device)
                     loss = (ce + config.aux_weight * aux) if use_aux else ce

@@ -87,6 +87,19 @@ def test_tile_size_does_not_change_the_result():
         torch.testing.assert_close(grad, results[0][1], rtol=1e-10, atol=1e-12)
 
 
+def test_running_maximum_grows_in_a_later_tile():
+    # the closest pair sits in the last tile's diagonal block, so the running maximum of the
+    # logits rises there and everything summed before must be rescaled; a kernel that kept the
+    # first tile's maximum, or forgot to rescale the gradient, would differ from the dense formula
+    z = hidden(2, 24, 8, seed=20, spread=3.0)
+    z[:, 22] = z[:, 23] + 1e-2 * torch.randn(2, 8, generator=torch.Generator().manual_seed(21), dtype=torch.float64)
+    cos = losses.cosine_matrix(z)
+    first_tile_max = (cos[:, :6, 6:].max() * 1.0).item()  # columns right of tile 0's diagonal block
+    assert cos[:, 22, 23].min().item() > first_tile_max + 0.1
+    # with small tau the rescale factor is far from 1, so a missing rescale is not a rounding error
+    assert_same_as_dense(z, 0.05, tile=6)
+
+
 def test_sequences_are_independent_and_averaged():
     # mean over B of each sequence's loss; a kernel that mixed tokens across sequences would differ
     z = hidden(3, 12, 8, seed=6)
@@ -217,18 +230,28 @@ def test_saves_no_pairwise_tensor(tile):
     z = hidden(batch, tokens, features, dtype=torch.float32)
     shapes, nbytes = saved_tensors_of(tiled(0.5, tile), z)
     assert all(math.prod(shape) <= batch * tokens * features for shape in shapes), shapes
-    assert nbytes <= 4 * batch * tokens * features + 1024  # z itself plus one scalar per sequence
+    assert nbytes <= 4 * batch * tokens * features + 1024  # the gradient, the size of z
     # the same probe on the dense formula finds the [B, T, T] tensors: the check can fail
     dense_shapes, dense_bytes = saved_tensors_of(dense(0.5), z)
     assert (batch, tokens, tokens) in dense_shapes
     assert dense_bytes > 2 * 4 * batch * tokens * tokens  # at least two float32 [B, T, T]
 
 
-def test_low_precision_input_is_saved_as_is():
-    # a bf16 z is kept as the caller's tensor, not as a float32 copy (twice the bytes)
+def test_low_precision_input_saves_a_low_precision_gradient():
+    # for a bf16 z the gradient is kept in bf16, not as a float32 copy (twice the bytes)
     z = hidden(2, 32, 8, dtype=torch.bfloat16)
     shapes, nbytes = saved_tensors_of(tiled(0.5, 8), z)
-    assert nbytes <= 2 * 2 * 32 * 8 + 64  # bf16 z, plus two float32 logsumexps
+    assert shapes == [(2, 32, 8)] and nbytes == 2 * 2 * 32 * 8
+
+
+def test_no_gradient_work_without_grad():
+    # under no_grad (validation) nothing is saved, and the value is the same as with a gradient
+    z = hidden(2, 40, 8, seed=19, dtype=torch.float32).requires_grad_(True)
+    saved = []
+    with torch.no_grad(), torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        value = dispersion_tiled(z, 0.5, CLAMP, tile=16)
+    assert value.grad_fn is None and saved == []
+    torch.testing.assert_close(value, dispersion_tiled(z, 0.5, CLAMP, tile=16).detach(), rtol=0, atol=0)
 
 
 def test_non_contiguous_input():
