@@ -16,7 +16,8 @@ PLACEMENTS = ("all", "last", "early_half", "late_half")
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything that decides the trajectory of a run. Resuming requires the same config."""
+    """Everything that decides the trajectory of a run. Resuming requires the same config
+    (``compile`` aside, which changes how a step runs, not what it computes)."""
 
     train_tokens: int
     """Token budget. Steps = ceil(train_tokens / tokens per step), tokens per step =

@@ -171,7 +171,8 @@ def train(
     eval_steps = set(checkpoint_steps(steps, config.num_checkpoints))
     use_aux = aux_loss is not None and config.aux_weight > 0
     identity = {  # what a resumed run must share with the run that saved the state
-        "config": dataclasses.asdict(config),
+        # compile changes how a step runs, not what it computes: a run may resume with it switched
+        "config": {key: value for key, value in dataclasses.asdict(config).items() if key != "compile"},
         "world_size": world,
         "train_blocks_shape": list(train_blocks.shape),
         "baseline": baseline.describe() if baseline is not None else None,

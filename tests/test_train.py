@@ -334,33 +334,37 @@ def test_aux_loss_gets_hidden_states_and_is_logged(tmp_path):
 @pytest.mark.slow
 def test_compiled_forward_trains_like_eager(tmp_path):
     # compile=True must give the eager run's losses and weights (up to kernel rounding: dropout is
-    # off, since compiled dropout draws from its own RNG) and save checkpoints without the
-    # compiled wrapper's `_orig_mod.` prefix, loadable as a plain model
-    def run(compile_forward: bool, out_dir: Path) -> GPT2LMHeadModel:
-        torch.manual_seed(0)
-        config = GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=64, vocab_size=VOCAB, n_inner=64,
-                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
-        model = GPT2LMHeadModel(config)
-        train(model, TRAIN_BLOCKS, VAL_BLOCKS, TrainConfig(train_tokens=3 * 4 * BLOCK, block_size=BLOCK, micro_batch_size=4,
-                                                           lr=1e-3, compile=compile_forward), out_dir)
-        return model
-
+    # off, since compiled dropout draws from its own RNG), save checkpoints without the compiled
+    # wrapper's `_orig_mod.` prefix, and leave a state that an eager run resumes
     from torch._dynamo.utils import counters
 
+    def fresh_model() -> GPT2LMHeadModel:
+        torch.manual_seed(0)
+        return GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=64, vocab_size=VOCAB, n_inner=64,
+                                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0))
+
+    def config(compile_forward: bool) -> TrainConfig:
+        return TrainConfig(train_tokens=3 * 4 * BLOCK, block_size=BLOCK, micro_batch_size=4, lr=1e-3, compile=compile_forward)
+
     counters.clear()
-    eager = run(False, tmp_path / "eager")
+    eager = fresh_model()
+    train(eager, TRAIN_BLOCKS, VAL_BLOCKS, config(False), tmp_path / "eager")
     assert counters["stats"]["unique_graphs"] == 0
-    compiled = run(True, tmp_path / "compiled")
-    assert counters["stats"]["unique_graphs"] >= 1  # the forward really went through dynamo
-    eager_log, compiled_log = read_log(tmp_path / "eager"), read_log(tmp_path / "compiled")
-    assert len(compiled_log) == len(eager_log) == 4
-    for a, b in zip(eager_log[1:], compiled_log[1:]):
+    # steps 1-2 compiled, stopped, step 3 resumed without compile (a different model object)
+    result = train(fresh_model(), TRAIN_BLOCKS, VAL_BLOCKS, config(True), tmp_path / "mixed", stop_after_steps=2)
+    assert result.steps == 2 and counters["stats"]["unique_graphs"] >= 1  # the forward went through dynamo
+    resumed = fresh_model()
+    train(resumed, TRAIN_BLOCKS, VAL_BLOCKS, config(False), tmp_path / "mixed")
+
+    eager_log, mixed_log = read_log(tmp_path / "eager"), read_log(tmp_path / "mixed")
+    assert [row["step"] for row in mixed_log] == [row["step"] for row in eager_log] == ["0", "1", "2", "3"]
+    for a, b in zip(eager_log[1:], mixed_log[1:]):
         assert float(b["ce_loss"]) == pytest.approx(float(a["ce_loss"]), rel=1e-5)
         assert float(b["grad_norm"]) == pytest.approx(float(a["grad_norm"]), rel=1e-3)
     for name, param in eager.named_parameters():
-        torch.testing.assert_close(dict(compiled.named_parameters())[name], param, rtol=1e-4, atol=1e-5)
-    reloaded = GPT2LMHeadModel.from_pretrained(tmp_path / "compiled" / "final")
-    torch.testing.assert_close(reloaded.state_dict(), compiled.state_dict())
+        torch.testing.assert_close(dict(resumed.named_parameters())[name], param, rtol=1e-4, atol=1e-5)
+    checkpoint = GPT2LMHeadModel.from_pretrained(tmp_path / "mixed" / "checkpoints" / "step-0000002")
+    assert all(not key.startswith("_orig_mod") for key in checkpoint.state_dict())
 
 
 def test_nan_guard_names_the_step_and_writes_nothing(tmp_path):
