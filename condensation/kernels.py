@@ -86,7 +86,7 @@ def _normalise(z: Tensor, norm_eps: float) -> tuple[Tensor, Tensor, Tensor]:
 
 
 def _tile_weights(zn: Tensor, start: int, stop: int, peak: Tensor, inv_pi_tau: float,
-                  clamp: float, with_slope: bool) -> tuple[Tensor, Tensor, Tensor]:
+                  clamp: float, with_slope: bool) -> tuple[Tensor, Tensor, Tensor | None]:
     """Row tile ``[start, stop)`` against columns ``[start, T)``: ``(weight, new_peak, slope)``.
 
     ``weight`` is ``[B, stop - start, T - start]``, ``exp(x - new_peak)`` for the logits
@@ -111,8 +111,10 @@ def _tile_weights(zn: Tensor, start: int, stop: int, peak: Tensor, inv_pi_tau: f
     offset[rows:] = math.log(2.0)
     bias = offset[None, None, :] - new_peak[:, None, None]
     weight = torch.add(bias, angle, alpha=-inv_pi_tau, out=angle).exp_()
-    slope = torch.addcmul(torch.ones((), dtype=cc.dtype, device=cc.device), cc, cc, value=-1.0, out=cc).rsqrt_() if with_slope else None
-    return weight, new_peak, slope
+    if not with_slope:
+        return weight, new_peak, None
+    one = torch.ones((), dtype=cc.dtype, device=cc.device)
+    return weight, new_peak, torch.addcmul(one, cc, cc, value=-1.0, out=cc).rsqrt_()  # 1 - cc^2 in one pass
 
 
 class TiledDispersion(torch.autograd.Function):
