@@ -16,16 +16,17 @@ One pass works because all pairs of a sequence share one normaliser: the softmax
 running maximum ``m_b`` (an online logsumexp, as in flash attention) and scaled by
 ``exp(m_b - lse_b)`` once the last tile is in. Whenever ``m_b`` grows, what was summed so far is
 rescaled. Compared with a forward that only keeps the logsumexp and a backward that recomputes
-the cosines, this saves one of four matmuls and one of two arccos passes per tile, at the price of
+the cosines, this saves the second cosine matmul and arccos pass per tile, at the price of
 keeping the gradient (the size of ``z``) instead of nothing extra.
 
 Symmetry saves work: ``D_ij = D_ji``, so row tile ``[i0, i1)`` only looks at columns
 ``j >= i0``. Its square diagonal block ``[i0, i1) x [i0, i1)`` holds both ``(i, j)`` and
 ``(j, i)`` (the diagonal ``i = j`` is dropped); the columns right of it, ``j >= i1``, stand for
 their mirror pairs as well and enter the sum with weight 2 (``+ log 2`` on the logit). The
-gradient is the exact adjoint of that computation, so value and gradient agree with the
-dense formula up to float rounding (the dense one takes ``cos_ji`` from its own dot product,
-which can differ from ``cos_ij`` in the last bit).
+cosines then cost ``(1 + tile / T) / 2`` of a ``T x T`` matmul, and the gradient one: each
+pair sends one term to each of its two tokens. The gradient is the exact adjoint of that computation, so value
+and gradient agree with the dense formula up to float rounding (the dense one takes ``cos_ji``
+from its own dot product, which can differ from ``cos_ij`` in the last bit).
 
 Definitions, per sequence (the same as ``losses._dispersion``; ``losses.NORM_EPS`` = 1e-6):
 
@@ -56,10 +57,9 @@ from torch.autograd.function import once_differentiable
 
 DEFAULT_TILE = 128
 """Rows per tile. Temporaries are a few ``B x tile x T`` blocks; smaller tiles skip more of the
-mirrored lower triangle (a tile covers ``tile x (T - start)``) but make smaller, less efficient
-matmuls (the transposed product's inner dimension is the tile). Timed forward + backward on CPU,
-one thread, 4 layers, tile 64 vs 128: 56 vs 61 ms at B=8, T=256, F=256; 161 vs 167 ms at F=768;
-194 vs 178 ms at B=2, T=1024, F=256; 256 was slower than 128 everywhere."""
+mirrored lower triangle but make smaller, less efficient matmuls. Timed forward + backward on
+CPU, one thread, 4 layers, tile 64 vs 128: 36.8 vs 39.4 ms at B=8, T=256, F=256; 53.9 vs 52.7 ms
+at B=4, T=256, F=768; 140.5 vs 126.0 ms at B=2, T=1024, F=256."""
 
 NORM_EPS = 1e-6
 """Floor on a token's norm; must equal ``losses.NORM_EPS`` (a test checks). Repeated here, not
@@ -137,9 +137,8 @@ class TiledDispersion(torch.autograd.Function):
         # a later tile with no pair (a last row alone) has max -inf and leaves ``peak`` as it is.
         peak = torch.full((batch,), float("-inf"), dtype=zn.dtype, device=zn.device)
         total = torch.zeros_like(peak)
-        # dL/dzn up to the per-sequence factor 1 / (B pi tau total), scaled to the current
-        # ``peak``; created by the first tile, whose column range covers every token
-        grad_zn = None
+        # dL/dzn up to the per-sequence factor 1 / (B pi tau total), scaled to the current ``peak``
+        grad_zn = torch.zeros_like(zn) if with_grad else None
         inv_pi_tau = 1.0 / (math.pi * tau)
         for start in range(0, num_tokens, tile):
             stop = min(start + tile, num_tokens)
@@ -148,18 +147,19 @@ class TiledDispersion(torch.autograd.Function):
             total = total * rescale + weight.sum(dim=(1, 2))
             peak = new_peak
             if with_grad:
-                # dL/dc up to that factor: the pair's weight times arccos' slope (straight-through)
+                # G = dL/dc up to that factor: the pair's weight times arccos' slope (straight-through)
                 grad_cos = weight.mul_(slope)
-                # c = zn[:, start:stop] @ zn[:, start:]^T sends gradient to both factors. (The
-                # diagonal block's share, G_d zn_rows + G_d^T zn_rows, is split between the two.)
-                # Fresh products added to slices: baddbmm_ into a strided slice of grad_zn falls
-                # back to one addmm per sequence on CPU, several times slower.
-                if grad_zn is None:  # start == 0
-                    grad_zn = torch.matmul(grad_cos.mT, zn[:, :stop])
-                else:
-                    grad_zn.mul_(rescale[:, None, None])
-                    grad_zn[:, start:] += torch.matmul(grad_cos.mT, zn[:, start:stop])
+                grad_zn.mul_(rescale[:, None, None])
+                # c_ij = zn_i . zn_j sends G_ij zn_j to row i and G_ij zn_i to row j. The diagonal
+                # block holds both orders of its pairs, so G_d + G_d^T serves both in one product;
+                # the part right of it holds one order (its mirror is the factor 2 in the weight)
+                # and needs the transposed product too. Fresh products added to slices: baddbmm_
+                # into a strided slice of grad_zn falls back to one addmm per sequence on CPU.
+                diag = grad_cos[:, :, : stop - start]
+                diag.copy_(diag + diag.mT)
                 grad_zn[:, start:stop] += torch.matmul(grad_cos, zn[:, start:])
+                if stop < num_tokens:
+                    grad_zn[:, stop:] += torch.matmul(grad_cos[:, :, stop - start :].mT, zn[:, start:stop])
         lse = peak + total.log()
         if with_grad:
             grad_zn.mul_((1.0 / (batch * math.pi * tau * total))[:, None, None])

@@ -7,6 +7,7 @@ import csv
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -332,6 +333,7 @@ def test_aux_loss_gets_hidden_states_and_is_logged(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None, reason="torch.compile on CPU needs a C++ compiler")
 def test_compiled_forward_trains_like_eager(tmp_path):
     # compile=True must give the eager run's losses and weights (up to kernel rounding: dropout is
     # off, since compiled dropout draws from its own RNG), save checkpoints without the compiled
