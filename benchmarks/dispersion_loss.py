@@ -239,17 +239,17 @@ def bench_train(args, device: torch.device, dtype: torch.dtype) -> dict:
     subsampled = AuxLossConfig("dispersion", tau=args.tau, max_tokens=args.max_tokens)
     gen = torch.Generator().manual_seed(2)
 
-    def dense_aux(hidden_states, aux_config):
-        return torch.stack([dense_layer_loss(z, aux_config, gen) for z in select_layers(hidden_states, aux_config.placement)]).mean()
+    def mean_over_layers(layer_fn, hidden_states):
+        return torch.stack([layer_fn(z) for z in select_layers(hidden_states, config.placement)]).mean()
 
     aux_losses: dict[str, Callable | None] = {
         "ce": None,
-        "ce+naive": lambda hidden: torch.stack([naive_layer_loss(z, config.tau) for z in select_layers(hidden, config.placement)]).mean(),
-        "ce+dense": lambda hidden: dense_aux(hidden, config),
+        "ce+naive": lambda hidden: mean_over_layers(lambda z: naive_layer_loss(z, config.tau), hidden),
+        "ce+dense": lambda hidden: mean_over_layers(lambda z: dense_layer_loss(z, config, gen), hidden),
         "ce+tiled": lambda hidden: auxiliary_loss(hidden, config),
     }
     if args.tokens > args.max_tokens:
-        aux_losses[f"ce+dense@{args.max_tokens}"] = lambda hidden: dense_aux(hidden, subsampled)
+        aux_losses[f"ce+dense@{args.max_tokens}"] = lambda hidden: mean_over_layers(lambda z: dense_layer_loss(z, subsampled, gen), hidden)
 
     def forward(aux):
         with autocast(device, dtype):

@@ -24,9 +24,9 @@ Symmetry saves work: ``D_ij = D_ji``, so row tile ``[i0, i1)`` only looks at col
 ``(j, i)`` (the diagonal ``i = j`` is dropped); the columns right of it, ``j >= i1``, stand for
 their mirror pairs as well and enter the sum with weight 2 (``+ log 2`` on the logit). The
 cosines then cost ``(1 + tile / T) / 2`` of a ``T x T`` matmul, and the gradient one: each
-pair sends one term to each of its two tokens. The gradient is the exact adjoint of that computation, so value
-and gradient agree with the dense formula up to float rounding (the dense one takes ``cos_ji``
-from its own dot product, which can differ from ``cos_ij`` in the last bit).
+pair sends one term to each of its two tokens. The gradient is the exact adjoint of that
+computation, so value and gradient agree with the dense formula up to float rounding (the dense
+one takes ``cos_ji`` from its own dot product, which can differ from ``cos_ij`` in the last bit).
 
 Definitions, per sequence (the same as ``losses._dispersion``; ``losses.NORM_EPS`` = 1e-6):
 
@@ -67,7 +67,8 @@ imported, because ``losses`` imports this module."""
 
 
 def _no_autocast(device: torch.device) -> contextlib.AbstractContextManager:
-    """Autocast would run the tile matmuls in bf16/fp16 and undo the float32 upcast."""
+    """Autocast would run the loss's matmuls in bf16/fp16 and undo the float32 upcast. Also used
+    by ``losses`` for its other losses."""
     if torch.amp.is_autocast_available(device.type):
         return torch.autocast(device_type=device.type, enabled=False)
     return contextlib.nullcontext()

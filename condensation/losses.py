@@ -26,14 +26,13 @@ definitions, kept next to the fast code so that tests can compare the two.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
 
-from .kernels import dispersion_tiled
+from .kernels import _no_autocast, dispersion_tiled
 from .settings import LOSS_NAMES, PLACEMENTS, AuxLossConfig
 
 
@@ -188,13 +187,6 @@ def _check_hidden(z: Tensor) -> None:
         raise ValueError(f"hidden states must be floating point, got {z.dtype}")
     if z.shape[1] < 2:
         raise ValueError(f"auxiliary losses compare tokens pairwise and need T >= 2, got T={z.shape[1]}")
-
-
-def _no_autocast(device: torch.device) -> contextlib.AbstractContextManager:
-    """Autocast would run the T x T matmuls in bf16/fp16 again, undoing the float32 upcast."""
-    if torch.amp.is_autocast_available(device.type):
-        return torch.autocast(device_type=device.type, enabled=False)
-    return contextlib.nullcontext()
 
 
 def layer_loss(z: Tensor, config: AuxLossConfig, generator: torch.Generator | None = None) -> Tensor:
