@@ -6,32 +6,48 @@ from snakemake.utils import min_version
 min_version("9.19")
 
 
-configfile: "config.yaml"
+# A --configfile on the command line replaces config.yaml (several are merged in the order
+# given); --config key=value applies last. Merging a user's file into the default would keep the
+# default's models and datasets in every run.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
 
 
 report: "report/workflow.rst"
 
 
 include: "rules/common.smk"
+include: "rules/targets.smk"
 include: "rules/data.smk"
 include: "rules/models.smk"
 include: "rules/geometry.smk"
 include: "rules/figures.smk"
-include: "rules/midtrain.smk"
+include: "rules/training.smk"
 include: "rules/evaluation.smk"
 
 
-# Quick jobs that only read results: on a cluster they run on the submitting node.
+# On a cluster these run on the submitting node: the downloads (compute nodes often have no
+# network; every other job runs with the Hugging Face libraries offline) and quick jobs that only
+# read results.
 localrules:
     all,
+    fetch_model,
+    fetch_dataset,
+    fetch_eval_tasks,
+    plan_pretrain,
+    plan_study_run,
     trend_table,
     trend_metrics,
     family_figure,
     paired_figure,
     dataset_figure,
-    midtrain_tables,
-    midtrain_figures,
-    midtrain_metrics,
+    study_tables,
+    study_figures,
+    study_metrics,
+    series_figure,
+    findings,
+    table4,
     table2,
     table3,
     scores_by_step,

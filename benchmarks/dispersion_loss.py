@@ -1,4 +1,4 @@
-"""Dispersion loss, dense formula vs tiled kernel: time and memory, alone and inside a training step.
+"""Dispersion loss, dense formula vs tiled kernel (eager and compiled): time and memory, alone and in a training step.
 
 Two measurements, each run side by side in one process (variants interleaved rep by rep, so a
 load spike on a shared machine hits all of them alike):
@@ -7,12 +7,14 @@ load spike on a shared machine hits all of them alike):
     ``[B, T, F]`` (default: a GPT2-small-like 12 x [4, 256, 768]):
     ``naive`` = the paper's Algorithm 1 (Appendix A) line by line: the cost baseline of the targets,
     ``dense`` = ``losses._dispersion_dense`` (builds the [B, T, T] matrices, autograd keeps them),
-    ``tiled`` = ``kernels.dispersion_tiled`` (what ``layer_loss`` uses).
+    ``tiled`` = ``kernels.dispersion_tiled`` with the eager tile body (``kernel="eager"``),
+    ``compiled`` = the same with the tile body through ``torch.compile`` (``kernel="compiled"``).
 (b) one full training step of a small random-init GPT2 (``GPT2LMHeadModel`` from a config, AdamW):
     ``ce``          cross-entropy only (computed once from the logits, no HF ``labels``),
     ``ce+naive``    + weight * Algorithm 1 on every block output (``output_hidden_states``),
     ``ce+dense``    + weight * dense dispersion on every block output,
-    ``ce+tiled``    + weight * tiled dispersion, via ``losses.auxiliary_loss`` (the production path),
+    ``ce+tiled``    + weight * tiled dispersion, via ``losses.auxiliary_loss`` (the production path), eager,
+    ``ce+compiled`` the same with ``kernel="compiled"``,
     ``ce+dense@K``  + dense dispersion on K random positions (``max_tokens=K``), only when T > K.
 
 How to read it:
@@ -28,24 +30,30 @@ How to read it:
   counting what exists anyway: the hidden states in (a), the parameters in (b)), i.e. the part
   that grows with the number of layers; the temporaries of one op or tile come on top of it.
 * ratios: in (a) ``naive / tiled`` and ``dense / tiled`` (> 1: the tiled kernel is faster or
-  leaner); in (b) each step's time relative to ``ce``, its overhead ``t - t_ce`` (also as the
-  median of per-rep paired differences, the steadier figure), and ``naive overhead / tiled
-  overhead`` (> 1: the tiled kernel makes the auxiliary loss that many times cheaper; the
-  issue's CPU target is >= 2). The small default vocabulary (2048) keeps the LM head from
-  dominating a CPU step, so the loss's share of a step is larger here than with GPT2's 50257;
-  the overhead in seconds does not depend on it.
+  leaner) and ``tiled / compiled`` (> 1: the compiled tile body is faster); in (b) each step's
+  time relative to ``ce``, its overhead ``t - t_ce`` (also as the median of per-rep paired
+  differences, the steadier figure), and ``naive overhead / tiled overhead`` (> 1: the tiled
+  kernel makes the auxiliary loss that many times cheaper; the issue's CPU target is >= 2) and
+  ``tiled overhead / compiled overhead``, each also for the loss alone. The small default
+  vocabulary (2048) keeps the LM head from dominating a CPU step, so the loss's share of a step
+  is larger here than with GPT2's 50257; the overhead in seconds does not depend on it.
+* ``first``: the first (warm-up) call of each variant, which for ``compiled`` includes compiling
+  its graphs (one each for the first, middle and last tile); it is not part of ``time``.
 
     python benchmarks/dispersion_loss.py [--device cpu|cuda] [--dtype float32|bfloat16]
-        [--reps 15] [--threads 1] [--json results.json] [--only loss|train]   (--help: sizes)
+        [--reps 15] [--threads 1] [--json results.json] [--only loss|train] [--no-compiled]
+        (--help: sizes)
 
 On CPU it uses one thread by default (``--threads``): with two threads on two cores shared
-with other jobs, medians of the same step varied by 5x. The default CPU run takes about 1.5 minutes.
+with other jobs, medians of the same step varied by 5x. The default CPU run takes about 2 minutes,
+of which ~40 s compile the tile body for the compiled variants (``--no-compiled`` skips them).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -71,6 +79,8 @@ from condensation.losses import (  # noqa: E402
 )
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+TILED_NAMES = {"eager": "tiled", "compiled": "compiled"}
+"""Variant name of the tiled kernel with each tile body (``AuxLossConfig.kernel``)."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -83,12 +93,18 @@ def synchronize(device: torch.device) -> None:
 
 
 def time_interleaved(variants: dict[str, Callable[[], object]], device: torch.device, reps: int, warmup: int) -> dict[str, dict]:
-    """Median/min wall and median CPU seconds per call; variants take turns within each rep, in a
-    rotating order, so that slow phases of a shared machine are spread over all of them."""
+    """Median/min wall and median CPU seconds per call, and the first warm-up call's wall time;
+    variants take turns within each rep, in a rotating order, so that slow phases of a shared
+    machine are spread over all of them."""
     names = list(variants)
+    first: dict[str, float] = {}
     for _ in range(warmup):
         for name in names:
+            synchronize(device)
+            start = time.perf_counter()
             variants[name]()
+            synchronize(device)
+            first.setdefault(name, time.perf_counter() - start)  # a compiled variant compiles here
     wall: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
     for rep in range(reps):
@@ -100,7 +116,7 @@ def time_interleaved(variants: dict[str, Callable[[], object]], device: torch.de
             wall[name].append(time.perf_counter() - wall_start)
             cpu[name].append(time.process_time() - cpu_start)
     return {name: {"time_s": statistics.median(wall[name]), "min_s": min(wall[name]),
-                   "cpu_s": statistics.median(cpu[name]), "reps_s": wall[name]} for name in names}
+                   "cpu_s": statistics.median(cpu[name]), "reps_s": wall[name], "first_s": first.get(name)} for name in names}
 
 
 def memory_of(fn: Callable[[], object], device: torch.device, inputs: list[torch.Tensor]) -> tuple[str, int]:
@@ -188,21 +204,39 @@ def bench_loss(args, device: torch.device, dtype: torch.dtype) -> dict:
     fns = {
         "naive": lambda z: naive_layer_loss(z, config.tau),
         "dense": lambda z: dense_layer_loss(z, config),
-        "tiled": lambda z: dispersion_tiled(z, config.tau, config.clamp, tile=args.tile),
+        **{TILED_NAMES[kernel]: (lambda z, kernel=kernel: dispersion_tiled(z, config.tau, config.clamp, tile=args.tile, kernel=kernel))
+           for kernel in args.kernels},
     }
 
     def step(fn):
         loss = torch.stack([fn(z) for z in layers]).mean()
         return loss.detach(), torch.autograd.grad(loss, layers)
 
-    (dense_value, dense_grads), (tiled_value, tiled_grads) = step(fns["dense"]), step(fns["tiled"])
-    grad_error = max(((d.float() - t.float()).abs().max() / d.float().abs().max()).item() for d, t in zip(dense_grads, tiled_grads))
-    del dense_grads, tiled_grads
+    # timed first: its warm-up call is each variant's first, and the compiled one compiles there
     results = time_interleaved({name: (lambda fn=fn: step(fn)) for name, fn in fns.items()}, device, args.reps, args.warmup)
+    dense_value, dense_grads = step(fns["dense"])
+    agreement = {}
+    for name in (TILED_NAMES[kernel] for kernel in args.kernels):
+        value, grads = step(fns[name])
+        agreement[name] = {"loss_abs_diff": abs(dense_value.item() - value.item()), "grad_max_rel_diff": max(
+            ((d.float() - t.float()).abs().max() / d.float().abs().max()).item() for d, t in zip(dense_grads, grads))}
+    del dense_grads, grads
     for name, fn in fns.items():
         results[name]["memory_kind"], results[name]["memory_bytes"] = memory_of(lambda fn=fn: step(fn), device, layers)
-    return {"shape": list(shape), "layers": args.loss_layers, "tile": args.tile, "variants": results,
-            "loss_abs_diff": abs(dense_value.item() - tiled_value.item()), "grad_max_rel_diff": grad_error}
+    return {"shape": list(shape), "layers": args.loss_layers, "tile": args.tile, "variants": results, "agreement": agreement}
+
+
+def comparisons(variants: dict, prefix: str = "") -> list[tuple[str, str]]:
+    """The (slower, faster) pairs of variants whose ratios are printed: the naive and dense losses
+    against the tiled kernel, and the eager tile body against the compiled one."""
+    pairs = [("naive", "tiled"), ("dense", "tiled")] + ([("tiled", "compiled")] if f"{prefix}compiled" in variants else [])
+    return [(prefix + slow, prefix + fast) for slow, fast in pairs]
+
+
+def speedup(slow: dict, fast: dict) -> str:
+    """``slow / fast`` in median, least-disturbed and CPU time (> 1: ``fast`` is faster)."""
+    return (f"time x{slow['time_s'] / fast['time_s']:.2f} (min x{slow['min_s'] / fast['min_s']:.2f}, "
+            f"cpu x{slow['cpu_s'] / fast['cpu_s']:.2f})")
 
 
 def print_loss(result: dict) -> None:
@@ -210,16 +244,15 @@ def print_loss(result: dict) -> None:
     print(f"\n(a) dispersion loss alone, forward + backward, {result['layers']} layers of [B={batch}, T={tokens}, F={features}], tile {result['tile']}")
     variants = result["variants"]
     kind = variants["dense"]["memory_kind"]
-    print(f"  {'variant':<8} {'time':>9} {'min':>9} {'cpu':>9}   {kind}")
+    print(f"  {'variant':<9} {'time':>9} {'min':>9} {'cpu':>9} {'first':>9}   {kind}")
     for name, row in variants.items():
-        print(f"  {name:<8} {row['time_s']:8.3f}s {row['min_s']:8.3f}s {row['cpu_s']:8.3f}s   {human(row['memory_bytes']):>10}")
-    tiled = variants["tiled"]
-    for name in ("naive", "dense"):
-        row = variants[name]
-        print(f"  {name} / tiled: time x{row['time_s'] / tiled['time_s']:.2f} (min x{row['min_s'] / tiled['min_s']:.2f}, "
-              f"cpu x{row['cpu_s'] / tiled['cpu_s']:.2f}); memory {human(row['memory_bytes'])} vs {human(tiled['memory_bytes'])}"
-              f" (x{row['memory_bytes'] / max(tiled['memory_bytes'], 1):.3g})")
-    print(f"  agreement: |loss dense - tiled| = {result['loss_abs_diff']:.1e}, max relative gradient difference {result['grad_max_rel_diff']:.1e}")
+        print(f"  {name:<9} {row['time_s']:8.3f}s {row['min_s']:8.3f}s {row['cpu_s']:8.3f}s {row['first_s']:8.3f}s   {human(row['memory_bytes']):>10}")
+    for slow, fast in comparisons(variants):
+        row, fast_row = variants[slow], variants[fast]
+        print(f"  {slow} / {fast}: {speedup(row, fast_row)}; memory {human(row['memory_bytes'])} vs "
+              f"{human(fast_row['memory_bytes'])} (x{row['memory_bytes'] / max(fast_row['memory_bytes'], 1):.3g})")
+    for name, agree in result["agreement"].items():
+        print(f"  agreement: |loss dense - {name}| = {agree['loss_abs_diff']:.1e}, max relative gradient difference {agree['grad_max_rel_diff']:.1e}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -246,7 +279,9 @@ def bench_train(args, device: torch.device, dtype: torch.dtype) -> dict:
         "ce": None,
         "ce+naive": lambda hidden: mean_over_layers(lambda z: naive_layer_loss(z, config.tau), hidden),
         "ce+dense": lambda hidden: mean_over_layers(lambda z: dense_layer_loss(z, config, gen), hidden),
-        "ce+tiled": lambda hidden: auxiliary_loss(hidden, config),
+        # the kernel named, not "auto", so that each variant runs the same tile body on every device
+        **{f"ce+{TILED_NAMES[kernel]}": (lambda hidden, tiled=dataclasses.replace(config, kernel=kernel): auxiliary_loss(hidden, tiled))
+           for kernel in args.kernels},
     }
     if args.tokens > args.max_tokens:
         aux_losses[f"ce+dense@{args.max_tokens}"] = lambda hidden: mean_over_layers(lambda z: dense_layer_loss(z, subsampled, gen), hidden)
@@ -304,31 +339,31 @@ def print_train(result: dict) -> None:
     # Overheads as paired differences: within one rep every variant runs once, back to back, so
     # t - t_ce per rep cancels slow drifts of a shared machine; the median of those differences
     # is far steadier than a difference of two medians.
-    tiled = variants["ce+tiled"]
     for name, row in variants.items():
         row["paired_overhead_s"] = statistics.median(t - t_ce for t, t_ce in zip(row["reps_s"], base["reps_s"]))
-    print(f"  paired overhead (median over reps of t - t_ce): "
+    print("  paired overhead (median over reps of t - t_ce): "
           + ", ".join(f"{name} {row['paired_overhead_s']:+.3f}s" for name, row in variants.items() if name != "ce"))
-    for name in ("ce+naive", "ce+dense"):
-        over, tiled_over = variants[name]["paired_overhead_s"], tiled["paired_overhead_s"]
+    for slow, fast in comparisons(variants, "ce+"):
+        over, fast_over = variants[slow]["paired_overhead_s"], variants[fast]["paired_overhead_s"]
         # an overhead <= 0 means the noise of the CE-only step is larger than the loss: no ratio
-        factor = over / tiled_over if over > 0 and tiled_over > 0 else None
-        result[f"{name.removeprefix('ce+')}_over_tiled_overhead"] = factor
+        factor = over / fast_over if over > 0 and fast_over > 0 else None
+        result[f"{slow.removeprefix('ce+')}_over_{fast.removeprefix('ce+')}_overhead"] = factor
         shown = f"x{factor:.2f}" if factor is not None else "n/a (an overhead <= 0: noise)"
-        print(f"  {name.removeprefix('ce+')} overhead / tiled overhead: {shown}")
-    dense = variants["ce+dense"]
+        print(f"  {slow.removeprefix('ce+')} overhead / {fast.removeprefix('ce+')} overhead: {shown}")
     alone = result["loss_on_step_hidden"]
     print(f"  the loss alone on this step's hidden states, forward + backward (median of {len(alone['ce+tiled']['reps_s'])} reps;"
           f" what each variant adds to a step):")
     for name, row in alone.items():
         row["implied_ratio_to_ce"] = 1 + row["time_s"] / base["time_s"]
-        print(f"    {name.removeprefix('ce+'):<10} {row['time_s']:8.3f}s  (min {row['min_s']:.3f}s)  -> step / ce ~ {row['implied_ratio_to_ce']:.3f}")
-    for name in ("ce+naive", "ce+dense"):
-        factor = alone[name]["time_s"] / alone["ce+tiled"]["time_s"]
-        result[f"{name.removeprefix('ce+')}_over_tiled_loss_alone"] = factor
-        print(f"    {name.removeprefix('ce+')} / tiled: x{factor:.2f}")
-    extra = (dense["memory_bytes"] - base["memory_bytes"], tiled["memory_bytes"] - base["memory_bytes"])
-    print(f"  extra memory over ce: dense {human(extra[0])}, tiled {human(extra[1])}")
+        print(f"    {name.removeprefix('ce+'):<10} {row['time_s']:8.3f}s  (min {row['min_s']:.3f}s, first {row['first_s']:.3f}s)"
+              f"  -> step / ce ~ {row['implied_ratio_to_ce']:.3f}")
+    for slow, fast in comparisons(variants, "ce+"):
+        factor = alone[slow]["time_s"] / alone[fast]["time_s"]
+        result[f"{slow.removeprefix('ce+')}_over_{fast.removeprefix('ce+')}_loss_alone"] = factor
+        print(f"    {slow.removeprefix('ce+')} / {fast.removeprefix('ce+')}: x{factor:.2f} (min x{alone[slow]['min_s'] / alone[fast]['min_s']:.2f})")
+    extra = {name.removeprefix("ce+"): human(row["memory_bytes"] - base["memory_bytes"]) for name, row in variants.items()
+             if name in ("ce+dense", "ce+tiled", "ce+compiled")}
+    print("  extra memory over ce: " + ", ".join(f"{name} {shown}" for name, shown in extra.items()))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -343,6 +378,8 @@ def main() -> None:
                         help="the loss is ~10%% of a default CPU step, so its overhead needs many reps to rise above the noise")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--tile", type=int, default=DEFAULT_TILE, help="rows per tile of the tiled kernel in (a)")
+    parser.add_argument("--compiled", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run the tiled kernel with its tile body compiled (torch.compile; needs a C++ compiler on CPU, Triton on CUDA)")
     parser.add_argument("--tau", type=float, default=1.0)
     parser.add_argument("--only", choices=("loss", "train"), help="run only (a) or (b)")
     parser.add_argument("--loss-reps", type=int, default=60, help="reps of the loss alone on the step's hidden states in (b)")
@@ -362,6 +399,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=256, help="positions kept by the subsampled dense variant (only run when --tokens is larger)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
+    args.kernels = ("eager", "compiled") if args.compiled else ("eager",)
 
     device = torch.device(args.device)
     if device.type == "cpu" and args.threads > 0:

@@ -20,55 +20,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-TIED_HEAD_OPTIONS = ("untie", "reset")
-
-
-# ----------------------------------------------------------------------------- configuration
-
-
-@dataclass(frozen=True)
-class NoisyEmbeddingConfig:
-    alpha: float = 1.0
-    """Noise scale: each embedding element gets Uniform(-m, m) noise, m = alpha / sqrt(T * H) for
-    T tokens of width H. 1.0 is the paper/reference value for GPT2; it uses 5.0 for Qwen3."""
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.alpha < math.inf:  # also refuses NaN
-            raise ValueError(f"NoisyEmbeddingConfig.alpha must be a finite number >= 0, got {self.alpha}")
-
-
-@dataclass(frozen=True)
-class ActiveForgettingConfig:
-    every: int = 1000
-    """Reset period in optimizer steps (global, counted from the start of the run): the embeddings
-    are re-initialised after steps every, 2 * every, ... Chen et al. reset every 1000 updates."""
-
-    tied_head: str = "untie"
-    """What to do when the output head shares its weight with the input embeddings (GPT2, Qwen3):
-    ``"untie"`` gives the head its own copy before training, so only the input embeddings are
-    forgotten (the method's intent, hence the default); ``"reset"`` keeps them tied and resets
-    both, which also discards the trained output layer (what the reference code did by accident).
-    Untied models behave the same under both."""
-
-    std: float | None = None
-    """Standard deviation of the re-initialisation; None uses the model config's
-    ``initializer_range`` (how the embeddings were first initialised), or 0.02 without one."""
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.every, int) or self.every < 1:
-            raise ValueError(f"ActiveForgettingConfig.every must be an integer >= 1, got {self.every!r}")
-        if self.tied_head not in TIED_HEAD_OPTIONS:
-            raise ValueError(f"ActiveForgettingConfig.tied_head must be 'untie' or 'reset', got {self.tied_head!r}")
-        if self.std is not None and not 0 < self.std < math.inf:
-            raise ValueError(f"ActiveForgettingConfig.std must be a finite number > 0, or None, got {self.std}")
-
+from .settings import (
+    OBJECTIVES,
+    ActiveForgettingConfig,
+    NoisyEmbeddingConfig,
+    resolve_method,
+)
 
 # ----------------------------------------------------------------------------- the hooks
 
@@ -186,22 +149,17 @@ def untie_output_head(model: nn.Module) -> None:
 # ----------------------------------------------------------------------------- by name
 
 
-BASELINES = {
-    NoisyEmbedding.name: (NoisyEmbedding, NoisyEmbeddingConfig),
-    ActiveForgetting.name: (ActiveForgetting, ActiveForgettingConfig),
-}
-
-
 def make_baseline(name: str, **options: Any) -> TrainingBaseline:
-    """A baseline from its config name and options, e.g. ``make_baseline("noisy_embedding", alpha=5.0)``."""
-    if name not in BASELINES:
-        raise ValueError(f"unknown training baseline {name!r} (known: {', '.join(BASELINES)})")
-    baseline_class, config_class = BASELINES[name]
-    known = {f.name for f in dataclasses.fields(config_class)}
-    unknown = sorted(set(options) - known)
+    """A baseline from its objective name and options, e.g. ``make_baseline("noisy_embedding", alpha=5.0)``;
+    names, options and classes come from the registry ``settings.OBJECTIVES``."""
+    objective = OBJECTIVES.get(name)
+    if objective is None or objective.kind != "baseline":
+        known = [n for n, o in OBJECTIVES.items() if o.kind == "baseline"]
+        raise ValueError(f"unknown training baseline {name!r} (known: {', '.join(known)})")
+    unknown = sorted(set(options) - set(objective.options))
     if unknown:
-        raise ValueError(f"training baseline {name!r}: unknown option(s) {unknown} (known: {sorted(known)})")
-    return baseline_class(config_class(**options))
+        raise ValueError(f"training baseline {name!r}: unknown option(s) {unknown} (known: {sorted(objective.options)})")
+    return objective.load()(resolve_method({"objective": name, **options}).baseline)
 
 
 __all__ = (

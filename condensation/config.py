@@ -14,13 +14,31 @@ from typing import Any, Mapping
 import jsonschema
 import yaml
 
+from .plan import STUDIES, check_series, check_study, series_models, study_methods
+from .settings import OBJECTIVES, TrainConfig, dataclass_defaults
+
+
 class ConfigError(ValueError):
     """The configuration is invalid; the message lists every problem with its key path."""
 
 
 def load_schema() -> dict[str, Any]:
-    text = resources.files("condensation").joinpath("schemas/config.schema.yaml").read_text()
-    return yaml.safe_load(text)
+    """The JSON schema, completed from ``settings``: the training defaults and the objective names
+    live there only, so the schema and the code cannot disagree."""
+
+    schema = yaml.safe_load(resources.files("condensation").joinpath("schemas/config.schema.yaml").read_text())
+    train = schema["$defs"]["train"]["properties"]
+    defaults = {k: v for k, v in dataclass_defaults(TrainConfig).items() if k not in ("seed", "aux_weight")}
+    if set(train) != set(defaults):
+        raise ConfigError(f"schema $defs.train and settings.TrainConfig disagree on {sorted(set(train) ^ set(defaults))}")
+    for name, default in defaults.items():
+        train[name]["default"] = list(default) if isinstance(default, tuple) else default
+    method = schema["$defs"]["method"]["properties"]
+    options = {option for objective in OBJECTIVES.values() for option in objective.options}
+    if set(method) - {"objective"} != options:
+        raise ConfigError(f"schema $defs.method and settings.OBJECTIVES disagree on {sorted((set(method) - {'objective'}) ^ options)}")
+    method["objective"]["enum"] = list(OBJECTIVES)
+    return schema
 
 
 def _with_defaults(validator_class: type) -> type:
@@ -58,10 +76,20 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
         for error in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     ]
     if not problems:
-        problems = _cross_check(config)
+        problems = _add_series_models(config) or _cross_check(config)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return config
+
+
+def _add_series_models(config: dict[str, Any]) -> list[str]:
+    """Add a model entry for every checkpoint of each hub series (``plan.series_models``)."""
+    generated = series_models(config)
+    clashes = sorted(set(generated) & set(config["models"]))
+    if clashes:
+        return [f"config.series: generated model names {clashes} are already models; rename the series or the model"]
+    config["models"].update(generated)
+    return []
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
@@ -83,8 +111,11 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
     for name, spec in models.items():
         if spec["source"] == "init":
             need("model", models, spec["of"], f"config.models.{name}.of")
-            if spec["of"] in models and models[spec["of"]]["source"] != "pretrain":
-                problems.append(f"config.models.{name}.of: '{spec['of']}' is not a pretrain model")
+            if spec["of"] in models and models[spec["of"]]["source"] not in ("pretrain", "hub"):
+                problems.append(
+                    f"config.models.{name}.of: '{spec['of']}' is neither a pretrain model (its GPT2 shape) "
+                    "nor a hub model (its architecture, with random weights)"
+                )
     for family, spec in config["families"].items():
         for model in spec["models"]:
             need("model", models, model, f"config.families.{family}.models")
@@ -106,10 +137,13 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
     if any(spec["source"] == "pretrain" for spec in models.values()):
         dataset = config["pretrain"]["dataset"]
         need("dataset", datasets, dataset, "config.pretrain.dataset")
+        if config["pretrain"]["tokenizer"] is not None:
+            need("model", models, config["pretrain"]["tokenizer"], "config.pretrain.tokenizer")
         for name, spec in models.items():
             if spec["source"] == "pretrain" and spec["arch"]["n_positions"] < config["pretrain"]["train"]["block_size"]:
                 problems.append(f"config.models.{name}.arch.n_positions is below config.pretrain.train.block_size")
-    problems += _check_midtrain(config)
+    problems += [problem for study in STUDIES for problem in check_study(config, study)]
+    problems += check_series(config)
     problems += _check_evaluation(config)
     sampling = config["sampling"]
     if sampling["min_words"] < sampling["seq_len"]:
@@ -117,45 +151,6 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
             f"config.sampling.min_words ({sampling['min_words']}) is below seq_len ({sampling['seq_len']}): "
             "sequences could come out shorter than seq_len tokens"
         )
-    return problems
-
-
-METHOD_OPTIONS = {
-    "ce": set(),
-    "dispersion": {"weight", "tau", "placement", "max_tokens", "norm_weight", "margin"},
-    "noisy_embedding": {"alpha"},
-    "active_forgetting": {"every", "tied_head"},
-}
-for _loss in ("decorrelation", "l2_repel", "orthogonalization"):
-    METHOD_OPTIONS[_loss] = METHOD_OPTIONS["dispersion"]
-
-
-def _check_midtrain(config: dict[str, Any]) -> list[str]:
-    section, problems = config["midtrain"], []
-    if not section["models"]:
-        return problems
-    for model in section["models"]:
-        if model not in config["models"]:
-            problems.append(f"config.midtrain.models: unknown model '{model}'")
-    for key in ("dataset", "geometry_dataset"):
-        if section[key] not in config["datasets"]:
-            problems.append(f"config.midtrain.{key}: unknown dataset '{section[key]}'")
-    for name, spec in section["methods"].items():
-        extra = set(spec) - {"objective"} - METHOD_OPTIONS[spec["objective"]]
-        if extra:
-            problems.append(
-                f"config.midtrain.methods.{name}: option(s) {sorted(extra)} do not apply to objective '{spec['objective']}'"
-            )
-    methods = midtrain_methods(config)
-    for row in section["figure_rows"]:
-        if row not in methods:
-            problems.append(f"config.midtrain.figure_rows: unknown method '{row}' (known: {', '.join(methods)})")
-    for model in section["ablation"]["models"] or []:
-        if model not in section["models"]:
-            problems.append(f"config.midtrain.ablation.models: '{model}' is not in config.midtrain.models")
-    clashes = set(section["methods"]) & set(_ablation_methods(section))
-    if clashes:
-        problems.append(f"config.midtrain.methods: names {sorted(clashes)} clash with generated ablation runs")
     return problems
 
 
@@ -168,75 +163,12 @@ def _check_evaluation(config: dict[str, Any]) -> list[str]:
         if key != "default" and key not in config["models"]:
             problems.append(f"config.evaluation.fewshot: '{key}' is neither 'default' nor a model name")
     if section["tasks"] and config["midtrain"]["models"]:
-        methods = midtrain_methods(config)
+        methods = study_methods(config, "midtrain")
         if section["reference"] not in methods:
             problems.append(
                 f"config.evaluation.reference: unknown method '{section['reference']}' (known: {', '.join(methods)})"
             )
     return problems
-
-
-def evaluation_tasks(config: Mapping[str, Any], model: str) -> dict[str, int]:
-    """lm-eval task name -> num_fewshot for ``model``: 0 for `zero` tasks, the model's few-shot
-    count (or the default, else 0) for `few` tasks."""
-    section = config["evaluation"]
-    shots = section["fewshot"].get(model, section["fewshot"].get("default", 0))
-    return {task: (0 if kind == "zero" else shots) for task, kind in section["tasks"].items()}
-
-
-def ablation_grid(config: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
-    """Method name -> (weight, tau) of every dispersion run of Table 3: the ablation grid plus
-    each configured method that is the plain dispersion loss (the paper's default row)."""
-    grid = {name: _plain_dispersion(spec) for name, spec in midtrain_methods(config).items()}
-    return {name: point for name, point in grid.items() if point is not None}
-
-
-def midtrain_checkpoints(config: Mapping[str, Any]) -> list[str]:
-    """Names (``step-0000049``) of the evaluation checkpoints every mid-training run writes;
-    known before training, since the step count follows from the token budget."""
-    from .settings import checkpoint_steps, total_steps
-
-    train = train_config(config["midtrain"]["train"], seed=0)
-    world = max(1, config["midtrain"]["gpus_per_run"])
-    return [f"step-{step:07d}" for step in checkpoint_steps(total_steps(train, world), train.num_checkpoints)]
-
-
-def _plain_dispersion(spec: Mapping[str, Any]) -> tuple[float, float] | None:
-    """(weight, tau) of a method that is the dispersion loss with nothing else changed, else None."""
-    from .settings import AuxLossConfig
-
-    if spec["objective"] != "dispersion" or not set(spec) <= {"objective", "weight", "tau"}:
-        return None
-    defaults = AuxLossConfig("dispersion")
-    return float(spec.get("weight", defaults.weight)), float(spec.get("tau", defaults.tau))
-
-
-def _ablation_methods(section: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The grid's runs, minus points a configured method already trains (the paper's default
-    lambda=0.1, tau=1 sits in its own grid): no run is trained twice."""
-    grid = section["ablation"]
-    configured = {_plain_dispersion(spec) for spec in section["methods"].values()}
-    return {
-        f"dispersion-lam{weight:g}-tau{tau:g}": {"objective": "dispersion", "weight": weight, "tau": tau}
-        for weight in grid["weights"]
-        for tau in grid["taus"]
-        if (float(weight), float(tau)) not in configured
-    }
-
-
-def midtrain_methods(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Every mid-training method: the configured ones, then the ablation grid's dispersion runs."""
-    return {**config["midtrain"]["methods"], **_ablation_methods(config["midtrain"])}
-
-
-def midtrain_runs(config: Mapping[str, Any]) -> list[tuple[str, str, int]]:
-    """(model, method, seed) of every mid-training run; ablation runs use the ablation's seeds."""
-    section = config["midtrain"]
-    ablation = _ablation_methods(section)
-    ablation_models = section["ablation"]["models"] or section["models"]
-    runs = [(model, method, seed) for model in section["models"] for method in section["methods"] for seed in section["seeds"]]
-    runs += [(model, method, seed) for model in ablation_models for method in ablation for seed in section["ablation"]["seeds"]]
-    return runs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,10 +206,8 @@ class TrendConfig:
     """Use the mean over all N^2 pairs (paper) rather than over i != j."""
 
 
-def train_config(train: Mapping[str, Any], seed: int, aux_weight: float = 0.0):
+def train_config(train: Mapping[str, Any], seed: int, aux_weight: float = 0.0) -> TrainConfig:
     """The training loop's config from a validated ``train`` section."""
-    from .settings import TrainConfig
-
     return TrainConfig(**train, seed=seed, aux_weight=aux_weight)
 
 

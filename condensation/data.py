@@ -12,14 +12,16 @@ from __future__ import annotations
 import glob
 import json
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
-import torch
 
 from .config import SamplingConfig
 from .corpus import paragraphs
 from .io import atomic_path, manifest_path, verify_manifest, write_manifest
+
+if TYPE_CHECKING:  # torch is imported where tokens become tensors, not when the workflow plans
+    import torch
 
 START_FRACTION = 0.95
 """Starting rows are drawn from the first 95 % so a window rarely runs off the end."""
@@ -29,10 +31,15 @@ class DatasetError(ValueError):
     """A dataset cannot provide what was asked of it (empty, too short, unreadable)."""
 
 
+def local_files(patterns: Sequence[str]) -> list[str]:
+    """The files a ``files`` dataset names: every pattern globbed (``**`` recursive), sorted, once each."""
+    return sorted({path for pattern in patterns for path in glob.glob(pattern, recursive=True)})
+
+
 def read_local_documents(spec: Mapping[str, Any], corpus_dir: str | Path | None) -> dict[str, str]:
     """Documents of a local dataset: ``files`` globs, or the ``.txt`` files of a built corpus dir."""
     if spec["source"] == "files":
-        paths = sorted({p for pattern in spec["files"] for p in glob.glob(pattern, recursive=True)})
+        paths = local_files(spec["files"])
         if not paths:
             raise DatasetError(f"no file matches {spec['files']}")
     else:
@@ -49,18 +56,56 @@ def read_local_documents(spec: Mapping[str, Any], corpus_dir: str | Path | None)
     return {name: text for name, text in documents.items() if name not in excluded}
 
 
+def load_hub_dataset(name: str, spec: Mapping[str, Any]):
+    """The hub dataset's split as an Arrow table (memory-mapped), checked to hold the configured
+    text column. Downloads (or reads the Hugging Face cache)."""
+    import datasets  # imported here: loading the library is slow and only hub datasets need it
+
+    try:
+        table = datasets.load_dataset(
+            spec["path"], spec.get("name"), split=spec.get("split", "train"), data_files=spec.get("data_files")
+        )
+    except (FileNotFoundError, ValueError, ConnectionError) as error:
+        raise DatasetError(f"dataset '{name}': cannot load {spec['path']} ({spec.get('name')}): {error}") from error
+    field = spec.get("field", "text")
+    if field not in table.column_names:
+        raise DatasetError(f"dataset '{name}' has no column '{field}' (columns: {table.column_names})")
+    return table
+
+
+def fetch_hub_dataset(name: str, spec: Mapping[str, Any], out_dir: str | Path) -> int:
+    """Download a hub dataset (where the network is) and keep its text column as an Arrow
+    dataset in ``out_dir``, with a manifest: the jobs that read it need no network and no
+    Hugging Face cache (whose offline lookup fails for datasets loaded with ``data_files``).
+    Returns the number of rows."""
+    table = load_hub_dataset(name, spec).select_columns([spec.get("field", "text")])
+    with atomic_path(out_dir) as tmp:
+        table.save_to_disk(str(tmp))
+        write_manifest(tmp, kind="hub_dataset", dataset=name, source=dict(spec), num_rows=table.num_rows)
+    return table.num_rows
+
+
+def iter_rows(name: str, spec: Mapping[str, Any], corpus_dir: str | Path | None = None, batch_size: int = 1000) -> Iterator[list[str]]:
+    """The dataset's non-empty text rows (hub rows, or local paragraphs), in order, in batches.
+    ``corpus_dir`` is the built corpus, or for a hub dataset the Arrow dataset its fetch wrote,
+    memory-mapped and read a batch at a time, never whole."""
+    if spec["source"] != "hub":
+        rows = [p for text in read_local_documents(spec, corpus_dir).values() for p in paragraphs(text)]
+        yield from (rows[start : start + batch_size] for start in range(0, len(rows), batch_size))
+        return
+    import datasets
+
+    if corpus_dir is None:
+        raise DatasetError(f"dataset '{name}' has not been fetched (no directory given)")
+    verify_manifest(corpus_dir)
+    field = spec.get("field", "text")
+    for batch in datasets.load_from_disk(str(corpus_dir)).iter(batch_size):
+        yield [text for text in batch[field] if isinstance(text, str) and text.strip()]
+
+
 def load_rows(name: str, spec: Mapping[str, Any], corpus_dir: str | Path | None = None) -> list[str]:
     """The dataset as an ordered list of non-empty text rows (hub rows, or local paragraphs)."""
-    if spec["source"] == "hub":
-        import datasets  # imported here: loading the library is slow and only hub datasets need it
-
-        table = datasets.load_dataset(spec["path"], spec.get("name"), split=spec.get("split", "train"))
-        field = spec.get("field", "text")
-        if field not in table.column_names:
-            raise DatasetError(f"dataset '{name}' has no column '{field}' (columns: {table.column_names})")
-        rows = [text for text in table[field] if isinstance(text, str) and text.strip()]
-    else:
-        rows = [p for text in read_local_documents(spec, corpus_dir).values() for p in paragraphs(text)]
+    rows = [row for batch in iter_rows(name, spec, corpus_dir) for row in batch]
     if not rows:
         raise DatasetError(f"dataset '{name}' has no non-empty text rows")
     return rows
@@ -109,6 +154,8 @@ def read_samples(path: str | Path) -> list[str]:
 
 def tokenize_exactly(tokenizer, texts: list[str], seq_len: int, where: str = "") -> torch.Tensor:
     """Token ids ``[N, seq_len]``: each text cut to exactly ``seq_len`` tokens (special tokens included)."""
+    import torch
+
     rows = []
     for index, text in enumerate(texts):
         ids = tokenizer(text, truncation=True, max_length=seq_len)["input_ids"]
@@ -121,18 +168,51 @@ def tokenize_exactly(tokenizer, texts: list[str], seq_len: int, where: str = "")
     return torch.tensor(rows, dtype=torch.long)
 
 
-def pack_blocks(documents: Iterable[list[int]], block_size: int, separator_id: int | None) -> np.ndarray:
-    """Concatenate tokenised documents (``separator_id`` after each, if given) and cut the stream
-    into ``[num_blocks, block_size]`` int64 blocks; the incomplete tail is dropped."""
-    stream: list[int] = []
-    for ids in documents:
-        stream.extend(ids)
-        if separator_id is not None:
-            stream.append(separator_id)
-    num_blocks = len(stream) // block_size
-    if num_blocks == 0:
-        raise ValueError(
-            f"corpus has {len(stream)} tokens, fewer than one block of {block_size}: "
-            "add text or lower the block size"
-        )
-    return np.asarray(stream[: num_blocks * block_size], dtype=np.int64).reshape(num_blocks, block_size)
+BLOCK_DTYPE = np.uint32
+"""Token ids on disk: every vocabulary fits, at half the size of int64."""
+
+
+def pack_token_blocks(
+    batches: Iterable[Sequence[str]], tokenizer, block_size: int, validation_fraction: float, out_path: str | Path
+) -> tuple[int, int]:
+    """Tokenise rows batch by batch into one stream (``eos`` after each row), cut it into
+    ``block_size`` blocks (the incomplete tail is dropped) and save them as a
+    ``[num_blocks, block_size]`` uint32 ``.npy`` that training memory-maps; the last
+    ``validation_fraction`` of the blocks (at least one) are held out for validation. Memory stays
+    at one batch of text: tokens go to disk as they come, so a corpus of billions of tokens packs
+    on an ordinary node. Atomic, with a manifest; returns the (train, validation) block counts."""
+    out_path = Path(out_path)
+    with atomic_path(out_path) as tmp:
+        stream = tmp.with_name("stream.bin")
+        total = _write_token_stream(batches, tokenizer, stream)
+        num_blocks = total // block_size
+        num_val = max(1, int(round(num_blocks * validation_fraction)))
+        if num_val >= num_blocks:
+            raise DatasetError(f"only {num_blocks} blocks of {block_size} tokens: too few to hold out validation")
+        blocks = np.lib.format.open_memmap(tmp, mode="w+", dtype=BLOCK_DTYPE, shape=(num_blocks, block_size))
+        blocks.reshape(-1)[:] = np.memmap(stream, dtype=BLOCK_DTYPE, mode="r", shape=(num_blocks * block_size,))
+        blocks.flush()
+        del blocks
+    write_manifest(out_path, kind="token_blocks", block_size=block_size, num_validation=num_val)
+    return num_blocks - num_val, num_val
+
+
+def _write_token_stream(batches: Iterable[Sequence[str]], tokenizer, path: Path) -> int:
+    """Append each batch's token ids (and an ``eos`` after every row) to ``path``; the count."""
+    separator = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    total = 0
+    with open(path, "wb") as handle:
+        for rows in batches:
+            ids = [token for row in tokenizer(list(rows))["input_ids"] for token in (*row, *separator)]
+            np.asarray(ids, dtype=BLOCK_DTYPE).tofile(handle)
+            total += len(ids)
+    return total
+
+
+def read_blocks(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """Train and validation blocks of a packed ``.npy``, memory-mapped (never read whole), after
+    checking the file against its manifest."""
+    manifest = verify_manifest(path)
+    blocks = np.load(path, mmap_mode="r")
+    num_val = manifest["num_validation"]
+    return blocks[:-num_val], blocks[-num_val:]

@@ -1,466 +1,62 @@
-"""Downstream evaluation with lm-eval, fully offline.
+"""Scoring with lm-eval, fully offline: any mix of built-in tasks and the offline tasks of
+:mod:`condensation.tasks`, on an in-memory model.
 
-The paper scores its mid-trained checkpoints on standard benchmarks through lm-evaluation-harness.
-Those benchmarks live on the Hugging Face Hub, which this pipeline never reaches, so two small
-multiple-choice tasks are built from held-out text instead (Persuasion is excluded from all
-training):
-
-* ``cloze`` (LAMBADA-like): given the ``context_words`` words before a sentence-final word, pick
-  that word among distractors of similar corpus frequency.
-* ``next_sentence``: given ``context_sentences`` consecutive sentences, pick the sentence that
-  follows among sentences of similar length from far-away places in the same text.
-
-Conventions shared by both kinds (one convention, so few-shot prompts read naturally):
-
-* A query never ends in whitespace and a choice never starts with it; the YAML sets
-  ``target_delimiter: " "``, so lm-eval scores ``query + " " + choice``. With GPT2-style BPE
-  this is the ordinary tokenisation of running text (the word carries its leading space).
-* The cloze target is the bare word: its sentence-final punctuation is not part of any choice,
-  as in LAMBADA.
-* Few-shot examples are drawn by lm-eval from the same (test) split, never the item itself, and
-  are separated by lm-eval's default ``fewshot_delimiter`` ("\\n\\n").
-
-Every task is a YAML file plus a JSON-lines file beside it; the YAML names the data file by its
-absolute path because the ``json`` dataset builder resolves relative paths against the working
-directory, not the YAML. :func:`score_model` then runs any mix of these and built-in lm-eval tasks
-on an in-memory model.
+:func:`score_model` runs lm-eval and keeps its per-item results beside the scores, so every score
+can be re-analysed item by item; :func:`score_checkpoint` is one scoring job of the pipeline: load
+a model, score it, and write the score record, the per-item samples (:func:`read_samples`) and
+lm-eval's own aggregated results beside each other.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import difflib
+import gzip
+import hashlib
 import json
+import logging
 import math
 import random
-import re
-from collections import Counter, defaultdict
+import sys
+import time
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
-import yaml
+from .io import atomic_path, write_json
 
-from .corpus import paragraphs
-from .io import read_json, sha256_file, write_json, write_text
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .models import ModelHandle
 
 __all__ = [
-    "KINDS",
+    "EVAL_CACHE_DIR",
     "EvalSettings",
+    "ScoreRun",
     "UnknownTaskError",
-    "build_local_tasks",
-    "cloze_items",
-    "next_sentence_items",
+    "model_cache_prefix",
+    "lm_eval_path",
+    "read_samples",
+    "samples_path",
+    "score_checkpoint",
     "score_model",
-    "sentences",
-    "words",
-    "write_local_task",
+    "write_samples",
 ]
 
-KINDS = ("cloze", "next_sentence")
-TASKS_INDEX = "tasks.json"
-DEFAULT_CONTEXT_WORDS = 60
-DEFAULT_CONTEXT_SENTENCES = 3
-# Answer sentences outside this range make poor items: very short ones ("Yes, sir.") are
-# guessable from anywhere, very long ones dominate the log-likelihood comparison.
-MIN_SENTENCE_WORDS = 4
-MAX_SENTENCE_WORDS = 50
-
-# Task names become file names and lm-eval index keys; keep them plain.
-_TASK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
-# A word token ending a sentence: anything, then . ! or ?, then optional closing quotes/brackets.
-_SENTENCE_FINAL = re.compile(r"^(?P<stem>.*?)(?P<stop>[.!?]+)[\"')\]_]*$")
-# A token that can open a sentence: optional opening quotes/brackets, then a capital letter.
-_SENTENCE_START = re.compile(r"^[\"'(\[_]*[A-Z]")
-# The word inside a token: leading punctuation, letters only, trailing non-letters.
-_WORD_CORE = re.compile(r"^[\"'(\[_]*(?P<core>[A-Za-z]+)[^A-Za-z]*$")
-# A cloze target token: the bare word at the very start, then the sentence-final punctuation.
-_CLOZE_TARGET = re.compile(r"^(?P<word>[A-Za-z]{3,})[.!?]")
-# Abbreviations whose period does not end a sentence (compared lower-case, without the period).
-_ABBREVIATIONS = frozenset(
-    "mr mrs ms dr st esq capt col gen adm lt rev messrs jr sr vol viz etc no "
-    "jan feb mar apr jun jul aug sep sept oct nov dec".split()
-)
-
-
-# --------------------------------------------------------------------------------------------
-# Text: words and sentences
-# --------------------------------------------------------------------------------------------
-
-
-def words(text: str) -> list[str]:
-    """Whitespace tokens of the prose paragraphs of ``text``, in order.
-
-    Paragraphs with no sentence-ending punctuation (titles, "Chapter 3", dates) are dropped, so
-    items are built from running prose only.
-    """
-    prose = [p for p in paragraphs(text) if re.search(r"[.!?]", p)]
-    return " ".join(prose).split()
-
-
-def _ends_sentence(token: str, next_token: str | None) -> bool:
-    """Whether ``token`` ends a sentence: final punctuation that is not an abbreviation or an
-    initial, followed by the end of the text or by a token that opens a sentence."""
-    match = _SENTENCE_FINAL.match(token)
-    if match is None:
-        return False
-    stem = match["stem"].strip("\"'([_").lower()
-    if match["stop"] == "." and (stem in _ABBREVIATIONS or (len(stem) == 1 and stem.isalpha())):
-        return False
-    return next_token is None or _SENTENCE_START.match(next_token) is not None
-
-
-def _sentence_spans(tokens: Sequence[str]) -> list[tuple[int, int]]:
-    """``[start, end)`` token spans of the sentences in ``tokens`` (a trailing fragment counts)."""
-    spans, start = [], 0
-    for i, token in enumerate(tokens):
-        following = tokens[i + 1] if i + 1 < len(tokens) else None
-        if _ends_sentence(token, following):
-            spans.append((start, i + 1))
-            start = i + 1
-    if start < len(tokens):
-        spans.append((start, len(tokens)))
-    return spans
-
-
-def sentences(text: str) -> list[str]:
-    """The sentences of the prose in ``text``, each with single spaces between words."""
-    tokens = words(text)
-    return [" ".join(tokens[s:e]) for s, e in _sentence_spans(tokens)]
-
-
-# --------------------------------------------------------------------------------------------
-# Item construction
-# --------------------------------------------------------------------------------------------
-
-
-def _check_counts(num_items: int, num_choices: int, context: int, context_name: str) -> None:
-    for name, value, least in (("num_items", num_items, 1), ("num_choices", num_choices, 2), (context_name, context, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-
-
-def _spread(candidates: Sequence[int], window: int, count: int, rng: random.Random) -> list[int]:
-    """Pick up to ``count`` of ``candidates`` (positions) at random such that any two are more
-    than ``window`` apart, so no item's context contains another item's answer; sorted."""
-    order = list(candidates)
-    rng.shuffle(order)
-    chosen: list[int] = []
-    for position in order:
-        at = bisect.bisect_left(chosen, position)
-        if at > 0 and position - chosen[at - 1] <= window:
-            continue
-        if at < len(chosen) and chosen[at] - position <= window:
-            continue
-        chosen.insert(at, position)
-        if len(chosen) == count:
-            break
-    return chosen
-
-
-def _too_short(kind: str, wanted: int, available: int, hint: str) -> ValueError:
-    return ValueError(f"text too short for {wanted} {kind} items: it gives only {available} ({hint})")
-
-
-def _shape(word: str) -> str | None:
-    """Case shape of a word; distractors share the target's, so case gives nothing away."""
-    if word.islower():
-        return "lower"
-    if word.istitle():
-        return "title"
-    return None
-
-
-def _frequency_pools(tokens: Iterable[str]) -> dict[str, list[str]]:
-    """Words (>= 3 letters) of each case shape, most frequent first (ties alphabetical)."""
-    counts = Counter(m["core"] for t in tokens if (m := _WORD_CORE.match(t)) and len(m["core"]) >= 3)
-    pools: dict[str, list[str]] = defaultdict(list)
-    for word in sorted(counts, key=lambda w: (-counts[w], w)):
-        if (shape := _shape(word)) is not None:
-            pools[shape].append(word)
-    return dict(pools)
-
-
-def _nearest_by_rank(pool: Sequence[str], rank: int, exclude: str, count: int) -> list[str]:
-    """The ``count`` words of ``pool`` nearest to position ``rank``, skipping case variants of
-    ``exclude``; ties go to the more frequent word."""
-    window = range(max(0, rank - count - 1), min(len(pool), rank + count + 2))
-    order = sorted(window, key=lambda r: (abs(r - rank), r))
-    return [pool[r] for r in order if pool[r].lower() != exclude.lower()][:count]
-
-
-def _shuffled_item(query: str, answer: str, distractors: list[str], rng: random.Random) -> dict[str, Any]:
-    choices = [answer, *distractors]
-    rng.shuffle(choices)
-    return {"query": query, "choices": choices, "gold": choices.index(answer)}
-
-
-def cloze_items(text: str, num_items: int, num_choices: int, seed: int, context_words: int = DEFAULT_CONTEXT_WORDS) -> list[dict]:
-    """LAMBADA-like items: the ``context_words`` words before a sentence-final word, and that word.
-
-    Targets are alphabetic words of at least 3 letters that end a sentence, at places whose
-    contexts do not overlap. Distractors are drawn at random from the ``3 * (num_choices - 1)``
-    words of the same text nearest in frequency rank among words of the same case shape
-    (lower-case or Capitalised), so neither frequency nor capitalisation betrays the answer.
-    Returns ``{"query", "choices", "gold"}`` dicts in text order; deterministic given ``seed``.
-    """
-    _check_counts(num_items, num_choices, context_words, "context_words")
-    tokens = words(text)
-    pools = _frequency_pools(tokens)
-    ranks = {shape: {w: r for r, w in enumerate(pool)} for shape, pool in pools.items()}
-
-    targets: dict[int, str] = {}
-    for i in range(context_words, len(tokens)):
-        match = _CLOZE_TARGET.match(tokens[i])
-        if match is None or match["word"].lower() in _ABBREVIATIONS:
-            continue
-        if not _ends_sentence(tokens[i], tokens[i + 1] if i + 1 < len(tokens) else None):
-            continue
-        shape = _shape(match["word"])
-        if shape is not None and len(pools[shape]) >= num_choices:
-            targets[i] = match["word"]
-
-    rng = random.Random(seed)
-    chosen = _spread(sorted(targets), context_words, num_items, rng)
-    if len(chosen) < num_items:
-        raise _too_short("cloze", num_items, len(chosen), f"{len(tokens)} words, context_words={context_words}")
-
-    items = []
-    for i in chosen:
-        answer = targets[i]
-        shape = _shape(answer)
-        near = _nearest_by_rank(pools[shape], ranks[shape][answer], answer, 3 * (num_choices - 1))
-        distractors = rng.sample(near, num_choices - 1)
-        items.append(_shuffled_item(" ".join(tokens[i - context_words : i]), answer, distractors, rng))
-    return items
-
-
-def _closest_in_length(
-    by_length: Sequence[int], lengths: Sequence[int], j: int, far: int, texts: Sequence[str], count: int
-) -> list[int]:
-    """Up to ``count`` sentence indices at least ``far`` from ``j`` whose word counts are
-    closest to sentence ``j``'s, with texts distinct from each other and from ``j``'s.
-
-    ``by_length`` lists the candidate indices sorted by (length, index); two pointers walk out
-    from ``j``'s place in it, so each call touches little more than ``count`` entries.
-    """
-    right = bisect.bisect_left(by_length, lengths[j], key=lambda k: lengths[k])
-    left = right - 1
-    seen, picked = {texts[j]}, []
-    while len(picked) < count and (left >= 0 or right < len(by_length)):
-        take_left = right >= len(by_length) or (
-            left >= 0 and lengths[j] - lengths[by_length[left]] <= lengths[by_length[right]] - lengths[j]
-        )
-        if take_left:
-            k, left = by_length[left], left - 1
-        else:
-            k, right = by_length[right], right + 1
-        if abs(k - j) >= far and texts[k] not in seen:
-            seen.add(texts[k])
-            picked.append(k)
-    return picked
-
-
-def next_sentence_items(
-    text: str,
-    num_items: int,
-    num_choices: int,
-    seed: int,
-    context_sentences: int = DEFAULT_CONTEXT_SENTENCES,
-    *,
-    max_answer_words: int = MAX_SENTENCE_WORDS,
-) -> list[dict]:
-    """Items whose query is ``context_sentences`` consecutive sentences and whose answer is the
-    sentence that follows.
-
-    Answers have 4 to ``max_answer_words`` words (lm-eval cannot score a choice longer than the
-    model's context, so a model with a short one needs a lower bound). Distractors are sentences at least a tenth of the text away
-    (and never inside the item's window), drawn at random among the ``4 * (num_choices - 1)``
-    closest in word count to the answer, because a multiple-choice log-likelihood comparison
-    otherwise mostly rewards the shortest choice. Returns ``{"query", "choices", "gold"}`` dicts
-    in text order; deterministic given ``seed``.
-    """
-    _check_counts(num_items, num_choices, context_sentences, "context_sentences")
-    if isinstance(max_answer_words, bool) or not isinstance(max_answer_words, int) or max_answer_words < MIN_SENTENCE_WORDS:
-        raise ValueError(f"max_answer_words must be an integer >= {MIN_SENTENCE_WORDS}, got {max_answer_words!r}")
-    all_sentences = sentences(text)
-    lengths = [len(s.split()) for s in all_sentences]
-    usable = [j for j, n in enumerate(lengths) if MIN_SENTENCE_WORDS <= n <= max_answer_words]
-    far = max(context_sentences + 1, len(all_sentences) // 10)
-
-    pool_size = 4 * (num_choices - 1)
-    by_length = sorted(usable, key=lambda k: (lengths[k], k))
-    distractor_pools: dict[int, list[int]] = {}
-    for j in usable:
-        if j < context_sentences:
-            continue
-        near = _closest_in_length(by_length, lengths, j, far, all_sentences, pool_size)
-        if len(near) >= num_choices - 1:
-            distractor_pools[j] = near
-
-    rng = random.Random(seed)
-    chosen = _spread(sorted(distractor_pools), context_sentences, num_items, rng)
-    if len(chosen) < num_items:
-        raise _too_short(
-            "next-sentence", num_items, len(chosen), f"{len(all_sentences)} sentences, context_sentences={context_sentences}"
-        )
-
-    items = []
-    for j in chosen:
-        distractors = [all_sentences[k] for k in rng.sample(distractor_pools[j], num_choices - 1)]
-        query = " ".join(all_sentences[j - context_sentences : j])
-        items.append(_shuffled_item(query, all_sentences[j], distractors, rng))
-    return items
-
-
-# --------------------------------------------------------------------------------------------
-# Task files
-# --------------------------------------------------------------------------------------------
-
-
-def _check_task_name(name: str) -> None:
-    if not isinstance(name, str) or not _TASK_NAME.match(name):
-        raise ValueError(f"task name {name!r} is not usable: it must match {_TASK_NAME.pattern}")
-
-
-def _task_config(name: str, kind: str, data_path: Path) -> dict[str, Any]:
-    """The lm-eval YAML of one local task. Column names (not Jinja templates) feed the prompt,
-    so text is passed through verbatim; ``num_fewshot`` is left unset so the caller's applies."""
-    metrics = ["acc", "acc_norm"]
-    return {
-        "task": name,
-        "dataset_path": "json",
-        "dataset_kwargs": {"data_files": {"test": str(data_path)}},
-        "output_type": "multiple_choice",
-        "test_split": "test",
-        "doc_to_text": "query",
-        "doc_to_choice": "choices",
-        "doc_to_target": "gold",
-        "target_delimiter": " ",
-        "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in metrics],
-        "metadata": {"version": 1.0, "kind": kind},
-    }
-
-
-def _check_items(name: str, items: Sequence[Mapping]) -> None:
-    if not items:
-        raise ValueError(f"task {name!r}: no items to write")
-    for n, item in enumerate(items):
-        choices, gold = item.get("choices"), item.get("gold")
-        if not isinstance(item.get("query"), str) or not isinstance(choices, list) or len(choices) < 2:
-            raise ValueError(f"task {name!r}, item {n}: needs a str 'query' and a list of >= 2 'choices'")
-        if isinstance(gold, bool) or not isinstance(gold, int) or not 0 <= gold < len(choices):
-            raise ValueError(f"task {name!r}, item {n}: gold {gold!r} is not an index into its {len(choices)} choices")
-
-
-def write_local_task(name: str, kind: str, items: list[dict], out_dir: str | Path) -> Path:
-    """Write ``out_dir/<name>.jsonl`` (the items) and ``out_dir/<name>.yaml`` (the lm-eval task
-    reading them by absolute path), each atomically; return the YAML path.
-
-    The data is written first, so a YAML never points at a missing or partial file. A name that
-    equals a built-in lm-eval task shadows it when ``out_dir`` is an ``include_path``: pick a
-    distinctive one (e.g. ``austen_cloze``).
-    """
-    _check_task_name(name)
-    if kind not in KINDS:
-        raise ValueError(f"task {name!r}: unknown kind {kind!r}; expected one of {list(KINDS)}")
-    _check_items(name, items)
-    out = Path(out_dir).resolve()
-    data_path, yaml_path = out / f"{name}.jsonl", out / f"{name}.yaml"
-    write_text(data_path, "".join(json.dumps(item, ensure_ascii=False) + "\n" for item in items))
-    write_text(yaml_path, yaml.safe_dump(_task_config(name, kind, data_path), sort_keys=False, allow_unicode=True))
-    return yaml_path
-
-
-_SPEC_KEYS = {"kind", "documents", "num_items", "num_choices", "seed", "context_words", "context_sentences", "max_answer_words"}
-# Optional keys that only one kind understands.
-_KIND_ONLY_KEYS = {"context_words": "cloze", "context_sentences": "next_sentence", "max_answer_words": "next_sentence"}
-_REQUIRED_KEYS = {"kind", "documents", "num_items", "num_choices", "seed"}
-
-
-def _spec_items(name: str, spec: Mapping[str, Any], documents: Mapping[str, str]) -> list[dict]:
-    """Validate one task spec and build its items from the named documents (joined in order)."""
-    missing, unknown = _REQUIRED_KEYS - set(spec), set(spec) - _SPEC_KEYS
-    if missing or unknown:
-        raise ValueError(f"task {name!r}: spec lacks {sorted(missing)} / has unknown keys {sorted(unknown)}")
-    kind, names = spec["kind"], spec["documents"]
-    if kind not in KINDS:
-        raise ValueError(f"task {name!r}: unknown kind {kind!r}; expected one of {list(KINDS)}")
-    if isinstance(names, str) or not names:
-        raise ValueError(f"task {name!r}: 'documents' must be a non-empty list of names, got {names!r}")
-    absent = [d for d in names if d not in documents]
-    if absent:
-        raise ValueError(f"task {name!r}: unknown documents {absent}; available: {sorted(documents)}")
-    misplaced = sorted(key for key, only in _KIND_ONLY_KEYS.items() if key in spec and only != kind)
-    if misplaced:
-        raise ValueError(f"task {name!r}: {misplaced} do not apply to kind {kind!r}")
-
-    text = "\n\n".join(documents[d] for d in names)
-    try:
-        if kind == "cloze":
-            context = spec.get("context_words", DEFAULT_CONTEXT_WORDS)
-            return cloze_items(text, spec["num_items"], spec["num_choices"], spec["seed"], context)
-        context = spec.get("context_sentences", DEFAULT_CONTEXT_SENTENCES)
-        longest = spec.get("max_answer_words", MAX_SENTENCE_WORDS)
-        return next_sentence_items(text, spec["num_items"], spec["num_choices"], spec["seed"], context, max_answer_words=longest)
-    except ValueError as err:
-        raise ValueError(f"task {name!r} from {list(names)}: {err}") from err
-
-
-def build_local_tasks(documents: Mapping[str, str], specs: Mapping[str, Mapping], out_dir: str | Path) -> list[Path]:
-    """Build every task in ``specs`` (name -> spec) from ``documents`` (name -> text) into
-    ``out_dir``; return the YAML paths in spec order.
-
-    A spec is ``{"kind": "cloze" | "next_sentence", "documents": [names], "num_items": int,
-    "num_choices": int, "seed": int}`` plus optionally ``context_words`` (cloze, default 60) or
-    ``context_sentences`` and ``max_answer_words`` (next_sentence, defaults 3 and 50). All specs are checked and all items built
-    before anything is written. ``out_dir/tasks.json`` is written last (it marks a complete
-    build): ``{"tasks": [names], "details": {name: {spec..., "num_items", "data_sha256"}}}``.
-    Task files of an earlier build that this one no longer has are removed, so a stale YAML
-    cannot linger in the include path.
-    """
-    if not specs:
-        raise ValueError("no task specs given")
-    for name in specs:
-        _check_task_name(name)
-    built = {name: _spec_items(name, spec, documents) for name, spec in specs.items()}
-
-    out = Path(out_dir).resolve()
-    index_path = out / TASKS_INDEX
-    previous = read_json(index_path).get("tasks", []) if index_path.exists() else []
-    paths, details = [], {}
-    for name, items in built.items():
-        paths.append(write_local_task(name, specs[name]["kind"], items, out))
-        details[name] = {**specs[name], "num_items": len(items), "data_sha256": sha256_file(out / f"{name}.jsonl")}
-    for stale in set(previous) - set(built):
-        for suffix in (".yaml", ".jsonl"):
-            (out / f"{stale}{suffix}").unlink(missing_ok=True)
-    write_json(index_path, {"tasks": list(built), "details": details})
-    return paths
-
-
-def write_task_yamls(task_dir: str | Path, out_dir: str | Path) -> list[str]:
-    """Write the YAML of every task built in ``task_dir`` into ``out_dir``, pointing at the data
-    files where ``task_dir`` is now; return the task names.
-
-    The YAMLs that ``build_local_tasks`` leaves beside the data hold absolute paths, which break
-    once the project is moved or checked out elsewhere (``dvc pull``); scoring writes fresh ones.
-    """
-    task_dir = Path(task_dir).resolve()
-    index = read_json(task_dir / TASKS_INDEX)
-    for name in index["tasks"]:
-        data_path = task_dir / f"{name}.jsonl"
-        if not data_path.is_file():
-            raise FileNotFoundError(f"task {name!r}: data file {data_path} is missing; rebuild {task_dir}")
-        config = _task_config(name, index["details"][name]["kind"], data_path)
-        write_text(Path(out_dir) / f"{name}.yaml", yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
-    return list(index["tasks"])
-
-
-# --------------------------------------------------------------------------------------------
-# Scoring
-# --------------------------------------------------------------------------------------------
+log = logging.getLogger("condensation")
+
+EVAL_CACHE_DIR = Path("runs/eval_cache")
+"""lm-eval response caches, one per model content (see :func:`model_cache_prefix`)."""
+SAMPLES_SUFFIX = ".samples.jsonl.gz"
+LM_EVAL_SUFFIX = ".lm_eval.json"
+# The columns every per-item row has, in file order; metric columns (acc, acc_norm, ...) and
+# "loglikelihoods" follow.
+SAMPLE_KEYS = ("task", "subtask", "doc_id", "filter", "num_fewshot", "target")
+# The parts of a simple_evaluate output kept in <stem>.lm_eval.json: what was scored and how,
+# without the run's environment, date and model settings.
+LM_EVAL_PARTS = ("results", "groups", "group_subtasks", "configs", "versions", "n-shot", "higher_is_better", "n-samples")
 
 
 @dataclass(frozen=True)
@@ -487,6 +83,26 @@ class EvalSettings:
 
 class UnknownTaskError(ValueError):
     """A task name that lm-eval does not know (neither built in nor in the include path)."""
+
+
+@dataclass(frozen=True)
+class ScoreRun:
+    """What :func:`score_model` returns.
+
+    scores: ``{task: {<metric>: float, "<metric>_stderr": float | None, "num_fewshot": int,
+        "num_items": int | None}}``, one entry per requested task or group.
+    samples: one row per scored item: ``task`` (the requested name), ``subtask`` (the lm-eval
+        task that holds the item: the task itself, or a member of a group), ``doc_id``,
+        ``filter``, ``num_fewshot``, ``target`` (the gold index for multiple choice), the value
+        of each of the task's per-item metrics (``acc``, ``acc_norm``, ...; 0 or 1 for
+        accuracy), and ``loglikelihoods`` (one per choice) for log-likelihood tasks.
+    lm_eval: lm-eval's aggregated output (:data:`LM_EVAL_PARTS`), one entry per
+        ``simple_evaluate`` call, each with the ``num_fewshot`` and ``tasks`` it was run with.
+    """
+
+    scores: dict[str, dict]
+    samples: list[dict]
+    lm_eval: list[dict]
 
 
 def _task_manager(include_path: str | Path | None, names: Iterable[str]) -> Any:
@@ -553,6 +169,38 @@ def _preserved_rng_state() -> Iterator[None]:
             torch.cuda.set_rng_state_all(cuda_states)
 
 
+@contextlib.contextmanager
+def _no_bytecode_files() -> Iterator[None]:
+    """Keep Python from writing ``__pycache__`` into task directories (lm-eval imports the task
+    loader from there), so scoring leaves the built tasks as they were."""
+    before = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = before
+
+
+def fetch_task_data(names: Sequence[str], out_path: str | Path, include_path: str | Path | None = None) -> None:
+    """Download the datasets of lm-eval tasks into the cache (where the network is), so that
+    scoring jobs run offline; check every name first. Records each (sub)task's document count."""
+    from lm_eval.tasks import get_task_dict
+
+    manager = _task_manager(include_path, names)
+    counts: dict[str, int] = {}
+
+    def visit(tasks: Mapping[Any, Any]) -> None:
+        for key, task in tasks.items():
+            if isinstance(task, Mapping):  # a group: its subtasks
+                visit(task)
+            else:
+                docs = task.test_docs() if task.has_test_docs() else task.validation_docs()
+                counts[getattr(key, "group_name", None) or str(key)] = len(docs) if docs is not None else 0
+
+    visit(get_task_dict(list(names), manager))
+    write_json(out_path, {"tasks": list(names), "documents": counts})
+
+
 def score_model(
     model: Any,
     tokenizer: Any,
@@ -560,21 +208,24 @@ def score_model(
     settings: EvalSettings,
     include_path: str | Path | None = None,
     cache_prefix: str | Path | None = None,
-) -> dict[str, dict]:
+) -> ScoreRun:
     """Score an in-memory causal LM on lm-eval tasks; ``tasks`` maps task name -> num_fewshot.
 
     Tasks sharing a shot count run in one ``simple_evaluate`` call (the paper's code makes a
     zero-shot and a k-shot call). Every name is checked against lm-eval's index before any
-    model work. ``cache_prefix`` makes lm-eval keep responses in ``<prefix>_rank0.db``; its
-    cache key ignores the model, so give each checkpoint its own prefix.
+    model work. ``include_path`` is a directory of task YAMLs (e.g. one that
+    :func:`condensation.tasks.build_local_tasks` wrote), searched recursively. ``cache_prefix``
+    makes lm-eval keep responses in ``<prefix>_rank0.db``; its cache key ignores the model, so
+    give each checkpoint its own prefix (:func:`model_cache_prefix`).
 
-    Returns ``{task: {<metric>: float, "<metric>_stderr": float | None, "num_fewshot": int,
-    "num_items": int | None}}`` with ``<metric> = settings.metric`` (so "acc" by default). The
-    shot count is the one lm-eval used, which differs from the request for tasks whose YAML
-    pins ``num_fewshot: 0``. Group tasks (e.g. mmlu) are reported under their own name with
-    ``num_items`` summed over their subtasks. The model runs in eval mode without gradients and
-    gets its previous train/eval mode back afterwards, and the global RNGs that lm-eval reseeds
-    are restored, so scoring in the middle of training does not change the training run.
+    The scores use ``<metric> = settings.metric`` (so "acc" by default). The shot count is the
+    one lm-eval used, which differs from the request for tasks whose YAML pins
+    ``num_fewshot: 0``. Group tasks (e.g. mmlu) are reported under their own name with
+    ``num_items`` summed over their subtasks. Per-item results are kept (lm-eval's
+    ``log_samples``), which holds every request in memory until the call returns. The model
+    runs in eval mode without gradients and gets its previous train/eval mode back afterwards,
+    and the global RNGs that lm-eval reseeds are restored, so scoring in the middle of training
+    does not change the training run.
     """
     from lm_eval.models.huggingface import HFLM
 
@@ -593,21 +244,21 @@ def score_model(
     model.eval()
     try:
         lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=settings.batch_size)
-        with _preserved_rng_state():
-            scores = _run_groups(lm, by_shots, manager, settings, cache_prefix)
+        with _preserved_rng_state(), _no_bytecode_files():
+            run = _run_groups(lm, by_shots, manager, settings, cache_prefix)
     finally:
         model.train(was_training)
-    return scores
+    return run
 
 
 def _run_groups(
     lm: Any, by_shots: Mapping[int, list[str]], manager: Any, settings: EvalSettings, cache_prefix: str | Path | None
-) -> dict[str, dict]:
-    """One ``simple_evaluate`` call per shot count; the per-task entries of all of them."""
+) -> ScoreRun:
+    """One ``simple_evaluate`` call per shot count; the scores, items and outputs of all of them."""
     import torch
     from lm_eval import simple_evaluate
 
-    scores: dict[str, dict] = {}
+    run = ScoreRun(scores={}, samples=[], lm_eval=[])
     for shots, names in sorted(by_shots.items()):
         with torch.no_grad():
             out = simple_evaluate(
@@ -617,7 +268,7 @@ def _run_groups(
                 task_manager=manager,
                 limit=settings.limit,
                 bootstrap_iters=settings.bootstrap_iters,
-                log_samples=False,
+                log_samples=True,
                 use_cache=None if cache_prefix is None else str(cache_prefix),
                 random_seed=settings.seed,
                 numpy_random_seed=settings.seed,
@@ -625,8 +276,10 @@ def _run_groups(
                 fewshot_random_seed=settings.seed,
             )
         for name in names:
-            scores[name] = _task_scores(out, name, shots, settings.metric)
-    return scores
+            run.scores[name] = _task_scores(out, name, shots, settings.metric)
+            run.samples.extend(_sample_rows(out, name))
+        run.lm_eval.append(_lm_eval_parts(out, names, shots))
+    return run
 
 
 def _task_scores(out: Mapping[str, Any], name: str, shots: int, metric: str) -> dict[str, Any]:
@@ -642,3 +295,150 @@ def _task_scores(out: Mapping[str, Any], name: str, shots: int, metric: str) -> 
         "num_fewshot": int(out.get("n-shot", {}).get(name, shots)),
         "num_items": int(num_items) if isinstance(num_items, int) else None,
     }
+
+
+# --------------------------------------------------------------------------------------------
+# Per-item results
+# --------------------------------------------------------------------------------------------
+
+
+def _leaf_tasks(name: str, group_subtasks: Mapping[str, Sequence[str]]) -> list[str]:
+    """The lm-eval tasks holding the items of ``name``: itself, or the leaves of its group tree."""
+    members = group_subtasks.get(name)
+    if not members:
+        return [name]
+    return [leaf for member in members for leaf in _leaf_tasks(member, group_subtasks)]
+
+
+def _loglikelihoods(responses: Sequence[Any]) -> list[float] | None:
+    """The per-choice log-likelihoods of a log-likelihood item (each response is a
+    ``(loglikelihood, is_greedy)`` pair); None for other kinds of output."""
+    if responses and all(isinstance(r, (tuple, list)) and len(r) == 2 and isinstance(r[0], (int, float)) for r in responses):
+        return [float(r[0]) for r in responses]
+    return None
+
+
+def _sample_rows(out: Mapping[str, Any], name: str) -> list[dict[str, Any]]:
+    """One compact row per item scored for the requested task or group ``name``."""
+    rows = []
+    for leaf in _leaf_tasks(name, out.get("group_subtasks", {})):
+        shots = int(out.get("n-shot", {}).get(leaf, 0))
+        for sample in out["samples"].get(leaf, []):
+            row = {
+                "task": name, "subtask": leaf, "doc_id": int(sample["doc_id"]), "filter": sample["filter"],
+                "num_fewshot": shots, "target": sample["target"],
+            }
+            for metric in sample["metrics"]:
+                value = sample.get(metric)
+                if isinstance(value, (bool, int, float)):  # corpus-level metrics keep (gold, pred) pairs
+                    row[metric] = float(value)
+            row["loglikelihoods"] = _loglikelihoods(sample["filtered_resps"])
+            rows.append(row)
+    return rows
+
+
+def _lm_eval_parts(out: Mapping[str, Any], names: Sequence[str], shots: int) -> dict[str, Any]:
+    """lm-eval's aggregated output of one call, as plain JSON (sets and NumPy scalars converted,
+    functions as their source)."""
+    from lm_eval.utils import handle_non_serializable
+
+    parts = {key: out[key] for key in LM_EVAL_PARTS if key in out}
+    return {"num_fewshot": shots, "tasks": list(names), **json.loads(json.dumps(parts, default=handle_non_serializable))}
+
+
+def write_samples(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> None:
+    """Write per-item rows as gzipped JSON lines, atomically; the bytes depend on the rows only."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as raw:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed:
+            for row in rows:
+                packed.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
+
+
+def read_samples(path: str | Path) -> "pd.DataFrame":
+    """The per-item rows of a samples file (see :class:`ScoreRun`) as a DataFrame, one row per
+    (task, subtask, doc_id, filter), in file order; metric columns are floats."""
+    import pandas as pd
+
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        rows = [json.loads(line) for line in lines if line.strip()]
+    frame = pd.DataFrame.from_records(rows)
+    for key in SAMPLE_KEYS:
+        if key not in frame:
+            frame[key] = pd.Series(dtype=object)
+    return frame[[*SAMPLE_KEYS, *[c for c in frame.columns if c not in SAMPLE_KEYS]]]
+
+
+# --------------------------------------------------------------------------------------------
+# Scoring jobs
+# --------------------------------------------------------------------------------------------
+
+
+def samples_path(record_path: str | Path) -> Path:
+    """Where :func:`score_checkpoint` writes the per-item rows of the score record at ``record_path``."""
+    record_path = Path(record_path)
+    return record_path.with_name(record_path.stem + SAMPLES_SUFFIX)
+
+
+def lm_eval_path(record_path: str | Path) -> Path:
+    """Where :func:`score_checkpoint` writes lm-eval's aggregated results for ``record_path``."""
+    record_path = Path(record_path)
+    return record_path.with_name(record_path.stem + LM_EVAL_SUFFIX)
+
+
+def model_cache_prefix(handle: "ModelHandle", job: str, cache_dir: str | Path = EVAL_CACHE_DIR) -> Path:
+    """The lm-eval response cache of one scoring job: ``cache_dir/<model content>/<job>``.
+
+    lm-eval's cache keys requests but not the model, so each model content gets its own: named
+    by the checksum of the model directory's manifest (written by this pipeline), else of the
+    handle (hub id pinned to a commit, or a path outside the pipeline). A retrained checkpoint
+    under the same name therefore never meets the old one's answers. ``job`` keeps two jobs that
+    score the same checkpoint (``selected`` and its ``step-N``) off one SQLite file.
+    """
+    manifest = Path(handle.location) / "manifest.json"
+    identity = manifest.read_bytes() if manifest.is_file() else json.dumps(handle.__dict__, sort_keys=True).encode()
+    return Path(cache_dir) / hashlib.sha256(identity).hexdigest()[:16] / job
+
+
+def score_checkpoint(
+    handle: "ModelHandle",
+    *,
+    tasks: Mapping[str, int],
+    settings: EvalSettings,
+    include_path: str | Path | None,
+    record: Mapping[str, Any],
+    out_path: str | Path,
+    job: str,
+    threads: int = 1,
+    cache_dir: str | Path = EVAL_CACHE_DIR,
+) -> dict[str, Any]:
+    """One scoring job: load the model of ``handle``, score it on ``tasks`` (name ->
+    num_fewshot), and write ``out_path``: ``record`` plus ``scores``, ``metric``, ``limit``,
+    ``lm_eval_version`` and ``seconds``. Returns what was written.
+
+    Beside it go :func:`samples_path` (per-item rows, :func:`read_samples`) and
+    :func:`lm_eval_path` (lm-eval's aggregated results), both written before the record, which
+    marks a complete job. ``include_path`` is searched for task YAMLs (e.g. the directory the
+    offline tasks were built in; None for built-in tasks only). Responses are cached under
+    :func:`model_cache_prefix` (``handle``, ``job``, ``cache_dir``).
+    """
+    import lm_eval
+    import torch
+
+    from . import models
+
+    torch.set_num_threads(threads)
+    tokenizer = models.load_tokenizer(handle)
+    model = models.load_model(handle, dtype="auto", device="auto", causal_lm=True)
+    cache = model_cache_prefix(handle, job, cache_dir)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    run = score_model(model, tokenizer, tasks, settings, include_path=include_path, cache_prefix=cache)
+    written = {
+        **record, "scores": run.scores, "metric": settings.metric, "limit": settings.limit,
+        "lm_eval_version": lm_eval.__version__, "seconds": time.perf_counter() - started,
+    }
+    write_samples(samples_path(out_path), run.samples)
+    write_json(lm_eval_path(out_path), {"lm_eval_version": lm_eval.__version__, "runs": run.lm_eval})
+    write_json(out_path, written)
+    log.info("%s: %s", written.get("checkpoint"), {task: entry[settings.metric] for task, entry in run.scores.items()})
+    return written

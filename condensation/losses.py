@@ -26,20 +26,15 @@ definitions, kept next to the fast code so that tests can compare the two.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
 
-from .kernels import _no_autocast, dispersion_tiled
-from .settings import LOSS_NAMES, PLACEMENTS, AuxLossConfig
-
-
-NORM_EPS = 1e-6
-"""Floor on a token's norm (and std): a zero vector gets cosine 0 with everything, not NaN.
-Same value as ``geometry.NORM_EPS``, so the loss sees the cosines the measurements report."""
-
+from .kernels import NORM_EPS, _no_autocast, dispersion_tiled
+from .settings import OBJECTIVES, PLACEMENTS, AuxLossConfig
 
 # ----------------------------------------------------------------------------------------------
 # layer placement and token subsampling
@@ -127,10 +122,10 @@ def _mean_offdiag(x: Tensor) -> Tensor:
 # the four losses, one layer each, on float32-or-wider z
 
 
-def _dispersion(z: Tensor, config: AuxLossConfig) -> Tensor:
+def dispersion(z: Tensor, config: AuxLossConfig) -> Tensor:
     """``_dispersion_dense``'s value and gradient, computed tile by tile (``kernels``): autograd
     keeps no ``[B, T, T]`` tensor, so the loss on every layer no longer costs ``O(L B T^2)`` memory."""
-    return dispersion_tiled(z, config.tau, config.clamp, norm_eps=NORM_EPS)
+    return dispersion_tiled(z, config.tau, config.clamp, norm_eps=NORM_EPS, kernel=config.kernel)
 
 
 def _dispersion_dense(z: Tensor, config: AuxLossConfig) -> Tensor:
@@ -140,7 +135,7 @@ def _dispersion_dense(z: Tensor, config: AuxLossConfig) -> Tensor:
     return _log_mean_exp_offdiag(-dist / config.tau).mean()
 
 
-def _decorrelation(z: Tensor, config: AuxLossConfig) -> Tensor:
+def decorrelation(z: Tensor, config: AuxLossConfig) -> Tensor:
     """Mean squared Pearson correlation between distinct tokens (across features)."""
     centred = z - z.mean(-1, keepdim=True)
     std = centred.pow(2).mean(-1, keepdim=True).clamp_min(NORM_EPS**2).sqrt()  # biased: C_ii = 1
@@ -149,7 +144,7 @@ def _decorrelation(z: Tensor, config: AuxLossConfig) -> Tensor:
     return _mean_offdiag(corr.pow(2))
 
 
-def _l2_repel(z: Tensor, config: AuxLossConfig) -> Tensor:
+def l2_repel(z: Tensor, config: AuxLossConfig) -> Tensor:
     """Dispersion with squared Euclidean distance per feature, plus a norm penalty."""
     sq_norm = z.pow(2).sum(-1)
     # Expanded form, floored at 0 against cancellation; cdist's gradient is NaN at distance 0.
@@ -161,19 +156,12 @@ def _l2_repel(z: Tensor, config: AuxLossConfig) -> Tensor:
     return repel + config.norm_weight * z.pow(2).mean()
 
 
-def _orthogonalization(z: Tensor, config: AuxLossConfig) -> Tensor:
+def orthogonalization(z: Tensor, config: AuxLossConfig) -> Tensor:
     """Hinge on angular distance: only pairs closer than ``margin`` are pushed apart."""
     dist = angular_distance(cosine_matrix(z), config.clamp)
     return _mean_offdiag(torch.relu(config.margin - dist).pow(2))
 
 
-_LOSSES: dict[str, Callable[[Tensor, AuxLossConfig], Tensor]] = {
-    "dispersion": _dispersion,
-    "decorrelation": _decorrelation,
-    "l2_repel": _l2_repel,
-    "orthogonalization": _orthogonalization,
-}
-assert tuple(_LOSSES) == LOSS_NAMES
 
 
 # ----------------------------------------------------------------------------------------------
@@ -189,6 +177,12 @@ def _check_hidden(z: Tensor) -> None:
         raise ValueError(f"auxiliary losses compare tokens pairwise and need T >= 2, got T={z.shape[1]}")
 
 
+@functools.cache
+def _layer_loss_function(name: str) -> Callable[[Tensor, AuxLossConfig], Tensor]:
+    """The per-layer loss of an auxiliary objective, as the registry ``settings.OBJECTIVES`` names it."""
+    return OBJECTIVES[name].load()
+
+
 def layer_loss(z: Tensor, config: AuxLossConfig, generator: torch.Generator | None = None) -> Tensor:
     """One layer's auxiliary loss: ``[B, T, F]`` hidden states -> 0-dim tensor, mean over batch."""
     _check_hidden(z)
@@ -196,7 +190,7 @@ def layer_loss(z: Tensor, config: AuxLossConfig, generator: torch.Generator | No
     with _no_autocast(z.device):
         # float64 stays float64 (gradcheck); everything narrower computes in float32.
         z = z.to(torch.promote_types(z.dtype, torch.float32))
-        return _LOSSES[config.name](z, config)
+        return _layer_loss_function(config.name)(z, config)
 
 
 def auxiliary_loss(hidden_states: Sequence[Tensor], config: AuxLossConfig,

@@ -131,18 +131,45 @@ def load_model(handle: ModelHandle, dtype: str = "auto", device: str = "auto", c
 
     ``causal_lm=True`` loads the model with its language-modelling head (training, lm-eval).
     """
-    from transformers import AutoModel, AutoModelForCausalLM
-
     verify_local(handle)
     torch_device = resolve_device(device)
-    auto = AutoModelForCausalLM if causal_lm else AutoModel
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    auto = _auto_class(handle, causal_lm)
+    # A model too large for one GPU is spread over the job's GPUs (accelerate's device_map): the
+    # workflow asks for as many as plan.gpus_needed says.
+    spread = _needs_several_gpus(handle, torch_device, torch_dtype)
     try:
         model = auto.from_pretrained(
-            handle.location, dtype=resolve_dtype(dtype, torch_device), **_pretrained_kwargs(handle)
+            handle.location, dtype=torch_dtype, device_map="auto" if spread else None, **_pretrained_kwargs(handle)
         )
     except (OSError, ValueError) as error:
         raise ModelError(f"model '{handle.name}': cannot load weights from {handle.location}: {error}") from error
-    return model.to(torch_device).eval()
+    return (model if spread else model.to(torch_device)).eval()
+
+
+def _auto_class(handle: ModelHandle, causal_lm: bool):
+    """``AutoModelForCausalLM`` for a model with its head; else ``AutoModel``, the base model,
+    unless its remote code maps only the causal LM (Qwen-1): then that, whose outputs carry the
+    same hidden states."""
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    if causal_lm:
+        return AutoModelForCausalLM
+    if handle.trust_remote_code:
+        auto_map = getattr(AutoConfig.from_pretrained(handle.location, **_pretrained_kwargs(handle)), "auto_map", None) or {}
+        if "AutoModel" not in auto_map and "AutoModelForCausalLM" in auto_map:
+            return AutoModelForCausalLM
+    return AutoModel
+
+
+def _needs_several_gpus(handle: ModelHandle, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the weights exceed what one of the visible GPUs should hold (plan.gpus_needed)."""
+    from .plan import gpus_needed
+
+    if device.type != "cuda" or torch.cuda.device_count() < 2 or not handle.num_parameters:
+        return False
+    memory_gb = torch.cuda.get_device_properties(0).total_memory / 1e9
+    return gpus_needed(handle.num_parameters, memory_gb, torch.tensor([], dtype=dtype).element_size()) > 1
 
 
 def count_parameters(model: torch.nn.Module) -> int:
@@ -172,11 +199,11 @@ def max_positions(config) -> int | None:
 
 def _describe(handle: ModelHandle) -> ModelHandle:
     """Fill in parameter and layer counts by instantiating the config on the meta device."""
-    from transformers import AutoConfig, AutoModel
+    from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(handle.location, **_pretrained_kwargs(handle))
     with torch.device("meta"):
-        model = AutoModel.from_config(config, trust_remote_code=handle.trust_remote_code)
+        model = _auto_class(handle, causal_lm=False).from_config(config, trust_remote_code=handle.trust_remote_code)
     return ModelHandle(
         **{**asdict(handle), "num_parameters": count_parameters(model), "num_layers": num_transformer_layers(config)}
     )
@@ -185,7 +212,11 @@ def _describe(handle: ModelHandle) -> ModelHandle:
 def prepare_hub(name: str, model_id: str, revision: str | None, trust_remote_code: bool) -> ModelHandle:
     """Download (or find in the cache) a hub model and pin the handle to the commit it resolved to."""
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.errors import (
+        HFValidationError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
 
     try:
         folder = snapshot_download(
@@ -259,6 +290,22 @@ def build_gpt2(arch: Mapping[str, int], tokenizer, seed: int):
     return GPT2LMHeadModel(config)
 
 
+def build_from_config(handle: ModelHandle, seed: int):
+    """Random weights in the architecture of a prepared model (its config, nothing of its
+    weights): the start of a pre-training from scratch. The same seed gives the same weights."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(handle.location, **_pretrained_kwargs(handle))
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config, trust_remote_code=handle.trust_remote_code)
+
+
+def save_tokenizer(tokenizer, out_dir: str | Path) -> None:
+    with atomic_path(out_dir) as tmp:
+        tokenizer.save_pretrained(tmp)
+        write_manifest(tmp, kind="tokenizer")
+
+
 def save_model_dir(model, tokenizer, out_dir: str | Path) -> None:
     with atomic_path(out_dir) as tmp:
         model.save_pretrained(tmp)
@@ -289,7 +336,5 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Pa
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token=special, eos_token=special, unk_token=special, pad_token=special
     )
-    with atomic_path(out_dir) as tmp:
-        tokenizer.save_pretrained(tmp)
-        write_manifest(tmp, kind="tokenizer")
+    save_tokenizer(tokenizer, out_dir)
     return tokenizer

@@ -1,187 +1,47 @@
 """Downstream-accuracy tables: the paper's Table 2 (methods x models) and Table 3 (dispersion ablation).
 
-Input is one JSON score record per evaluated checkpoint (see :func:`load_scores`). Every table is
-built from *selected* checkpoints: one per (model, method, seed), the one with the lowest
-validation loss (:func:`select_checkpoints`). The paper's code picked the checkpoint that
-maximised the test scores themselves, which is optimistic; choosing on validation loss keeps the
-test scores out of every decision, so the tables are honest estimates.
+Input is one JSON score record per evaluated checkpoint (read by :mod:`condensation.scores`) and
+the per-item results beside it (:func:`condensation.scores.load_items`). Every table is built
+from *selected* checkpoints: one per (model, method, seed), the one with the lowest validation
+loss (:func:`~condensation.scores.select_checkpoints`). The paper's code picked the checkpoint
+that maximised the test scores themselves, which is optimistic; choosing on validation loss keeps
+the test scores out of every decision, so the tables are honest estimates. Rows are compared with
+the baseline and the reference method item by item (:mod:`condensation.comparisons`).
 
 Each table comes twice: a tidy numeric frame (machine-readable CSV, one column per quantity) and a
-display frame of strings (Markdown and LaTeX). Numbers are percentages (accuracy x 100).
+display frame of strings (Markdown, LaTeX and HTML, :mod:`condensation.table_files`). Numbers are
+percentages (accuracy x 100). The ``write_*`` functions at the end are what the workflow's stages
+call: score files (or a frame) in, table files out. The trend tables of the geometry stage are
+written here too; Table 4 and the condensation effects live in :mod:`condensation.table4`.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-from condensation.io import atomic_path, write_text
+from condensation.comparisons import (
+    at_chance_note, chance_flags, comparison_columns, comparison_record, selected_items, task_chance, task_headers,
+)
+from condensation.io import write_json, write_text
+from condensation.scores import (
+    PRETRAINED, is_finite_number, load_items, load_scores, require_columns, select_checkpoints,
+)
+from condensation.table_files import MISSING, comparison_cell, fixed, mean_std, to_markdown, write_csv, write_table
 
-PRETRAINED = "pretrained"
-"""Method name of the model before mid-training: one record per model, no seed, no step."""
-
-RECORD_FIELDS = ("model", "method", "seed", "checkpoint", "step", "val_loss", "scores")
-SCORE_COLUMNS = ("model", "method", "seed", "checkpoint", "step", "val_loss", "task", "score")
 TABLE3_COLUMNS = ("model", "weight", "tau", "method", "n_seeds", "average_mean", "average_std")
-
-MISSING = "—"
-"""How a NaN is displayed: a dash, never the string 'nan'."""
 
 # Means are compared after rounding to this many decimals (in percent), so that two means that
 # are equal on paper (52.0 from 50, 52, 54 and from 52, 52, 52) tie instead of being split by
-# floating-point noise. Paired differences get the same treatment (in fractions) before the
-# Wilcoxon test, which ranks their magnitudes.
+# floating-point noise.
 _MEAN_DECIMALS = 9
-_DIFF_DECIMALS = 10
 
-
-# --------------------------------------------------------------------------------------------
-# Loading score records
-# --------------------------------------------------------------------------------------------
-
-
-def load_scores(paths: Sequence[str | os.PathLike], metric: str = "acc") -> pd.DataFrame:
-    """Read score records into one long frame, one row per (checkpoint, task).
-
-    Columns: model, method, seed, checkpoint, step, val_loss, task, score (the value of
-    ``metric``). Records are validated here, where the file name is still known, so a broken
-    record fails with its path instead of as a puzzling number later. Scores must be fractions
-    in [0, 1] because every table reports them as percentages.
-    """
-    paths = list(paths)
-    if not paths:
-        raise ValueError("load_scores: no score files given")
-    rows: list[dict[str, Any]] = []
-    seen: dict[tuple[Any, ...], str] = {}
-    for path in paths:
-        record = _read_record(path)
-        key = (record["model"], record["method"], record["seed"], record["checkpoint"])
-        if key in seen:
-            raise ValueError(
-                f"{path}: duplicate score record for model={key[0]!r} method={key[1]!r} "
-                f"seed={key[2]!r} checkpoint={key[3]!r}; also in {seen[key]}"
-            )
-        seen[key] = str(path)
-        rows.extend(_record_rows(record, path, metric))
-    frame = pd.DataFrame(rows, columns=list(SCORE_COLUMNS))
-    frame["seed"] = frame["seed"].astype("Int64")
-    frame["step"] = frame["step"].astype("Int64")
-    frame["val_loss"] = frame["val_loss"].astype("float64")
-    frame["score"] = frame["score"].astype("float64")
-    return frame
-
-
-def _read_record(path: str | os.PathLike) -> dict[str, Any]:
-    """Parse and check one record's top-level fields (types, and what pretrained may omit)."""
-    try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from error
-    if not isinstance(record, dict):
-        raise ValueError(f"{path}: a score record must be a JSON object, got {type(record).__name__}")
-    missing = [name for name in RECORD_FIELDS if name not in record]
-    if missing:
-        raise ValueError(f"{path}: score record lacks field(s) {', '.join(missing)}")
-    for name in ("model", "method", "checkpoint"):
-        if not isinstance(record[name], str) or not record[name]:
-            raise ValueError(f"{path}: field {name!r} must be a non-empty string, got {record[name]!r}")
-    for name in ("seed", "step"):
-        if record[name] is not None and not _is_int(record[name]):
-            raise ValueError(f"{path}: field {name!r} must be an integer or null, got {record[name]!r}")
-    if record["method"] != PRETRAINED and record["seed"] is None:
-        raise ValueError(f"{path}: method {record['method']!r} needs a seed (only {PRETRAINED!r} has none)")
-    if record["val_loss"] is not None and not _is_finite_number(record["val_loss"]):
-        raise ValueError(f"{path}: field 'val_loss' must be a finite number or null, got {record['val_loss']!r}")
-    if not isinstance(record["scores"], dict) or not record["scores"]:
-        raise ValueError(f"{path}: field 'scores' must be a non-empty object of task -> metrics")
-    return record
-
-
-def _record_rows(record: Mapping[str, Any], path: str | os.PathLike, metric: str) -> list[dict[str, Any]]:
-    """One row per task, holding the chosen metric; a task without it names file, task and metric."""
-    rows = []
-    for task, metrics in record["scores"].items():
-        if not isinstance(metrics, dict) or metric not in metrics:
-            raise ValueError(f"{path}: task {task!r} lacks metric {metric!r}")
-        value = metrics[metric]
-        if not _is_finite_number(value) or not 0.0 <= value <= 1.0:
-            raise ValueError(
-                f"{path}: task {task!r} metric {metric!r} must be a fraction in [0, 1], got {value!r}"
-            )
-        rows.append({
-            "model": record["model"], "method": record["method"], "seed": record["seed"],
-            "checkpoint": record["checkpoint"], "step": record["step"],
-            "val_loss": math.nan if record["val_loss"] is None else float(record["val_loss"]),
-            "task": task, "score": float(value),
-        })
-    return rows
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-# --------------------------------------------------------------------------------------------
-# Checkpoint selection
-# --------------------------------------------------------------------------------------------
-
-
-def select_checkpoints(scores: pd.DataFrame) -> pd.DataFrame:
-    """Keep, per (model, method, seed), the checkpoint with the lowest validation loss.
-
-    Ties go to the earliest step (less training for the same loss). The paper's code chose the
-    checkpoint that maximised the downstream test scores themselves, an optimistic selection
-    that leaks the test set into the result; here the choice is made on validation loss and
-    never looks at a test score. Pretrained rows pass through untouched. A run none of whose
-    checkpoints has a validation loss cannot be selected and raises ValueError naming it.
-    Row order of the input is kept.
-    """
-    _require_columns(scores, SCORE_COLUMNS, "scores")
-    is_pretrained = scores["method"] == PRETRAINED
-    runs = scores.loc[~is_pretrained]
-    if runs["seed"].isna().any():
-        bad = runs.loc[runs["seed"].isna(), ["model", "method"]].iloc[0]
-        raise ValueError(f"model {bad['model']!r} method {bad['method']!r}: a row has no seed")
-    checkpoints = runs.drop_duplicates(["model", "method", "seed", "checkpoint", "step", "val_loss"])
-    clash = checkpoints.duplicated(["model", "method", "seed", "checkpoint"], keep=False)
-    if clash.any():
-        bad = checkpoints.loc[clash].iloc[0]
-        raise ValueError(
-            f"model {bad['model']!r} method {bad['method']!r} seed {bad['seed']} checkpoint "
-            f"{bad['checkpoint']!r}: rows disagree on step or val_loss"
-        )
-    chosen = []
-    for (model, method, seed), group in checkpoints.groupby(["model", "method", "seed"], sort=False):
-        candidates = group.dropna(subset=["val_loss"])
-        if candidates.empty:
-            raise ValueError(
-                f"model {model!r} method {method!r} seed {seed}: no checkpoint has a validation "
-                f"loss, so none can be selected (checkpoints: {', '.join(map(str, group['checkpoint']))})"
-            )
-        best = candidates.sort_values(["val_loss", "step", "checkpoint"], na_position="last").iloc[0]
-        chosen.append((model, method, seed, best["checkpoint"]))
-    keys = pd.MultiIndex.from_frame(scores[["model", "method", "seed", "checkpoint"]])
-    keep = is_pretrained.to_numpy() | keys.isin(chosen)
-    return scores.loc[keep].reset_index(drop=True)
-
-
-def _require_columns(frame: pd.DataFrame, columns: Iterable[str], what: str) -> None:
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{what} lacks column(s) {', '.join(missing)}")
+CHECKPOINT_RULE = "Each run's checkpoint chosen per seed by the lowest validation loss (never by test score)."
 
 
 # --------------------------------------------------------------------------------------------
@@ -190,7 +50,7 @@ def _require_columns(frame: pd.DataFrame, columns: Iterable[str], what: str) -> 
 
 
 @dataclass(frozen=True)
-class _Row:
+class Row:
     """One (model, method): percent scores with one row per seed and one column per task."""
 
     model: str
@@ -219,15 +79,15 @@ def _check_names(names: Sequence[str], what: str, reserved: str, why: str) -> li
     return names
 
 
-def _check_tasks(tasks: Sequence[str]) -> list[str]:
+def check_tasks(tasks: Sequence[str]) -> list[str]:
     return _check_names(tasks, "tasks", "average", "is reserved for the mean over tasks")
 
 
-def _check_methods(methods: Sequence[str]) -> list[str]:
+def check_methods(methods: Sequence[str]) -> list[str]:
     return _check_names(methods, "methods", PRETRAINED, "is added automatically; do not list it")
 
 
-def _row(selected: pd.DataFrame, model: str, method: str, tasks: Sequence[str]) -> _Row:
+def seed_matrix(selected: pd.DataFrame, model: str, method: str, tasks: Sequence[str]) -> Row:
     """The seed x task matrix of one (model, method); a missing or doubled cell is an error."""
     part = selected.loc[(selected["model"] == model) & (selected["method"] == method)]
     if part.empty:
@@ -256,10 +116,10 @@ def _row(selected: pd.DataFrame, model: str, method: str, tasks: Sequence[str]) 
         raise ValueError(f"model {model!r} method {method!r}{where}: task {task!r} is missing")
     values.index.name = "seed"
     values.columns.name = None
-    return _Row(model, method, values)
+    return Row(model, method, values)
 
 
-def _model_rows(selected: pd.DataFrame, tasks: Sequence[str], methods: Sequence[str]) -> list[list[_Row]]:
+def model_rows(selected: pd.DataFrame, tasks: Sequence[str], methods: Sequence[str]) -> list[list[Row]]:
     """Per model (in order of first appearance), its rows: pretrained if present, then ``methods``."""
     blocks = []
     for model in pd.unique(selected["model"]):
@@ -268,61 +128,24 @@ def _model_rows(selected: pd.DataFrame, tasks: Sequence[str], methods: Sequence[
         missing = [m for m in methods if m not in present]
         if missing:
             raise ValueError(f"model {model!r}: method(s) {', '.join(missing)} listed but not scored")
-        blocks.append([_row(selected, model, method, tasks) for method in order])
+        blocks.append([seed_matrix(selected, model, method, tasks) for method in order])
     return blocks
 
 
-def _std(values: pd.Series | pd.DataFrame) -> Any:
+def sample_std(values: pd.Series | pd.DataFrame) -> Any:
     """Sample standard deviation (ddof=1): NaN for a single seed, where spread is unknown."""
     return values.std(ddof=1)
 
 
 # --------------------------------------------------------------------------------------------
-# Table 2
+# Score blocks (shared by Tables 2 and 4)
 # --------------------------------------------------------------------------------------------
 
 
-def table2(
-    scores: pd.DataFrame,
-    tasks: Sequence[str],
-    methods: Sequence[str],
-    reference: str = "dispersion",
-    labels: Mapping[str, str] | None = None,
-) -> pd.DataFrame:
-    """Downstream accuracy of every method on every model, as a tidy numeric frame.
-
-    Built from :func:`select_checkpoints`. One block per model, rows: pretrained (if scored),
-    then ``methods`` in order. Per task: mean and sample std over seeds (percent) and the rank of
-    the mean within the model (1 = best, ties share the average rank). ``average`` is the mean
-    over seeds of each seed's mean over tasks. Significance against ``reference``: a two-sided
-    Wilcoxon signed-rank test over the (task, seed) units both rows have, paired by seed;
-    NaN for the reference itself and for pretrained (it has no seeds). If every paired difference
-    is zero the p-value is 1.0 (scipy refuses that case). ``delta_vs_reference`` is the row's
-    average minus the reference's, in percentage points.
-    """
-    tasks = _check_tasks(tasks)
-    methods = _check_methods(methods)
-    if reference not in methods:
-        raise ValueError(f"reference {reference!r} is not among methods {methods}")
-    labels = dict(labels or {})
-    selected = select_checkpoints(scores)
-    frames = [
-        _table2_block(rows, tasks, reference, labels)
-        for rows in _model_rows(selected, tasks, methods)
-    ]
-    return pd.concat(frames, ignore_index=True)
-
-
-def table2_columns(tasks: Sequence[str]) -> list[str]:
-    """Column order of :func:`table2`, so readers of the CSV need not guess it."""
-    per_task = [f"{task}_{what}" for task in tasks for what in ("mean", "std", "rank")]
-    return ["model", "method", "label", "n_seeds", *per_task,
-            "average_mean", "average_std", "avg_rank", "p_value", "n_pairs", "delta_vs_reference"]
-
-
-def _table2_block(rows: list[_Row], tasks: list[str], reference: str, labels: Mapping[str, str]) -> pd.DataFrame:
-    ref = next(r for r in rows if r.method == reference)
-    ref_average = float(ref.per_seed_average.mean())
+def score_block(rows: list[Row], tasks: list[str], labels: Mapping[str, str]) -> pd.DataFrame:
+    """One model's rows: per task the mean and sample std over seeds (percent) and the rank of
+    the mean within the model (1 = best, ties share the average rank); ``average`` is the mean
+    over seeds of each seed's mean over tasks; ``avg_rank`` the mean of the task ranks."""
     records = []
     for row in rows:
         record: dict[str, Any] = {
@@ -331,21 +154,21 @@ def _table2_block(rows: list[_Row], tasks: list[str], reference: str, labels: Ma
         }
         for task in tasks:
             record[f"{task}_mean"] = float(row.values[task].mean())
-            record[f"{task}_std"] = float(_std(row.values[task]))
+            record[f"{task}_std"] = float(sample_std(row.values[task]))
         record["average_mean"] = float(row.per_seed_average.mean())
-        record["average_std"] = float(_std(row.per_seed_average))
-        if row.method in (reference, PRETRAINED):
-            record["p_value"], record["n_pairs"] = math.nan, pd.NA
-        else:
-            record["p_value"], record["n_pairs"] = paired_wilcoxon(row.values, ref.values)
-        record["delta_vs_reference"] = record["average_mean"] - ref_average
+        record["average_std"] = float(sample_std(row.per_seed_average))
         records.append(record)
     block = pd.DataFrame(records)
     for task in tasks:
         block[f"{task}_rank"] = rank_descending(block[f"{task}_mean"].to_numpy())
     block["avg_rank"] = block[[f"{task}_rank" for task in tasks]].mean(axis=1)
-    block["n_pairs"] = block["n_pairs"].astype("Int64")
-    return block[table2_columns(tasks)]
+    return block[score_columns(tasks)]
+
+
+def score_columns(tasks: Sequence[str]) -> list[str]:
+    """The columns of :func:`score_block`, in order."""
+    per_task = [f"{task}_{what}" for task in tasks for what in ("mean", "std", "rank")]
+    return ["model", "method", "label", "n_seeds", *per_task, "average_mean", "average_std", "avg_rank"]
 
 
 def rank_descending(means: np.ndarray) -> np.ndarray:
@@ -353,23 +176,67 @@ def rank_descending(means: np.ndarray) -> np.ndarray:
     return stats.rankdata(-np.round(np.asarray(means, dtype=float), _MEAN_DECIMALS), method="average")
 
 
-def paired_wilcoxon(values: pd.DataFrame, reference: pd.DataFrame) -> tuple[float, int]:
-    """Two-sided Wilcoxon signed-rank p-value and pair count over shared (seed, task) units.
+def compared_blocks(
+    blocks: list[list[Row]], tasks: list[str], labels: Mapping[str, str], items: pd.DataFrame,
+    targets: Sequence[str], n_resamples: int, seed: int,
+) -> pd.DataFrame:
+    """The score blocks of every model with each row's item-level comparisons against ``targets``
+    (:func:`condensation.comparisons.comparison_record`) as further columns."""
+    frames = []
+    for rows in blocks:
+        comparisons = pd.DataFrame([
+            comparison_record(items, row.model, row.method, targets, tasks, n_resamples=n_resamples, seed=seed)
+            for row in rows
+        ], columns=comparison_columns(targets))
+        frames.append(pd.concat([score_block(rows, tasks, labels), comparisons], axis=1))
+    table = pd.concat(frames, ignore_index=True)
+    return table.astype({f"n_items_vs_{target}": "Int64" for target in targets})
 
-    Pairs are matched by seed, so seed-level variation (data order, initialisation) cancels.
-    Zero differences are dropped as scipy's default ``zero_method='wilcox'`` does; if all are
-    zero there is no evidence of a difference and p = 1.0. No shared units gives (NaN, 0).
+
+def comparison_targets(methods: Sequence[str], *targets: str) -> list[str]:
+    """The methods every row is compared with, each once and in order; each must be listed."""
+    for target in targets:
+        if target not in methods:
+            raise ValueError(f"comparison method {target!r} is not among methods {list(methods)}")
+    return list(dict.fromkeys(targets))
+
+
+# --------------------------------------------------------------------------------------------
+# Table 2
+# --------------------------------------------------------------------------------------------
+
+
+def table2(
+    scores: pd.DataFrame, tasks: Sequence[str], methods: Sequence[str], reference: str = "dispersion",
+    labels: Mapping[str, str] | None = None, *, items: pd.DataFrame, baseline: str = "ce",
+    n_resamples: int = 10_000, seed: int = 0,
+) -> pd.DataFrame:
+    """Downstream accuracy of every method on every model, as a tidy numeric frame.
+
+    Built from :func:`select_checkpoints`. One block per model, rows: pretrained (if scored),
+    then ``methods`` in order, with the columns of :func:`score_block`. Every row is compared
+    with ``baseline`` (CE, the paper's baseline) and with ``reference`` (the dispersion loss)
+    item by item (:mod:`condensation.comparisons`): ``diff_vs_<m>`` (the difference of average
+    accuracy in points), ``ci_low_vs_<m>``/``ci_high_vs_<m>`` (95 % paired-bootstrap interval),
+    ``p_vs_<m>`` (two-sided), ``n_items_vs_<m>`` (paired item results) and ``mcnemar_p_vs_<m>``
+    (cross-check); NaN for a method against itself. ``items`` holds the per-item results
+    (:func:`condensation.scores.load_items`); those of the selected checkpoints are used.
+    ``n_resamples`` and ``seed`` set the bootstrap.
     """
-    seeds = [s for s in values.index if s in set(reference.index)]
-    tasks = [t for t in values.columns if t in set(reference.columns)]
-    if not seeds or not tasks:
-        return math.nan, 0
-    diffs = (values.loc[seeds, tasks] - reference.loc[seeds, tasks]).to_numpy(dtype=float).ravel()
-    diffs = np.round(diffs / 100.0, _DIFF_DECIMALS)
-    if not np.any(diffs):
-        return 1.0, int(diffs.size)
-    result = stats.wilcoxon(diffs, alternative="two-sided")
-    return float(result.pvalue), int(diffs.size)
+    tasks = check_tasks(tasks)
+    methods = check_methods(methods)
+    if reference not in methods:
+        raise ValueError(f"reference {reference!r} is not among methods {methods}")
+    targets = comparison_targets(methods, baseline, reference)
+    selected = select_checkpoints(scores)
+    table = compared_blocks(model_rows(selected, tasks, methods), tasks, dict(labels or {}),
+                            selected_items(items, selected), targets, n_resamples, seed)
+    return table[table2_columns(tasks, targets)]
+
+
+def table2_columns(tasks: Sequence[str], targets: Sequence[str]) -> list[str]:
+    """Column order of :func:`table2` (compared with ``targets``), so readers of the CSV need not guess it."""
+    return [*score_columns(tasks), *comparison_columns(targets)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,19 +245,16 @@ def paired_wilcoxon(values: pd.DataFrame, reference: pd.DataFrame) -> tuple[floa
 
 
 def table3(
-    scores: pd.DataFrame,
-    tasks: Sequence[str],
-    grid: Mapping[str, tuple[float, float]],
-    models: Sequence[str] | None = None,
+    scores: pd.DataFrame, tasks: Sequence[str], grid: Mapping[str, Sequence[float]], models: Sequence[str] | None = None
 ) -> pd.DataFrame:
     """Dispersion-loss ablation: average accuracy per (model, weight lambda, temperature tau).
 
-    ``grid`` maps each ablation method to its (weight, tau), the default ``dispersion`` run
+    ``grid`` maps each ablation method to its (weight, tau) pair, the default ``dispersion`` run
     included. ``models`` defaults to every model with any grid method; each of them must have
     every grid method, because a half-filled ablation grid would silently compare unlike things
     (pass ``models`` when only some models were ablated). Sorted by model, weight, tau.
     """
-    tasks = _check_tasks(tasks)
+    tasks = check_tasks(tasks)
     points = _check_grid(grid)
     selected = select_checkpoints(scores)
     in_grid = selected.loc[selected["method"].isin(list(points))]
@@ -407,24 +271,24 @@ def table3(
                 "pass `models` to restrict the ablation to fully evaluated models"
             )
         for method, (weight, tau) in points.items():
-            average = _row(selected, model, method, tasks).per_seed_average
+            average = seed_matrix(selected, model, method, tasks).per_seed_average
             records.append({
                 "model": model, "weight": weight, "tau": tau, "method": method,
                 "n_seeds": len(average), "average_mean": float(average.mean()),
-                "average_std": float(_std(average)),
+                "average_std": float(sample_std(average)),
             })
     frame = pd.DataFrame(records, columns=list(TABLE3_COLUMNS))
     return frame.sort_values(["model", "weight", "tau"], kind="stable").reset_index(drop=True)
 
 
-def _check_grid(grid: Mapping[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+def _check_grid(grid: Mapping[str, Sequence[float]]) -> dict[str, tuple[float, float]]:
     """Grid points as floats; two methods on the same (weight, tau) would make duplicate cells."""
     if not grid:
         raise ValueError("grid: give at least one method -> (weight, tau)")
     points: dict[str, tuple[float, float]] = {}
     owner: dict[tuple[float, float], str] = {}
     for method, point in grid.items():
-        if len(point) != 2 or not all(_is_finite_number(v) for v in point):
+        if len(point) != 2 or not all(is_finite_number(v) for v in point):
             raise ValueError(f"grid[{method!r}]: expected (weight, tau) as two finite numbers, got {point!r}")
         key = (float(point[0]), float(point[1]))
         if key in owner:
@@ -440,7 +304,7 @@ def table3_grid(table3_df: pd.DataFrame, model: str | None = None) -> pd.DataFra
     One model per grid (``model`` may be omitted when the frame holds only one). Rows are
     weights, columns taus, both ascending; an unevaluated cell shows a dash.
     """
-    _require_columns(table3_df, TABLE3_COLUMNS, "table3 frame")
+    require_columns(table3_df, TABLE3_COLUMNS, "table3 frame")
     available = list(pd.unique(table3_df["model"]))
     if model is None:
         if len(available) != 1:
@@ -450,7 +314,7 @@ def table3_grid(table3_df: pd.DataFrame, model: str | None = None) -> pd.DataFra
     if part.empty:
         raise ValueError(f"table3_grid: model {model!r} not in frame (has {available})")
     cells = {
-        (row.weight, row.tau): _mean_std(row.average_mean, row.average_std, 2)
+        (row.weight, row.tau): mean_std(row.average_mean, row.average_std, 2)
         for row in part.itertuples(index=False)
     }
     weights = sorted(part["weight"].unique())
@@ -462,20 +326,21 @@ def table3_grid(table3_df: pd.DataFrame, model: str | None = None) -> pd.DataFra
 
 
 # --------------------------------------------------------------------------------------------
-# Display, captions and files
+# Display and captions
 # --------------------------------------------------------------------------------------------
 
 
-def format_table2(df: pd.DataFrame, tasks: Sequence[str]) -> pd.DataFrame:
-    """Display strings for :func:`table2`: "41.0 ± 2.1" per task, the best mean per model bold.
+def format_scores(df: pd.DataFrame, tasks: Sequence[str], headers: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Display strings of the :func:`score_block` columns: "41.0 ± 2.1" per task, the best mean
+    per model bold, then the average and the average rank.
 
     Bold is written the Markdown way (``**...**``); :func:`write_table` turns it into
     ``\\textbf`` for LaTeX. The best (highest, ties all marked) seed-mean of each task and of the
-    average is marked within each model. Tasks get one decimal, the average two, ranks one,
-    p-values three significant digits; NaN shows as a dash, a single seed shows no "± std".
+    average is marked within each model. Tasks get one decimal, the average two, ranks one;
+    NaN shows as a dash, a single seed shows no "± std". ``headers`` renames task columns.
     """
-    tasks = _check_tasks(tasks)
-    _require_columns(df, table2_columns(tasks), "table2 frame")
+    require_columns(df, score_columns(tasks), "table frame")
+    headers = dict(headers or {})
     best = {
         column: df.groupby("model", sort=False)[f"{column}_mean"].transform(
             lambda s: np.round(s, _MEAN_DECIMALS) == np.round(s, _MEAN_DECIMALS).max()
@@ -488,23 +353,64 @@ def format_table2(df: pd.DataFrame, tasks: Sequence[str]) -> pd.DataFrame:
         "Seeds": df["n_seeds"].map(lambda n: str(int(n))),
     })
     for column, decimals in [*((task, 1) for task in tasks), ("average", 2)]:
-        text = [_mean_std(m, s, decimals) for m, s in zip(df[f"{column}_mean"], df[f"{column}_std"])]
-        display["Average" if column == "average" else column] = [
+        text = [mean_std(m, s, decimals) for m, s in zip(df[f"{column}_mean"], df[f"{column}_std"])]
+        display["Average" if column == "average" else headers.get(column, column)] = [
             f"**{t}**" if is_best and t != MISSING else t for t, is_best in zip(text, best[column])
         ]
-    display["Avg. rank"] = [_fixed(v, 1) for v in df["avg_rank"]]
-    display["p"] = [MISSING if _isnan(p) else f"{p:#.3g}" for p in df["p_value"]]
-    display["Pairs"] = [MISSING if _isnan(n) else str(int(n)) for n in df["n_pairs"]]
-    display["Δ average"] = [MISSING if _isnan(d) else f"{d:+.2f}" for d in df["delta_vs_reference"]]
+    display["Avg. rank"] = [fixed(v, 1) for v in df["avg_rank"]]
     return display
 
 
-def table2_caption(reference: str = "dispersion", metric: str = "acc") -> str:
-    """The caption every Table 2 carries, so a reader knows the test and the checkpoint rule."""
+def format_comparisons(df: pd.DataFrame, targets: Sequence[str]) -> pd.DataFrame:
+    """One display column per target, "Δ vs <label>": "+1.2 [−0.4, 2.8], p=0.14" cells."""
+    require_columns(df, comparison_columns(targets), "table frame")
+    shown = {}
+    for target in targets:
+        label = df.loc[df["method"] == target, "label"]
+        header = f"Δ vs {label.iloc[0] if len(label) else target}"
+        shown[header] = [
+            comparison_cell(d, lo, hi, p)
+            for d, lo, hi, p in zip(*(df[f"{field}_vs_{target}"] for field in ("diff", "ci_low", "ci_high", "p")))
+        ]
+    return pd.DataFrame(shown, index=df.index)
+
+
+def format_table2(
+    df: pd.DataFrame, tasks: Sequence[str], targets: Sequence[str], chance: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Display strings for :func:`table2`: :func:`format_scores` and :func:`format_comparisons`;
+    with ``chance`` (:func:`condensation.comparisons.task_chance`) a task at chance is marked in
+    its header."""
+    tasks = check_tasks(tasks)
+    headers = None if chance is None else task_headers(tasks, chance)
+    return pd.concat([format_scores(df, tasks, headers), format_comparisons(df, targets)], axis=1)
+
+
+def comparison_caption(targets: Sequence[str], n_resamples: int = 10_000) -> str:
+    """What the "Δ vs" columns test, over which items, and what their interval covers."""
+    names = " and ".join(targets)
     return (
-        f"Downstream {metric} (%) as mean ± sample std over seeds; best per model in bold. "
-        f"p: Wilcoxon signed-rank test, two-sided, paired over (task, seed) against {reference}. "
-        "Each run's checkpoint chosen per seed by the lowest validation loss (never by test score)."
+        f"Δ vs {names}: the row's average minus that method's, in points, with a 95 % interval and a "
+        f"two-sided p from a paired bootstrap over test items ({n_resamples} resamples): each item's result "
+        "is paired with the other method's on the same item and seed (the pretrained model's one run with "
+        "each seed of the other), pooled over tasks and seeds with every task weighted equally, an item's pairs resampled "
+        "together. The interval covers the sampling of items, not the variation between training seeds "
+        "(shown by ± std)."
+    )
+
+
+def table2_caption(
+    targets: Sequence[str] = ("ce", "dispersion"), metric: str = "acc", chance: pd.DataFrame | None = None,
+    n_resamples: int = 10_000,
+) -> str:
+    """The caption every Table 2 carries: the statistic, the test and its items, the checkpoint
+    rule, and the tasks at chance. ``targets`` are the compared methods as the reader should see
+    them (their labels)."""
+    note = "" if chance is None else at_chance_note(chance)
+    return (
+        f"Downstream {metric} (%) as mean ± sample std over seeds; best per model in bold. Average: mean "
+        "over tasks; Avg. rank: mean of the per-task ranks within a model (1 = best). "
+        f"{comparison_caption(targets, n_resamples)} {CHECKPOINT_RULE}{note}"
     )
 
 
@@ -513,87 +419,8 @@ def table3_caption(metric: str = "acc") -> str:
     return (
         f"Dispersion-loss ablation: average downstream {metric} (%) over tasks, mean ± sample std "
         "over seeds; rows: loss weight lambda, columns: temperature tau. "
-        "Each run's checkpoint chosen per seed by the lowest validation loss (never by test score)."
+        f"{CHECKPOINT_RULE}"
     )
-
-
-def write_table(display_df: pd.DataFrame, csv_df: pd.DataFrame, stem: str | os.PathLike, caption: str) -> None:
-    """Write ``stem.csv`` (tidy numbers), ``stem.md`` and ``stem.tex`` (display strings), atomically.
-
-    The CSV keeps full float precision so it reads back to the same numbers; the Markdown starts
-    with ``caption`` as a paragraph; the LaTeX is a bare tabular (caption as a comment) for
-    ``\\input`` inside the paper's table environment.
-    """
-    stem = Path(stem)
-    with atomic_path(stem.with_name(stem.name + ".csv")) as tmp:
-        csv_df.to_csv(tmp, index=False)
-    write_text(stem.with_name(stem.name + ".md"), caption.strip() + "\n\n" + to_markdown(display_df) + "\n")
-    write_text(stem.with_name(stem.name + ".tex"), to_latex(display_df, caption))
-
-
-def to_markdown(display_df: pd.DataFrame) -> str:
-    """A GitHub Markdown table; pipes inside cells are escaped so they cannot split a column."""
-    def cell(value: Any) -> str:
-        return str(value).replace("\n", " ").replace("|", "\\|")
-
-    header = "| " + " | ".join(cell(c) for c in display_df.columns) + " |"
-    rule = "|" + "|".join("---" for _ in display_df.columns) + "|"
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in display_df.itertuples(index=False)]
-    return "\n".join([header, rule, *body])
-
-
-def to_latex(display_df: pd.DataFrame, caption: str = "") -> str:
-    """A LaTeX tabular of the display strings: special characters escaped, ``**x**`` as \\textbf."""
-    align = "".join("r" if _numeric_column(display_df[c]) else "l" for c in display_df.columns)
-    # The caption is escaped too, so it can be pasted into \caption{} as it stands.
-    comment = "".join(f"% {latex_escape(line)}\n" for line in caption.strip().splitlines() if line)
-    header = " & ".join(latex_escape(str(c)) for c in display_df.columns) + r" \\"
-    body = [
-        " & ".join(_latex_cell(str(v)) for v in row) + r" \\"
-        for row in display_df.itertuples(index=False)
-    ]
-    lines = [rf"\begin{{tabular}}{{{align}}}", r"\hline", header, r"\hline", *body, r"\hline", r"\end{tabular}"]
-    return comment + "\n".join(lines) + "\n"
-
-
-_LATEX_CHARS = {
-    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-    "±": r"$\pm$", "—": "---", "–": "--", "τ": r"$\tau$", "λ": r"$\lambda$", "Δ": r"$\Delta$",
-}
-
-
-def latex_escape(text: str) -> str:
-    """Escape text for LaTeX in one pass, so replacements are never escaped a second time."""
-    return "".join(_LATEX_CHARS.get(ch, ch) for ch in text)
-
-
-def _latex_cell(text: str) -> str:
-    match = re.fullmatch(r"\*\*(.+)\*\*", text)
-    return rf"\textbf{{{latex_escape(match.group(1))}}}" if match else latex_escape(text)
-
-
-def _numeric_column(column: pd.Series) -> bool:
-    """Right-align a column whose every cell is a number, a dash, or a bold number."""
-    return all(
-        re.match(r"^(\*\*)?[+\-]?\d", str(v)) or str(v) == MISSING for v in column
-    ) and len(column) > 0
-
-
-def _mean_std(mean: float, std: float, decimals: int) -> str:
-    if _isnan(mean):
-        return MISSING
-    if _isnan(std):
-        return f"{mean:.{decimals}f}"
-    return f"{mean:.{decimals}f} ± {std:.{decimals}f}"
-
-
-def _fixed(value: float, decimals: int) -> str:
-    return MISSING if _isnan(value) else f"{value:.{decimals}f}"
-
-
-def _isnan(value: Any) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, (float, np.floating)) and math.isnan(value))
 
 
 # --------------------------------------------------------------------------------------------
@@ -601,18 +428,107 @@ def _isnan(value: Any) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
-def score_metrics(scores: pd.DataFrame, tasks: Sequence[str], methods: Sequence[str]) -> dict[str, Any]:
+def score_metrics(
+    scores: pd.DataFrame, tasks: Sequence[str], methods: Sequence[str], *, chance: pd.DataFrame | None = None
+) -> dict[str, Any]:
     """``{model: {method: {task: mean %, ..., "average": mean %}}}`` for DVC, pretrained included.
 
     Same selection and averaging as :func:`table2`, rounded to 4 decimals so that ``dvc metrics
     diff`` shows real changes rather than float noise. Values are plain floats (JSON-ready).
+    With ``chance`` (:func:`condensation.comparisons.task_chance`) a ``"chance_flags"`` entry
+    ``{task: {chance, max_distance, at_chance}}`` is added beside the models.
     """
-    tasks = _check_tasks(tasks)
-    methods = _check_methods(methods)
+    tasks = check_tasks(tasks)
+    methods = check_methods(methods)
     metrics: dict[str, Any] = {}
-    for rows in _model_rows(select_checkpoints(scores), tasks, methods):
+    for rows in model_rows(select_checkpoints(scores), tasks, methods):
         for row in rows:
             entry = {task: round(float(row.values[task].mean()), 4) for task in tasks}
             entry["average"] = round(float(row.per_seed_average.mean()), 4)
             metrics.setdefault(row.model, {})[row.method] = entry
+    if chance is not None:
+        metrics["chance_flags"] = chance_flags(chance)
     return metrics
+
+
+# --------------------------------------------------------------------------------------------
+# Table files of the workflow (one call per stage)
+# --------------------------------------------------------------------------------------------
+
+
+def load_selected(
+    score_paths: Sequence[str | os.PathLike], metric: str
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The scores of ``score_paths`` and the per-item results of their selected checkpoints."""
+    scores = load_scores(score_paths, metric=metric)
+    return scores, load_items(score_paths, metric, checkpoints=select_checkpoints(scores))
+
+
+def write_table2(
+    *, score_paths: Sequence[str | os.PathLike], tasks: Sequence[str], methods: Sequence[str], reference: str,
+    metric: str, labels: Mapping[str, str], stem: str | os.PathLike, metrics_path: str | os.PathLike,
+    plot_path: str | os.PathLike, baseline: str = "ce", n_resamples: int = 10_000, seed: int = 0,
+) -> pd.DataFrame:
+    """Table 2 (every method on every model, against ``baseline`` and ``reference``) from score
+    files and the per-item results beside them: the table files of :func:`write_table` at
+    ``stem``, the scores and the tasks' chance flags as DVC metrics (:func:`score_metrics`) and
+    each row's average as a DVC plot table. Returns the tidy table."""
+    scores, items = load_selected(score_paths, metric)
+    table = table2(scores, tasks, methods, reference=reference, labels=labels, items=items, baseline=baseline,
+                   n_resamples=n_resamples, seed=seed)
+    targets = comparison_targets(methods, baseline, reference)
+    chance = task_chance(table, items, tasks)
+    caption = table2_caption([labels.get(t, t) for t in targets], metric, chance, n_resamples)
+    write_table(format_table2(table, tasks, targets, chance), table, stem, caption)
+    write_json(metrics_path, score_metrics(scores, tasks, methods, chance=chance))
+    averages = table.assign(row=table["model"] + " / " + table["method"])
+    write_csv(averages[["row", "model", "method", "average_mean", "average_std"]], plot_path, "%.4f")
+    return table
+
+
+def write_table3(
+    *, score_paths: Sequence[str | os.PathLike], tasks: Sequence[str], metric: str,
+    grid: Mapping[str, Sequence[float]], models: Sequence[str], stem: str | os.PathLike,
+) -> pd.DataFrame:
+    """Table 3, the dispersion-loss ablation over ``grid`` (method -> (weight, tau)) for
+    ``models``, from score files: the tidy numbers in ``stem.csv``, one weight x tau grid per
+    model (model in the first column) in the display files. Returns the tidy table."""
+    scores = load_scores(score_paths, metric=metric)
+    table = table3(scores, tasks, grid, models=models)
+    grids = pd.concat([table3_grid(table, model=model).assign(model=model) for model in models], ignore_index=True)
+    display = grids[["model", *(c for c in grids.columns if c != "model")]].fillna(MISSING)
+    write_table(display, table, stem, table3_caption(metric))
+    return table
+
+
+def write_scores_by_step(
+    *, score_paths: Sequence[str | os.PathLike], metric: str, out_path: str | os.PathLike
+) -> pd.DataFrame:
+    """Every scored checkpoint, no selection: per (model, method, step, task) the mean, sample
+    std and count over seeds of the score in percent, as CSV. The model before mid-training
+    (method ``pretrained``, no step) is put at step 0. Returns the written frame."""
+    scores = load_scores(score_paths, metric=metric)
+    scores["step"] = scores["step"].fillna(0)
+    summary = (
+        scores.assign(score=scores["score"] * 100)
+        .groupby(["model", "method", "step", "task"])["score"]
+        .agg(["mean", "std", "count"])
+        .reset_index()
+    )
+    write_csv(summary, out_path, "%.4f")
+    return summary
+
+
+def write_trend_table(
+    table: pd.DataFrame, *, family: str, dataset: str, csv_path: str | os.PathLike,
+    markdown_path: str | os.PathLike,
+) -> pd.DataFrame:
+    """A family's condensation trend on one dataset (one row per model, e.g. from the geometry
+    stage's ``trend_rows``) as CSV and Markdown, numbers to 4 decimals, with ``family`` and
+    ``dataset`` as the first two columns. Returns the written frame; ``table`` is not changed."""
+    table = table.copy()
+    table.insert(0, "dataset", dataset)
+    table.insert(0, "family", family)
+    write_csv(table, csv_path, "%.4f")
+    write_text(markdown_path, f"# {family} on {dataset}\n\n" + to_markdown(table, float_format=".4f") + "\n")
+    return table

@@ -6,63 +6,70 @@ Read it top to bottom, nanoGPT style:
 
     TrainConfig          every knob, with the reason for its default (in ``settings``, torch-free)
     lr_at, ...           pure functions: step count, LR schedule, checkpoint steps (``settings``), data order
-    train()              the loop: resume or start, then per step
-                           forward/backward over grad_accum micro-batches -> NaN guard -> clip ->
-                           AdamW step -> (baseline hook) -> (eval + checkpoint) -> log row ->
-                           (resumable state)
+    train()              skip a finished run, else build a ``Trainer`` and run it
+    Trainer              _prepare: checks, precision, accelerator, optimizer, compile, resume
+                         run: tracker, progress, step 0's evaluation and probe (unless resumed)
+                         then per step
+                           _train_step: forward/backward over grad_accum micro-batches -> NaN guard
+                             -> clip -> AdamW step, returning its ``StepMetrics``
+                           _end_of_step: (baseline hook) -> (eval + checkpoint) -> (probe) -> log row,
+                             tracker, progress line -> (state)
+                         _finish: last state, checkpoint index, final/ with train_summary.json
+
+Where a run keeps what outlives the process (checkpoints, ``final/``, the resumable state with its
+RNG states, the checkpoint index), and how it is written atomically: ``checkpointing.py``. How a
+run reports while it trains (progress lines in the job's log, the DVCLive series in
+``<run>/dvclive/``): ``progress.py``; the condensation probe feeds both.
 
 Distributed: written for ``accelerate launch`` (DDP) as well as a single process. Every rank runs
 the same control flow (step counts are global), every loss and flag that decides what happens next
 is all-reduced first, and only the main process writes files, followed by ``wait_for_everyone``.
 
-Output layout of ``out_dir``::
-
-    log.csv                      one row per step (step 0 = the untrained model, val loss only)
-    checkpoints/step-0000000/    evaluation checkpoints: save_pretrained (+ tokenizer), checkpoint.json
-    state/                       latest resumable state: model.safetensors, optimizer.pt, rng.pt,
-                                 progress.json, log.csv (the log up to that step)
-    final/                       save_pretrained (+ tokenizer) and train_summary.json (= done marker)
-
-Every directory is written to a temporary name and renamed into place (``io.atomic_path``), so a
-killed job never leaves a half-written checkpoint or state under its final name.
+The model goes by three names: ``model`` is what accelerate prepared (DDP-wrapped when
+distributed: backward, ``no_sync``, gradient clipping), ``module`` the unwrapped model (baseline
+hooks, validation, checkpoints, state), ``forward`` what the training step calls (``model``, or
+its ``torch.compile`` wrapper when ``TrainConfig.compile``; the same parameters either way).
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
 import functools
-import json
+import logging
 import math
-import random
-import shutil
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
-import safetensors.torch
 import torch
 import torch.nn.functional as F
+import yaml
 from accelerate import Accelerator
-from accelerate.utils import gather_object, set_seed
+from accelerate.utils import set_seed
 
+from . import geometry
 from .baselines import TrainingBaseline
-from .io import atomic_path, read_json, verify_manifest, write_json, write_manifest
+from .checkpointing import SUMMARY_NAME, CheckpointManager, RunDir, TrainState
+from .io import read_json
+from .progress import TRACKER_DIR, CsvLog, NoTracker, ProgressLog, check_tracker, library_bars_off_in_files, open_tracker
 from .settings import TrainConfig, checkpoint_steps, lr_at, tokens_per_step, total_steps, warmup_steps
 
 AuxLoss = Callable[[tuple[torch.Tensor, ...]], torch.Tensor]
 """Auxiliary loss: receives the model's hidden states (embedding output first, then one per layer)
 and returns a scalar tensor."""
 
-LOG_COLUMNS = ("step", "tokens", "lr", "loss", "ce_loss", "aux_loss", "grad_norm", "val_loss", "elapsed_s")
-SUMMARY_NAME = "train_summary.json"  # written last inside final/: its presence marks a finished run
-PROGRESS_NAME = "progress.json"  # written last inside state/
+RESUMABLE_CHANGES = ("compile", "log_every_steps", "log_every_seconds", "tracker", "probe_every", "probe_sequences")
+"""Settings a run may resume with changed: they change how steps run or how the run is watched,
+not what it computes, so they are left out of the identity a resumed run must match."""
+
+log = logging.getLogger("condensation")
 
 
-# ----------------------------------------------------------------------------- configuration
+# ----------------------------------------------------------------------------- results
 
 
 @dataclass
@@ -79,6 +86,34 @@ class TrainResult:
     """Evaluation checkpoints written so far, in step order."""
     final_dir: Path | None = None
     """``out_dir/final`` once training is complete, else None."""
+
+
+@dataclass
+class StepMetrics:
+    """What one optimizer step measured, reduced over micro-batches and ranks."""
+
+    lr: float
+    loss: float
+    """``ce_loss + aux_weight * aux_loss``, or ``ce_loss`` without an auxiliary loss."""
+    ce_loss: float
+    aux_loss: float | None
+    """None without an auxiliary loss (or with weight 0)."""
+    grad_norm: float
+    """Before clipping."""
+    seconds: float
+    """Wall time of the step (forward, backward, update): the tracker's tokens/s."""
+
+    def log_row(self, step: int, tokens: int) -> dict[str, Any]:
+        return {
+            "step": step, "tokens": tokens, "lr": self.lr, "loss": self.loss,
+            "ce_loss": self.ce_loss, "aux_loss": self.aux_loss, "grad_norm": self.grad_norm,
+        }
+
+    def tracker_values(self, step_tokens: int) -> dict[str, float | None]:
+        return {
+            "train/loss": self.loss, "train/ce": self.ce_loss, "train/aux": self.aux_loss, "train/lr": self.lr,
+            "train/grad_norm": self.grad_norm, "train/tokens_per_s": step_tokens / self.seconds if self.seconds > 0 else None,
+        }
 
 
 # ----------------------------------------------------------------------------- pure functions
@@ -112,10 +147,44 @@ def causal_lm_ce(logits: torch.Tensor, input_ids: torch.Tensor, reduction: str =
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100, reduction=reduction)
 
 
-def resolve_mixed_precision(setting: str) -> str:
-    if setting == "auto":
-        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
-    return setting
+def resolve_mixed_precision(
+    setting: str, environ: Mapping[str, str] | None = None, accelerate_config: str | Path | None = None
+) -> tuple[str, str]:
+    """The precision a run trains in, and what decided it (for the log): an explicit ``bf16`` or
+    ``no`` in our config; with ``auto``, what ``accelerate config`` chose (``environ``'s
+    ``ACCELERATE_MIXED_PRECISION``, which ``accelerate launch`` exports, else the config file
+    ``accelerate config`` writes, by default accelerate's own); else bf16 on a CUDA device that
+    supports it; else ``no``. See ``TrainConfig.mixed_precision``."""
+    if setting != "auto":
+        return setting, "train.mixed_precision"
+    chosen, source = _accelerate_mixed_precision(os.environ if environ is None else environ, accelerate_config)
+    if chosen is not None:
+        if chosen not in ("bf16", "no"):
+            raise ValueError(
+                f"{source} asks for {chosen!r} mixed precision, which this loop does not run (fp16's loss "
+                "scaler would trip the NaN guard); set train.mixed_precision to 'bf16' or 'no'"
+            )
+        return chosen, source
+    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bf16", "auto: a CUDA device with bf16"
+    return "no", "auto: no CUDA device with bf16"
+
+
+def _accelerate_mixed_precision(environ: Mapping[str, str], config_file: str | Path | None) -> tuple[str | None, str]:
+    """What ``accelerate config`` chose, and where it was read; ``(None, "")`` when it chose nothing."""
+    if config_file is None:
+        from accelerate.commands.config.config_args import default_config_file as config_file
+    config_file = Path(config_file)
+    exported = environ.get("ACCELERATE_MIXED_PRECISION", "").lower()
+    # `accelerate launch` exports "no" when neither a flag nor a config file chose: not a choice.
+    if exported and (exported != "no" or config_file.is_file()):
+        return exported, f"ACCELERATE_MIXED_PRECISION={exported} (accelerate launch)"
+    if config_file.is_file():
+        chosen = (yaml.safe_load(config_file.read_text()) or {}).get("mixed_precision")
+        chosen = "no" if chosen is False else chosen  # an unquoted `no` reads as false in YAML 1.1
+        if chosen:
+            return str(chosen).lower(), f"accelerate config file {config_file}"
+    return None, ""
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -126,6 +195,36 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[s
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
     return [group for group in groups if group["params"]]
+
+
+@torch.no_grad()
+def condensation_probe(
+    module: torch.nn.Module, probe_ids: torch.Tensor, batch_size: int,
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> dict[str, float]:
+    """Condensation of ``module`` on the ``[N, T]`` token ids ``probe_ids``: Spearman ``rho`` and
+    Kendall ``tau`` of the per-layer mean pairwise cosine against depth, and ``deep_cos``, that
+    mean over the deeper half of the layers (``geometry.trend_statistics``' ``last_half``). The
+    per-layer mean takes all T^2 pairs of every sequence and the embedding output counts as
+    layer 0: the paper's mu, and the trend tables' default conventions.
+
+    Runs in eval mode (no dropout, so nothing is drawn from the RNG) and puts back the mode it
+    found: a probe between two steps leaves the training trajectory untouched."""
+    was_training = module.training
+    module.eval()
+    try:
+        sums: torch.Tensor | float = 0.0  # per-layer sums of cosines, on the model's device
+        for first in range(0, len(probe_ids), batch_size):
+            with autocast():
+                out = module(input_ids=probe_ids[first : first + batch_size], output_hidden_states=True, use_cache=False)
+            # one [B, T, T] matrix at a time, reduced at once: memory of a single layer's cosines
+            sums = sums + torch.stack([geometry.cosine_matrices(h).sum(dtype=torch.float64) for h in out.hidden_states])
+            del out
+    finally:
+        module.train(was_training)
+    layer_means = (sums / (probe_ids.shape[0] * probe_ids.shape[1] ** 2)).tolist()
+    trend = geometry.trend_statistics(layer_means)
+    return {"rho": trend.spearman_rho, "tau": trend.kendall_tau, "deep_cos": trend.last_n["last_half"]}
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -149,182 +248,269 @@ def train(
     once the global step reaches that value: a graceful stand-in for a kill, or a time limit.
     ``baseline`` hooks a training baseline into the loop (see ``baselines.TrainingBaseline``).
     """
-    out_dir = Path(out_dir)
-    if (out_dir / "final" / SUMMARY_NAME).exists():
-        return _result_from_summary(out_dir)
-    train_blocks = _check_blocks(train_blocks, config.block_size, "train_blocks")
-    val_blocks = _check_blocks(val_blocks, config.block_size, "val_blocks")
+    run_dir = RunDir(out_dir)
+    if run_dir.is_finished():
+        return _result_from_summary(run_dir)
+    with library_bars_off_in_files():  # the job log gets our progress lines, not carriage returns
+        trainer = Trainer(model, train_blocks, val_blocks, config, run_dir, aux_loss, tokenizer, baseline)
+        return trainer.run(stop_after_steps)
 
-    # Mixed precision is ours, not accelerate's: bf16 needs only autocast (no loss scaler), and
-    # accelerate fixes the precision once per process, which would forbid a second train() call
-    # with another setting (e.g. pre-train in fp32, then mid-train in bf16).
-    accelerator = Accelerator(mixed_precision="no")
-    precision = resolve_mixed_precision(config.mixed_precision)
-    autocast = functools.partial(
-        torch.autocast, device_type=accelerator.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"
-    )
-    set_seed(config.seed)
-    world = accelerator.num_processes
-    steps = total_steps(config, world)
-    step_tokens = tokens_per_step(config, world)
-    step_blocks = config.micro_batch_size * config.grad_accum_steps * world
-    eval_steps = set(checkpoint_steps(steps, config.num_checkpoints))
-    use_aux = aux_loss is not None and config.aux_weight > 0
-    identity = {  # what a resumed run must share with the run that saved the state
-        # compile changes how a step runs, not what it computes: a run may resume with it switched
-        "config": {key: value for key, value in dataclasses.asdict(config).items() if key != "compile"},
-        "world_size": world,
-        "train_blocks_shape": list(train_blocks.shape),
-        "baseline": baseline.describe() if baseline is not None else None,
-    }
 
-    if baseline is not None:
-        baseline.prepare(model)  # may replace parameters (untie a head): before the optimizer sees them
-    # fused: one kernel for every parameter's update on CUDA instead of a loop of small ones
-    optimizer = torch.optim.AdamW(
-        parameter_groups(model, config.weight_decay), lr=config.lr, betas=config.betas,
-        fused=accelerator.device.type == "cuda",
-    )
-    model, optimizer = accelerator.prepare(model, optimizer)
-    model.train()
-    net = accelerator.unwrap_model(model)  # what the baseline hooks see: no DDP wrapper
-    # A compiled wrapper for the training forward only; it shares the parameters, so validation,
-    # checkpoints and the state keep using `model` (no `_orig_mod.` keys, no recompile for no_grad).
-    forward_model = torch.compile(model) if config.compile else model
+class Trainer:
+    """One call of ``train``: what its steps share, built by ``_prepare``, driven by ``run``."""
 
-    state_dir, log_path = out_dir / "state", out_dir / "log.csv"
-    if accelerator.is_main_process:
-        _remove_stale_temporaries(out_dir)
-    accelerator.wait_for_everyone()
-    resumed = (state_dir / PROGRESS_NAME).exists()
-    if resumed:
-        progress = _load_state(accelerator, model, optimizer, state_dir, log_path, identity)
-    else:
-        progress = {"step": 0, "blocks_consumed": 0, "elapsed_s": 0.0, "train_loss": None, "val_loss": None}
-    saved_step = progress["step"] if resumed else None  # step of the state on disk
-    started = time.perf_counter() - progress["elapsed_s"]  # elapsed time carries over a resume
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        train_blocks: np.ndarray,
+        val_blocks: np.ndarray,
+        config: TrainConfig,
+        run_dir: RunDir,
+        aux_loss: AuxLoss | None,
+        tokenizer: Any,
+        baseline: TrainingBaseline | None,
+    ) -> None:
+        self.config, self.run_dir, self.tokenizer, self.baseline = config, run_dir, tokenizer, baseline
+        self.train_blocks = _check_blocks(train_blocks, config.block_size, "train_blocks")
+        self.val_blocks = _check_blocks(val_blocks, config.block_size, "val_blocks")
+        self.aux_loss = aux_loss if config.aux_weight > 0 else None  # None: CE only, no hidden states
+        self._prepare(model)
 
-    def elapsed() -> float:
-        return time.perf_counter() - started
+    def _prepare(self, model: torch.nn.Module) -> None:
+        """Accelerator, schedule, optimizer, compiled forward; then resume from the state on disk."""
+        config = self.config
+        # Before anything is loaded or written: a missing tracker or an unwritable directory stops here.
+        check_tracker(config.tracker, self.run_dir.root / TRACKER_DIR)
+        # Mixed precision is ours, not accelerate's: bf16 needs only autocast (no loss scaler), and
+        # accelerate fixes the precision once per process, which would forbid a second train() call
+        # with another setting (e.g. pre-train in fp32, then mid-train in bf16). So accelerate gets
+        # "no" (else it would add its own autocast), and resolve_mixed_precision reads what a user
+        # chose with `accelerate config`.
+        self.accelerator = accelerator = Accelerator(mixed_precision="no")
+        self.precision, self.precision_source = resolve_mixed_precision(config.mixed_precision)
+        self.autocast = functools.partial(
+            torch.autocast, device_type=accelerator.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16"
+        )
+        set_seed(config.seed)
+        world = accelerator.num_processes
+        self.steps = total_steps(config, world)
+        self.step_tokens = tokens_per_step(config, world)
+        self.step_blocks = config.micro_batch_size * config.grad_accum_steps * world
+        self.eval_steps = sorted(set(checkpoint_steps(self.steps, config.num_checkpoints)))
+        identity = {  # what a resumed run must share with the run that saved the state
+            "config": {key: value for key, value in dataclasses.asdict(config).items() if key not in RESUMABLE_CHANGES},
+            "world_size": world,
+            "train_blocks_shape": list(self.train_blocks.shape),
+            "baseline": self.baseline.describe() if self.baseline is not None else None,
+        }
+        self.probe_ids = torch.as_tensor(self.val_blocks[: config.probe_sequences], dtype=torch.long).to(accelerator.device)
+        self.probe: dict[str, float] = {}  # the last probe's values, kept for the progress lines
 
-    def evaluation_checkpoint(step: int, row: dict[str, Any]) -> None:
-        row["val_loss"] = progress["val_loss"] = _validation_loss(accelerator, model, val_blocks, config, autocast)
-        _save_pretrained(accelerator, model, tokenizer, out_dir / "checkpoints" / f"step-{step:07d}", row)
+        if self.baseline is not None:
+            self.baseline.prepare(model)  # may replace parameters (untie a head): before the optimizer sees them
+        # fused: one kernel for every parameter's update on CUDA instead of a loop of small ones
+        optimizer = torch.optim.AdamW(
+            parameter_groups(model, config.weight_decay), lr=config.lr, betas=config.betas,
+            fused=accelerator.device.type == "cuda",
+        )
+        self.model, self.optimizer = accelerator.prepare(model, optimizer)
+        self.model.train()
+        self.module = accelerator.unwrap_model(self.model)
+        # A compiled wrapper for the training forward only; it shares the parameters, so validation,
+        # checkpoints and the state keep using `module` (no `_orig_mod.` keys, no recompile for no_grad).
+        self.forward = torch.compile(self.model) if config.compile else self.model
 
-    def save_state() -> None:
-        progress["elapsed_s"] = elapsed()
-        _save_state(accelerator, model, optimizer, state_dir, progress, identity, log)
+        self.checkpointer = CheckpointManager(self.run_dir, accelerator, identity)
+        self.checkpointer.remove_stale_temporaries()
+        self.resumed = self.checkpointer.has_state()
+        self.state = self.checkpointer.load_state(self.module, self.optimizer) if self.resumed else TrainState()
+        self.saved_step = self.state.step if self.resumed else None  # step of the state on disk
+        self.started = time.perf_counter() - self.state.elapsed_s  # elapsed time carries over a resume
 
-    stop_at = steps if stop_after_steps is None else min(steps, stop_after_steps)
-    with _CsvLog(log_path, append=resumed, enabled=accelerator.is_main_process) as log:
-        if not resumed:  # step 0: the untrained (or pretrained, not yet mid-trained) model
-            row = {"step": 0, "tokens": 0}
-            evaluation_checkpoint(0, row)
-            log.append(row | {"elapsed_s": elapsed()})
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
 
-        while progress["step"] < stop_at:
-            step = progress["step"]  # this update produces the weights of step + 1
-            lr = lr_at(step, steps, config)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+    def run(self, stop_after_steps: int | None) -> TrainResult:
+        stop_at = self.steps if stop_after_steps is None else min(self.steps, stop_after_steps)
+        config, main = self.config, self.accelerator.is_main_process
+        self.log = CsvLog(self.run_dir.log, append=self.resumed, enabled=main)
+        # Only the main process reports; the tracker resumes after the step of the state on disk.
+        self.tracker = open_tracker(config.tracker, self.run_dir.root / TRACKER_DIR, self.saved_step) if main else NoTracker()
+        self.progress = ProgressLog(
+            self.steps, "step", every=config.log_every_steps, every_seconds=config.log_every_seconds,
+            work=(self.step_tokens, "tok"), done=self.state.step,
+        )
+        self.tracker.log_params({**dataclasses.asdict(config), "betas": list(config.betas), "precision": self.precision})
+        with self.log, contextlib.closing(self.tracker):
+            if main:
+                self._announce()
+            if not self.resumed:  # step 0: the untrained (or pretrained, not yet mid-trained) model
+                row = {"step": 0, "tokens": 0}
+                self._evaluate(row)
+                self._record(row, {})
+                if main:
+                    self.progress.report()
+            while self.state.step < stop_at:
+                metrics = self._train_step()
+                self.state.step += 1
+                self.state.blocks_consumed += self.step_blocks
+                self.state.train_loss = metrics.loss
+                self._end_of_step(metrics)
+        return self._finish()
 
-            # Sums over micro-batches: ce, aux, and counts of non-finite ce / aux values.
-            sums = torch.zeros(4, device=accelerator.device)
-            for micro in range(config.grad_accum_steps):
-                # Global micro-batch `micro` of this step, sliced by rank: the data order depends
-                # on the position in the stream only, so a resumed run sees the same blocks.
-                rank_offset = (micro * world + accelerator.process_index) * config.micro_batch_size
-                idx = block_indices(
-                    len(train_blocks), config.seed, progress["blocks_consumed"] + rank_offset, config.micro_batch_size
-                )
-                ids = torch.as_tensor(train_blocks[idx], dtype=torch.long).to(accelerator.device)
-                # DDP all-reduces gradients on the last micro-batch only; the others accumulate.
-                last = micro == config.grad_accum_steps - 1
-                with contextlib.nullcontext() if last else accelerator.no_sync(model):
-                    # No labels: the HF model would compute a second, wasted CE. Under bf16 the
-                    # hidden states reach aux_loss in bf16; it upcasts where it needs precision.
-                    with autocast():
-                        # The labels stay `ids`; a baseline may only change what the model is fed.
-                        embeds = baseline.inputs_embeds(net, ids) if baseline is not None else None
-                        inputs = {"input_ids": ids} if embeds is None else {"inputs_embeds": embeds}
-                        out = forward_model(**inputs, output_hidden_states=use_aux, use_cache=False)
-                    ce = causal_lm_ce(out.logits, ids)
-                    aux = aux_loss(out.hidden_states) if use_aux else torch.zeros((), device=ce.device)
-                    loss = (ce + config.aux_weight * aux) if use_aux else ce
-                    accelerator.backward(loss / config.grad_accum_steps)
-                del out, loss, embeds  # the logits can be GBs (large vocabulary): free them before the next one
-                ce, aux = ce.detach().float(), aux.detach().float()
-                sums += torch.stack([ce, aux, (~ce.isfinite()).float(), (~aux.isfinite()).float()])
+    def _train_step(self) -> StepMetrics:
+        """The update that turns the weights of ``state.step`` into those of ``state.step + 1``."""
+        config, accelerator = self.config, self.accelerator
+        started = time.perf_counter()
+        lr = lr_at(self.state.step, self.steps, config)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        sums = torch.zeros(4, device=accelerator.device)  # see _micro_step
+        for micro in range(config.grad_accum_steps):
+            sums += self._micro_step(micro)
+        # Every rank sees the same reduced numbers, so all ranks stop (or go on) together.
+        reduced = accelerator.reduce(sums, reduction="sum")
+        max_norm = config.grad_clip if config.grad_clip > 0 else float("inf")
+        norm = accelerator.clip_grad_norm_(self.model.parameters(), max_norm)
+        # One host sync per step: sums, non-finite flags and grad norm come back together.
+        # Clipping NaN gradients is harmless: a non-finite value stops before the update.
+        synced = torch.cat([reduced, norm.reshape(1).to(reduced)]).tolist()
+        ce_sum, aux_sum, ce_nonfinite, aux_nonfinite, grad_norm = synced
+        guard = {"ce loss": ce_nonfinite > 0, "aux loss": aux_nonfinite > 0, "grad norm": not math.isfinite(grad_norm)}
+        for what, nonfinite in guard.items():  # the first one found names the error
+            if nonfinite:
+                raise RuntimeError(_nonfinite_message(self.state.step + 1, what, self.saved_step))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
-            # Every rank sees the same reduced numbers, so all ranks stop (or go on) together.
-            reduced = accelerator.reduce(sums, reduction="sum")
-            max_norm = config.grad_clip if config.grad_clip > 0 else float("inf")
-            norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
-            # One host sync per step: sums, non-finite flags and grad norm come back together.
-            # Clipping NaN gradients is harmless: a non-finite value stops before the update.
-            *sums, grad_norm = torch.cat([reduced, norm.reshape(1).to(reduced)]).tolist()
-            for term, bad in (("ce", sums[2]), ("aux", sums[3])):
-                if bad > 0:
-                    raise RuntimeError(_nonfinite_message(step + 1, f"{term} loss", saved_step))
-            if not math.isfinite(grad_norm):
-                raise RuntimeError(_nonfinite_message(step + 1, "grad norm", saved_step))
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+        micro_batches = config.grad_accum_steps * accelerator.num_processes
+        ce_mean = ce_sum / micro_batches
+        aux_mean = None if self.aux_loss is None else aux_sum / micro_batches
+        loss = ce_mean if aux_mean is None else ce_mean + config.aux_weight * aux_mean
+        return StepMetrics(
+            lr=lr, loss=loss, ce_loss=ce_mean, aux_loss=aux_mean, grad_norm=grad_norm, seconds=time.perf_counter() - started
+        )
 
-            step += 1
-            if baseline is not None:  # before the checkpoint and state of this step record the weights
-                baseline.after_step(step, net, optimizer, seed=config.seed, final=step == steps)
-            micro_batches = config.grad_accum_steps * world
-            ce_loss, aux_value = sums[0] / micro_batches, sums[1] / micro_batches
-            progress["step"] = step
-            progress["blocks_consumed"] += step_blocks
-            progress["train_loss"] = (ce_loss + config.aux_weight * aux_value) if use_aux else ce_loss
-            row = {
-                "step": step,
-                "tokens": step * step_tokens,
-                "lr": lr,
-                "loss": progress["train_loss"],
-                "ce_loss": ce_loss,
-                "aux_loss": aux_value if use_aux else None,
-                "grad_norm": grad_norm,
-            }
-            if step in eval_steps:
-                evaluation_checkpoint(step, row)
-            log.append(row | {"elapsed_s": elapsed()})
-            if step % config.checkpoint_every == 0:
-                save_state()
-                saved_step = step
+    def _micro_step(self, micro: int) -> torch.Tensor:
+        """Forward and backward of micro-batch ``micro`` of this step. Returns, on the device (no
+        host sync), ``[ce, aux, ce is non-finite, aux is non-finite]`` (flags as 0.0 or 1.0)."""
+        config, accelerator = self.config, self.accelerator
+        # Global micro-batch `micro` of this step, sliced by rank: the data order depends on the
+        # position in the stream only, so a resumed run sees the same blocks.
+        rank_offset = (micro * accelerator.num_processes + accelerator.process_index) * config.micro_batch_size
+        idx = block_indices(
+            len(self.train_blocks), config.seed, self.state.blocks_consumed + rank_offset, config.micro_batch_size
+        )
+        ids = torch.as_tensor(self.train_blocks[idx], dtype=torch.long).to(accelerator.device)
+        # DDP all-reduces gradients on the last micro-batch only; the others accumulate.
+        last = micro == config.grad_accum_steps - 1
+        with contextlib.nullcontext() if last else accelerator.no_sync(self.model):
+            # No labels: the HF model would compute a second, wasted CE. Under bf16 the hidden
+            # states reach aux_loss in bf16; it upcasts where it needs precision.
+            with self.autocast():
+                # The labels stay `ids`; a baseline may only change what the model is fed.
+                embeds = self.baseline.inputs_embeds(self.module, ids) if self.baseline is not None else None
+                inputs = {"input_ids": ids} if embeds is None else {"inputs_embeds": embeds}
+                out = self.forward(**inputs, output_hidden_states=self.aux_loss is not None, use_cache=False)
+            ce = causal_lm_ce(out.logits, ids)
+            if self.aux_loss is None:
+                aux, loss = torch.zeros((), device=ce.device), ce
+            else:
+                aux = self.aux_loss(out.hidden_states)
+                loss = ce + config.aux_weight * aux
+            accelerator.backward(loss / config.grad_accum_steps)
+        del out, loss, embeds  # the logits can be GBs (large vocabulary): free them before the next one
+        ce, aux = ce.detach().float(), aux.detach().float()
+        return torch.stack([ce, aux, (~ce.isfinite()).float(), (~aux.isfinite()).float()])
 
-        if saved_step != progress["step"]:  # the end, or a requested stop: always resumable
-            save_state()
+    def _end_of_step(self, metrics: StepMetrics) -> None:
+        """After the update to ``state.step``: baseline hook, evaluation checkpoint, what the step
+        records (log row, probe, tracker, progress), state."""
+        step = self.state.step
+        if self.baseline is not None:  # before the checkpoint and state of this step record the weights
+            self.baseline.after_step(step, self.module, self.optimizer, seed=self.config.seed, final=step == self.steps)
+        row = metrics.log_row(step, tokens=step * self.step_tokens)
+        if step in self.eval_steps:
+            self._evaluate(row)
+        self._record(row, metrics.tracker_values(self.step_tokens))
+        if step % self.config.checkpoint_every == 0:
+            self._save_state()
 
-    result = TrainResult(
-        steps=progress["step"],
-        tokens=progress["step"] * step_tokens,
-        final_train_loss=progress["train_loss"],
-        final_val_loss=progress["val_loss"],
-        checkpoint_dirs=[out_dir / "checkpoints" / f"step-{s:07d}" for s in sorted(eval_steps) if s <= progress["step"]],
-    )
-    if progress["step"] < steps:
-        return result  # stopped on request; the state just saved resumes it
+    def _record(self, row: dict[str, Any], values: dict[str, float | None]) -> None:
+        """``row``'s step in ``log.csv``, then (main process) the probe when one is due, the
+        tracker's row and the progress line. The tracker's rows of a step are on disk before the
+        state of that step, so a resume never misses one."""
+        step = row["step"]
+        self.log.append(row | {"elapsed_s": self.elapsed()})
+        if not self.accelerator.is_main_process:
+            return
+        values = values | {"val/loss": row.get("val_loss")}
+        probe_every = self.config.probe_every
+        if probe_every > 0 and (step % probe_every == 0 or step == self.steps):
+            started = time.perf_counter()
+            self.probe = condensation_probe(self.module, self.probe_ids, self.config.micro_batch_size, self.autocast)
+            values |= {f"probe/{name}": value for name, value in self.probe.items()}
+            values["probe/seconds"] = time.perf_counter() - started
+        self.tracker.log(step, values)
+        ce, aux = row.get("ce_loss"), row.get("aux_loss")
+        if self.progress.update(1 if step > 0 else 0, ce=ce, aux=aux, val=self.state.val_loss, **self.probe):
+            self.tracker.write_summary()
 
-    wall = elapsed()
-    summary = {
-        "steps": steps,
-        "tokens": result.tokens,
-        "final_train_loss": result.final_train_loss,
-        "final_val_loss": result.final_val_loss,
-        "wall_time_s": wall,
-        "tokens_per_s": result.tokens / wall if wall > 0 else None,
-        "checkpoint_steps": sorted(eval_steps),
-        "world_size": world,
-        "mixed_precision": precision,
-        "config": dataclasses.asdict(config),
-        "baseline": identity["baseline"],
-    }
-    _save_pretrained(accelerator, model, tokenizer, out_dir / "final", summary, json_name=SUMMARY_NAME)
-    result.final_dir = out_dir / "final"
-    return result
+    def _announce(self) -> None:
+        """The job log's first line about this run (main process): what it trains and how it reports."""
+        config = self.config
+        where = f"resuming at step {self.state.step}" if self.resumed else "starting"
+        probe = f"every {config.probe_every} steps on {len(self.probe_ids)} validation blocks" if config.probe_every else "off"
+        log.info(
+            "training %s (%s): %d steps of %s tokens, mixed precision %s (%s), tracker %s, condensation probe %s",
+            self.run_dir.root, where, self.steps, f"{self.step_tokens:,}", self.precision, self.precision_source,
+            config.tracker if config.tracker == "none" else f"{config.tracker} in {self.run_dir.root / TRACKER_DIR}", probe,
+        )
+
+    def _evaluate(self, row: dict[str, Any]) -> None:
+        """Validation loss into ``row`` and the state, then the evaluation checkpoint of ``row``'s step."""
+        row["val_loss"] = self.state.val_loss = _validation_loss(
+            self.accelerator, self.module, self.val_blocks, self.config, self.autocast
+        )
+        self.checkpointer.save_checkpoint(row["step"], self.module, self.tokenizer, row)
+
+    def _save_state(self) -> None:
+        self.state.elapsed_s = self.elapsed()
+        self.log.flush()
+        self.checkpointer.save_state(self.module, self.optimizer, self.state)
+        self.saved_step = self.state.step
+
+    def _finish(self) -> TrainResult:
+        """The end, or a requested stop: always resumable; at the end also the index and final/."""
+        if self.saved_step != self.state.step:
+            self._save_state()
+        state = self.state
+        result = TrainResult(
+            steps=state.step,
+            tokens=state.step * self.step_tokens,
+            final_train_loss=state.train_loss,
+            final_val_loss=state.val_loss,
+            checkpoint_dirs=[self.run_dir.checkpoint(step) for step in self.eval_steps if step <= state.step],
+        )
+        if state.step < self.steps:
+            return result  # stopped on request; the state just saved resumes it
+        wall = self.elapsed()
+        summary = {
+            "steps": self.steps,
+            "tokens": result.tokens,
+            "final_train_loss": result.final_train_loss,
+            "final_val_loss": result.final_val_loss,
+            "wall_time_s": wall,
+            "tokens_per_s": result.tokens / wall if wall > 0 else None,
+            "checkpoint_steps": self.eval_steps,
+            "world_size": self.accelerator.num_processes,
+            "mixed_precision": self.precision,
+            "config": dataclasses.asdict(self.config),
+            "baseline": self.checkpointer.identity["baseline"],
+        }
+        self.checkpointer.save_final(self.module, self.tokenizer, summary, self.eval_steps)
+        result.final_dir = self.run_dir.final
+        return result
 
 
 # ----------------------------------------------------------------------------- helpers of the loop
@@ -339,14 +525,6 @@ def _check_blocks(blocks: np.ndarray, block_size: int, name: str) -> np.ndarray:
     return blocks
 
 
-def _remove_stale_temporaries(out_dir: Path) -> None:
-    """Temporary directories of ``atomic_path`` (``.<name>.<random>.tmp``) that a kill left behind
-    mid-write: never valid, possibly model-sized."""
-    for parent in (out_dir, out_dir / "checkpoints"):
-        for path in parent.glob(".*.tmp"):
-            shutil.rmtree(path, ignore_errors=True)
-
-
 def _nonfinite_message(step: int, what: str, saved_step: int | None) -> str:
     saved = "no resumable state yet" if saved_step is None else f"the resumable state is from step {saved_step}"
     return (
@@ -358,202 +536,57 @@ def _nonfinite_message(step: int, what: str, saved_step: int | None) -> str:
 @torch.no_grad()
 def _validation_loss(
     accelerator: Accelerator,
-    model: torch.nn.Module,
+    module: torch.nn.Module,
     val_blocks: np.ndarray,
     config: TrainConfig,
     autocast: Callable[[], contextlib.AbstractContextManager],
 ) -> float:
     """Mean next-token CE over the fixed validation blocks, in eval mode (no dropout, so it draws
     nothing from the RNG and does not perturb training). Ranks take interleaved shares and the
-    (sum, count) pairs are gathered, so the value does not depend on how blocks split over ranks."""
+    (sum, count) pairs are gathered, so the value does not depend on how blocks split over ranks.
+    ``module`` is the unwrapped model: a DDP forward may broadcast buffers, a collective that
+    would hang when ranks run different numbers of validation batches."""
     count = min(len(val_blocks), config.val_batches * config.micro_batch_size)
     mine = np.arange(accelerator.process_index, count, accelerator.num_processes)
-    # The unwrapped module: a DDP forward may broadcast buffers, a collective that would hang
-    # when ranks run different numbers of validation batches.
-    net = accelerator.unwrap_model(model)
-    net.eval()
+    module.eval()
     totals = torch.zeros(1, 2, dtype=torch.float64, device=accelerator.device)
     for first in range(0, len(mine), config.micro_batch_size):
         ids = torch.as_tensor(val_blocks[mine[first : first + config.micro_batch_size]], dtype=torch.long)
         ids = ids.to(accelerator.device)
         with autocast():
-            logits = net(input_ids=ids, use_cache=False).logits
+            logits = module(input_ids=ids, use_cache=False).logits
         totals[0, 0] += causal_lm_ce(logits, ids, reduction="sum").double()
         totals[0, 1] += ids.shape[0] * (ids.shape[1] - 1)
-    net.train()
+    module.train()
     ce_sum, predicted = accelerator.gather(totals).sum(dim=0).tolist()
     return ce_sum / predicted
 
 
-def _save_pretrained(
-    accelerator: Accelerator,
-    model: torch.nn.Module,
-    tokenizer: Any,
-    path: Path,
-    info: dict[str, Any],
-    json_name: str = "checkpoint.json",
-) -> None:
-    """``save_pretrained`` (+ tokenizer, + ``info`` as JSON, written last) into ``path`` atomically."""
-    if accelerator.is_main_process:
-        with atomic_path(path) as tmp:
-            accelerator.unwrap_model(model).save_pretrained(tmp)
-            if tokenizer is not None:
-                tokenizer.save_pretrained(tmp)
-            write_json(tmp / json_name, info)
-            write_manifest(tmp, kind="checkpoint")
-    accelerator.wait_for_everyone()
-
-
-def _rng_state(device: torch.device) -> dict[str, Any]:
-    """This process's RNG states, in types ``torch.load(weights_only=True)`` accepts."""
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
-    state = {
-        "python": random.getstate(),
-        "numpy": (name, keys.tolist(), pos, has_gauss, gauss),
-        "torch": torch.get_rng_state(),
-    }
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
-    version, internal, gauss_next = state["python"]
-    random.setstate((version, tuple(internal), gauss_next))
-    name, keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
-    torch.set_rng_state(state["torch"])
-    if device.type == "cuda":
-        torch.cuda.set_rng_state(state["cuda"], device)
-
-
-def _save_state(
-    accelerator: Accelerator,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    state_dir: Path,
-    progress: dict[str, Any],
-    identity: dict[str, Any],
-    log: _CsvLog,
-) -> None:
-    """Everything needed to continue bit-identically. Our own format rather than
-    ``accelerator.save_state``: its loader silently ignores RNG states it cannot restore, which
-    would break exact resume without a word. Only the main process writes (one atomic rename);
-    the other ranks contribute their RNG states through a gather."""
-    rng_states = gather_object([_rng_state(accelerator.device)])  # one entry per rank
-    if accelerator.is_main_process:
-        log.flush()
-        num_blocks = identity["train_blocks_shape"][0]
-        epoch, position = divmod(progress["blocks_consumed"], num_blocks)
-        with atomic_path(state_dir) as tmp:
-            tmp.mkdir()
-            # safetensors' save_model/load_model handle tied weights (GPT-2's wte = lm_head).
-            safetensors.torch.save_model(accelerator.unwrap_model(model), str(tmp / "model.safetensors"))
-            torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-            torch.save(rng_states, tmp / "rng.pt")
-            shutil.copyfile(log.path, tmp / "log.csv")
-            write_json(tmp / PROGRESS_NAME, progress | identity | {"epoch": epoch, "position": position})
-            write_manifest(tmp, kind="training_state")
-    accelerator.wait_for_everyone()
-
-
-def _load_state(
-    accelerator: Accelerator,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    state_dir: Path,
-    log_path: Path,
-    identity: dict[str, Any],
-) -> dict[str, Any]:
-    verify_manifest(state_dir)
-    saved = read_json(state_dir / PROGRESS_NAME)
-    now = _identity_fields(identity)
-    before = _identity_fields({key: saved[key] for key in identity if key in saved})
-    differing = sorted(key for key in now if before.get(key) != now[key])
-    if differing:
-        details = "; ".join(f"{key}: saved {before.get(key)!r}, now {now[key]!r}" for key in differing)
-        raise ValueError(
-            f"{state_dir} was written by a different run ({details}); an exact resume needs the same "
-            "config, world size and data. Use a new out_dir or the original settings."
-        )
-    safetensors.torch.load_model(accelerator.unwrap_model(model), str(state_dir / "model.safetensors"))
-    optimizer.load_state_dict(torch.load(state_dir / "optimizer.pt", map_location="cpu", weights_only=True))
-    rng_states = torch.load(state_dir / "rng.pt", weights_only=True)
-    _set_rng_state(rng_states[accelerator.process_index], accelerator.device)
-    if accelerator.is_main_process:
-        # The log as it was at the saved step: rows written after it (before a kill) are dropped,
-        # and will be written again, identically, as training repeats those steps.
-        with atomic_path(log_path) as tmp:
-            shutil.copyfile(state_dir / "log.csv", tmp)
-    accelerator.wait_for_everyone()
-    return {key: saved[key] for key in ("step", "blocks_consumed", "elapsed_s", "train_loss", "val_loss")}
-
-
-def _identity_fields(identity: dict[str, Any]) -> dict[str, Any]:
-    """``identity`` as it reads back from JSON (tuples become lists), flattened so that a mismatch
-    names the field: ``config.lr``, ``world_size``."""
-    identity = json.loads(json.dumps(identity))
-    return {f"config.{key}": value for key, value in identity.pop("config", {}).items()} | identity
-
-
-def _result_from_summary(out_dir: Path) -> TrainResult:
-    summary = read_json(out_dir / "final" / SUMMARY_NAME)
+def _result_from_summary(run_dir: RunDir) -> TrainResult:
+    summary = read_json(run_dir.summary)
     return TrainResult(
         steps=summary["steps"],
         tokens=summary["tokens"],
         final_train_loss=summary["final_train_loss"],
         final_val_loss=summary["final_val_loss"],
-        checkpoint_dirs=[out_dir / "checkpoints" / f"step-{s:07d}" for s in summary["checkpoint_steps"]],
-        final_dir=out_dir / "final",
+        checkpoint_dirs=[run_dir.checkpoint(step) for step in summary["checkpoint_steps"]],
+        final_dir=run_dir.final,
     )
 
 
-class _CsvLog:
-    """``log.csv``, one row per step, flushed as written; a no-op on non-main processes."""
-
-    def __init__(self, path: Path, *, append: bool, enabled: bool) -> None:
-        self.path = path
-        self._handle = None
-        if enabled:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._handle = open(path, "a" if append else "w", newline="", encoding="utf-8")
-            self._writer = csv.writer(self._handle)
-            if not append:
-                self._writer.writerow(LOG_COLUMNS)
-
-    def append(self, row: dict[str, Any]) -> None:
-        if self._handle is not None:
-            self._writer.writerow([_format(row.get(column)) for column in LOG_COLUMNS])
-            self._handle.flush()
-
-    def flush(self) -> None:
-        if self._handle is not None:
-            self._handle.flush()
-
-    def __enter__(self) -> _CsvLog:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
-
-
-def _format(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.8g}"
-    return str(value)
-
-
 __all__: Sequence[str] = (
+    "RESUMABLE_CHANGES",
+    "SUMMARY_NAME",
     "AuxLoss",
+    "StepMetrics",
     "TrainConfig",
     "TrainResult",
+    "TrainState",
+    "Trainer",
     "block_indices",
     "causal_lm_ce",
     "checkpoint_steps",
+    "condensation_probe",
     "epoch_permutation",
     "lr_at",
     "parameter_groups",

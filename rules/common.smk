@@ -1,303 +1,299 @@
-# Configuration, wildcard constraints and input functions shared by every rule.
+# Shared by every rule: the validated config, every path template, wildcard constraints and the
+# input functions. The targets of the default job are in targets.smk.
+# Jobs ask for one CPU thread: their work is on a GPU, or (the embedded default) so small that
+# two one-thread jobs on two cores finish sooner than one two-thread job.
 
-import glob
-import json
 import re
 import sys
+from types import SimpleNamespace
 
+from condensation.checkpointing import STEP_PATTERN, RunDir
+from condensation.config import extraction_config, sampling_config, trend_config, validate_config
 from condensation.corpus import find_deb
-from condensation.config import (
+from condensation.data import local_files
+from condensation.io import read_json
+from condensation.plan import (
+    STUDIES,
     ablation_grid,
     evaluation_tasks,
-    extraction_config,
-    midtrain_checkpoints,
-    midtrain_methods,
-    midtrain_runs,
-    sampling_config,
-    trend_config,
-    validate_config,
+    gpus_needed,
+    studies,
+    study_checkpoints,
+    study_methods,
+    study_runs,
 )
 
 # Fail before planning anything if the config is wrong; fills in every default.
 config = validate_config(config)
 
-DATASETS = config["datasets"]
-MODELS = config["models"]
-FAMILIES = config["families"]
-PAIRS = config["pairs"]
-PRETRAIN = config["pretrain"]
-MIDTRAIN = config["midtrain"]
-METHODS = midtrain_methods(config)
-RUNS = midtrain_runs(config)  # (model, method, seed) of every mid-training run
 SAMPLING = sampling_config(config)
 EXTRACTION = extraction_config(config)
 TREND = trend_config(config)
-EVALUATION = config["evaluation"]
-# Scores are taken of mid-trained models only (Tables 2 and 3); no tasks, no scoring.
-SCORING = bool(EVALUATION["tasks"]) and bool(MIDTRAIN["models"])
-ABLATION_GRID = ablation_grid(config)  # method -> (weight, tau) of Table 3's dispersion runs
-ABLATION_MODELS = MIDTRAIN["ablation"]["models"] or MIDTRAIN["models"]
+STUDY_METHODS = {study: study_methods(config, study) for study in STUDIES}  # configured, then ablation runs
+STUDY_RUNS = {study: study_runs(config, study) for study in STUDIES}  # (model, method, seed) of every run
+LABELS = {name: spec.get("label", name) for name, spec in config["models"].items()}
+HUB_MODELS = [name for name, spec in config["models"].items() if spec["source"] == "hub"]
+HUB_DATASETS = [name for name, spec in config["datasets"].items() if spec["source"] == "hub"]
+# lm-eval tasks whose data lives on the Hub (every task that is not built here)
+HUB_TASKS = [task for task in config["evaluation"]["tasks"] if task not in config["evaluation"]["local_tasks"]]
 
 # Offline text comes from Debian packages that tools/fetch_debs.sh downloads.
 DEB_DIR = "resources/debs"
 CORPUS_PACKAGES = {"austen": "r-cran-janeaustenr", "python_docs": "python3.11-doc"}
 
 
+def run_files(root):
+    """The files of a training run directory that rules name (layout: checkpointing.RunDir)."""
+    run = RunDir(root)
+    return SimpleNamespace(**{part: str(getattr(run, part)) for part in ("plan", "final", "index", "log")})
+
+
+# Every path the workflow writes, in one place; rules name them, input functions expand() them.
+# {study} is midtrain (Fig. 6, Tables 2-3) or scratch (Table 4).
+path = SimpleNamespace(
+    corpus="data/corpus/{corpus}",
+    hub_dataset="data/hub/{dataset}",
+    hub_tasks="data/hub/lm_eval_tasks.json",
+    samples="data/samples/{dataset}.jsonl",
+    eval_tasks="data/eval_tasks",
+    handle="models/{model}/handle.json",
+    model_weights="models/{model}/hf",
+    tokenizer="runs/pretrain/tokenizer",
+    pretrain_blocks="runs/pretrain/blocks.npy",
+    pretrain_run=run_files("runs/pretrain/{model}"),
+    pretrain_geometry="results/pretrain/geometry/{model}/{dataset}",
+    study_blocks="runs/{study}/{model}/blocks.npy",
+    study_run=run_files("runs/{study}/{model}/{method}/seed{seed}"),
+    geometry="results/geometry/{model}/{dataset}.npz",
+    trend_table="results/tables/trend/{family}_{dataset}",
+    series_table="results/tables/series/{series}",
+    pair_table="results/tables/paired/{pair}",
+    checkpoint_geometry="results/{study}/geometry/{model}/{method}/seed{seed}",
+    trajectory="results/{study}/{model}/trajectory.csv",
+    effects="results/{study}/{model}/condensation_effects",
+    losses="results/{study}/{model}/losses.csv",
+    # lm-eval scores: <stem>.json (the record), .samples.jsonl.gz (per item), .lm_eval.json (lm-eval's own)
+    score="results/scores/{study}/{model}/{method}/seed{seed}/{checkpoint}",
+    pretrained_score="results/scores/{study}/{model}/pretrained",
+    family_figure="results/figures/family/{family}_{dataset}.png",
+    paired_figure="results/figures/paired/{pair}.png",
+    dataset_figure="results/figures/datasets/{family}.png",
+    series_figure="results/figures/series/{series}.png",
+    study_figure="results/figures/{study}/{model}_{kind}.png",
+    table="results/tables/{table}",
+    metrics="results/metrics/{name}",
+)
+
+
+def fill(template, **values):
+    """``template`` with the named placeholders filled; the others stay wildcards."""
+    return expand(template, **values, allow_missing=True)[0]
+
+
 def _alternatives(names):
     return "|".join(re.escape(name) for name in sorted(names)) or "^$"
 
 
+def _others(names):
+    """Any model name but these (a rule that makes every other model's handle)."""
+    return _alternatives(set(config["models"]) - set(names))
+
+
 wildcard_constraints:
-    dataset=_alternatives(DATASETS),
+    dataset=_alternatives(config["datasets"]),
     corpus=_alternatives(CORPUS_PACKAGES),
-    model=_alternatives(MODELS),
-    family=_alternatives(FAMILIES),
-    pair=_alternatives(PAIRS),
-    method=_alternatives(METHODS),
+    model=_alternatives(config["models"]),
+    family=_alternatives(config["families"]),
+    pair=_alternatives(config["pairs"]),
+    series=_alternatives(config["series"]),
+    study=_alternatives(STUDIES),
+    method=_alternatives({method for methods in STUDY_METHODS.values() for method in methods}),
     seed=r"\d+",
-    checkpoint=r"selected|step-\d{7}",
+    checkpoint=f"selected|{STEP_PATTERN}",
 
 
-def model_label(name):
-    return MODELS[name].get("label", name)
+# --------------------------------------------------------------------------- text
 
 
-def model_labels():
-    return {name: model_label(name) for name in MODELS}
-
-
-def corpus_dir(name):
-    """Built corpus of a packaged dataset (shared by datasets of one source), else None."""
-    source = DATASETS[name]["source"]
-    return f"data/corpus/{source}" if source in CORPUS_PACKAGES else None
-
-
-def corpus_inputs(name):
-    """What reading a dataset needs: its built corpus, the user's files, or nothing (hub)."""
-    spec = DATASETS[name]
+def dataset_inputs(name):
+    """What reading a dataset needs: its built corpus, the user's files, or its fetched text (hub)."""
+    spec = config["datasets"][name]
     if spec["source"] in CORPUS_PACKAGES:
-        return {"corpus": corpus_dir(name)}
+        return {"corpus": fill(path.corpus, corpus=spec["source"])}
     if spec["source"] == "files":
-        return {"files": sorted({p for pattern in spec["files"] for p in glob.glob(pattern, recursive=True)})}
-    return {}
-
-
-def get_corpus_input(wildcards):
-    return corpus_inputs(wildcards.dataset)
-
-
-def get_pretrain_corpus_input(wildcards):
-    return corpus_inputs(PRETRAIN["dataset"]) if PRETRAIN["dataset"] in DATASETS else {}
-
-
-def get_dataset_spec(wildcards):
-    return DATASETS[wildcards.dataset]
+        return {"files": local_files(spec["files"])}
+    return {"corpus": fill(path.hub_dataset, dataset=name)}  # its text, fetched
 
 
 def get_deb(wildcards):
     return str(find_deb(CORPUS_PACKAGES[wildcards.corpus], DEB_DIR))
 
 
-# More than one GPU per run: the same script under `accelerate launch` (DDP, one process per GPU).
-TRAINING_LAUNCHER = (
-    f"{sys.executable} -m accelerate.commands.launch --multi_gpu --num_processes {MIDTRAIN['gpus_per_run']}"
-    if MIDTRAIN["gpus_per_run"] > 1
-    else sys.executable
-) + f" {workflow.basedir}/workflow_scripts/midtrain.py"
+# --------------------------------------------------------------------------- models
 
 
-def get_midtrain_corpus_input(wildcards):
-    return corpus_inputs(MIDTRAIN["dataset"])
+def get_model_inputs(wildcards):
+    """What a model's handle is made from: a pre-training run, or the tokenizer of an init model."""
+    spec = config["models"][wildcards.model]
+    if spec["source"] == "pretrain":
+        return {"pretrained": fill(path.pretrain_run.final, model=wildcards.model)}
+    if spec["source"] == "init" and config["models"][spec["of"]]["source"] == "pretrain":
+        return {"tokenizer": path.tokenizer}
+    if spec["source"] == "init":  # the architecture and tokenizer of a hub model
+        return {"base": fill(path.handle, model=spec["of"])}
+    return {}
 
 
-def get_midtrain_run_dir(wildcards):
-    return f"runs/midtrain/{wildcards.model}/{wildcards.method}/seed{wildcards.seed}"
+def model_gpus(wildcards, input):
+    """GPUs for a job that holds one model: as many as its weights need (plan.gpus_needed)."""
+    parameters = read_json(input.handle).get("num_parameters")
+    return gpus_needed(parameters, config["gpu_memory_gb"]) if parameters else 1
 
 
-def get_method_json(wildcards):
-    return json.dumps(METHODS[wildcards.method], sort_keys=True)
+def pretrain_tokenizer_inputs(wildcards):
+    """A model's tokenizer (its handle), or the text a BPE is trained on."""
+    existing = config["pretrain"]["tokenizer"]
+    return {"handle": fill(path.handle, model=existing)} if existing else dataset_inputs(config["pretrain"]["dataset"])
 
 
-def runs_of(model):
-    return [(method, seed) for m, method, seed in RUNS if m == model]
+def get_model_arch(wildcards):
+    """Architecture of a pretrain model, or of the model an init model is the start of."""
+    spec = config["models"][wildcards.model]
+    return config["models"][spec["of"]].get("arch") if spec["source"] == "init" else spec.get("arch")
 
 
-def get_model_run_methods(wildcards):
-    return [method for method, _ in runs_of(wildcards.model)]
+# --------------------------------------------------------------------------- geometry
 
 
-def get_model_run_seeds(wildcards):
-    return [seed for _, seed in runs_of(wildcards.model)]
+def family_geometry(wildcards):
+    models = config["families"][wildcards.family]["models"]
+    return {
+        "geometry": expand(path.geometry, model=models, dataset=wildcards.dataset),
+        "handles": expand(path.handle, model=models),
+    }
 
 
-def get_model_run_finals(wildcards):
-    return [f"runs/midtrain/{wildcards.model}/{m}/seed{s}/final" for m, s in runs_of(wildcards.model)]
+def pair_geometry(wildcards):
+    """The first members, then the second members."""
+    spec = config["pairs"][wildcards.pair]
+    models = spec["first"] + spec["second"]
+    return {
+        "geometry": expand(path.geometry, model=models, dataset=spec["dataset"]),
+        "handles": expand(path.handle, model=models),
+    }
 
 
-def get_model_run_geometry(wildcards):
-    return [f"results/midtrain/geometry/{wildcards.model}/{m}/seed{s}" for m, s in runs_of(wildcards.model)]
+def robustness_geometry(wildcards):
+    """Dataset-major: every model of the first dataset, then of the next."""
+    models = config["families"][wildcards.family]["models"]
+    datasets = config["dataset_robustness"][wildcards.family]
+    return expand(path.geometry, dataset=datasets, model=models)
+
+
+def series_inputs(wildcards):
+    """A hub series: the geometry of each revision's model; a pretrain series: its run's
+    checkpoint geometry and checkpoint index."""
+    spec = config["series"][wildcards.series]
+    if config["models"][spec["model"]]["source"] == "pretrain":
+        return {
+            "run_geometry": fill(path.pretrain_geometry, model=spec["model"], dataset=spec["dataset"]),
+            "index": fill(path.pretrain_run.index, model=spec["model"]),
+        }
+    models = [f"{wildcards.series}.{point['label']}" for point in spec["checkpoints"]]
+    return {"geometry": expand(path.geometry, model=models, dataset=spec["dataset"])}
+
+
+def trend_tables():
+    return [
+        f"{stem}.csv"
+        for family, spec in config["families"].items()
+        for stem in expand(path.trend_table, family=family, dataset=spec["datasets"])
+    ]
+
+
+def all_geometry():
+    """Every (model, dataset) measured for a family, a pair or a dataset comparison."""
+    families, pairs = config["families"], config["pairs"].values()
+    measured = {(m, d) for spec in families.values() for m in spec["models"] for d in spec["datasets"]}
+    measured |= {(m, spec["dataset"]) for spec in pairs for m in spec["first"] + spec["second"]}
+    for family, datasets in config["dataset_robustness"].items():
+        measured |= {(m, d) for m in families[family]["models"] for d in datasets}
+    return sorted(fill(path.geometry, model=m, dataset=d) for m, d in measured)
+
+
+# --------------------------------------------------------------------------- training studies
+
+
+def launcher(study):
+    """More than one GPU per run: the same script under `accelerate launch` (DDP, a process per GPU)."""
+    gpus = config[study]["gpus_per_run"]
+    start = f"{sys.executable} -m accelerate.commands.launch --multi_gpu --num_processes {gpus}" if gpus > 1 else sys.executable
+    return f"{start} {workflow.basedir}/workflow_scripts/train_run.py"
+
+
+def model_runs(wildcards):
+    """(method, seed) of every run of one model in one study."""
+    return [(method, seed) for model, method, seed in STUDY_RUNS[wildcards.study] if model == wildcards.model]
+
+
+def expand_runs(template, study, model, runs):
+    """``template`` filled for each (method, seed) of ``runs`` of one model in one study."""
+    methods, seeds = zip(*runs) if runs else ((), ())
+    count = len(runs)
+    return expand(template, zip, study=[study] * count, model=[model] * count, method=methods, seed=seeds)
+
+
+def get_model_run_files(wildcards):
+    runs = model_runs(wildcards)
+    return {
+        "logs": expand_runs(path.study_run.log, wildcards.study, wildcards.model, runs),
+        "geometry": expand_runs(path.checkpoint_geometry, wildcards.study, wildcards.model, runs),
+    }
 
 
 def get_figure_row_geometry(wildcards):
     """Fig. 6 rows: each row's method in the first seed it was run with."""
     seeds = {}
-    for method, seed in runs_of(wildcards.model):
+    for method, seed in model_runs(wildcards):
         seeds.setdefault(method, seed)
-    return [f"results/midtrain/geometry/{wildcards.model}/{m}/seed{seeds[m]}" for m in MIDTRAIN["figure_rows"]]
+    rows = config[wildcards.study]["figure_rows"]
+    return expand_runs(path.checkpoint_geometry, wildcards.study, wildcards.model, [(m, seeds[m]) for m in rows])
 
 
-def get_model_label(wildcards):
-    return model_label(wildcards.model)
+# --------------------------------------------------------------------------- scores
 
 
-def get_model_spec(wildcards):
-    return MODELS[wildcards.model]
+def eval_task_inputs(wildcards):
+    """The built offline tasks, and the fetched data of hub tasks, when the config has any."""
+    inputs = {"tasks": path.eval_tasks} if config["evaluation"]["local_tasks"] else {}
+    return inputs | ({"hub_tasks": path.hub_tasks} if HUB_TASKS else {})
 
 
-def get_model_inputs(wildcards):
-    """Artifacts a model's handle is made from (pre-training run, tokenizer), by source."""
-    spec = MODELS[wildcards.model]
-    if spec["source"] == "pretrain":
-        return {"pretrained": f"runs/pretrain/{wildcards.model}/final"}
-    if spec["source"] == "init":
-        return {"tokenizer": "runs/pretrain/tokenizer"}
-    return {}
-
-
-def get_model_arch(wildcards):
-    """Architecture of a pretrain model, or of the model an init model is the start of."""
-    spec = MODELS[wildcards.model]
-    return MODELS[spec["of"]]["arch"] if spec["source"] == "init" else spec.get("arch")
-
-
-def get_run_dir(wildcards):
-    return f"runs/pretrain/{wildcards.model}"
-
-
-def get_weights_dir(wildcards):
-    """Where GGUF and init models keep their converted or initialised weights."""
-    return f"models/{wildcards.model}/hf"
-
-
-def geometry_path(model, dataset):
-    return f"results/geometry/{model}/{dataset}.npz"
-
-
-def get_family_models(wildcards):
-    return FAMILIES[wildcards.family]["models"]
-
-
-def get_family_geometry(wildcards):
-    return [geometry_path(m, wildcards.dataset) for m in get_family_models(wildcards)]
-
-
-def get_family_handles(wildcards):
-    return [f"models/{m}/handle.json" for m in get_family_models(wildcards)]
-
-
-def get_pair_spec(wildcards):
-    return PAIRS[wildcards.pair]
-
-
-def get_pair_geometry(wildcards):
-    spec = PAIRS[wildcards.pair]
-    return [geometry_path(m, spec["dataset"]) for m in spec["first"] + spec["second"]]
-
-
-def get_pair_handles(wildcards):
-    spec = PAIRS[wildcards.pair]
-    return [f"models/{m}/handle.json" for m in spec["first"] + spec["second"]]
-
-
-def get_robustness_datasets(wildcards):
-    return config["dataset_robustness"][wildcards.family]
-
-
-def get_robustness_geometry(wildcards):
-    """Dataset-major: every model of the first dataset, then of the next."""
-    models = get_family_models(wildcards)
-    return [geometry_path(m, d) for d in get_robustness_datasets(wildcards) for m in models]
-
-
-def family_figures():
-    return [
-        f"results/figures/family/{family}_{dataset}.png"
-        for family, spec in FAMILIES.items()
-        for dataset in spec["datasets"]
-    ]
-
-
-def family_tables():
-    return [
-        f"results/tables/trend/{family}_{dataset}.csv"
-        for family, spec in FAMILIES.items()
-        for dataset in spec["datasets"]
-    ]
-
-
-def all_geometry():
-    pairs = {(m, d) for spec in FAMILIES.values() for m in spec["models"] for d in spec["datasets"]}
-    pairs |= {(m, spec["dataset"]) for spec in PAIRS.values() for m in spec["first"] + spec["second"]}
-    pairs |= {
-        (m, d)
-        for family, datasets in config["dataset_robustness"].items()
-        for m in FAMILIES[family]["models"]
-        for d in datasets
-    }
-    return sorted(geometry_path(m, d) for m, d in pairs)
-
-
-def get_eval_corpora(wildcards):
-    """Built corpora the offline tasks are drawn from, by corpus name."""
-    return {spec["corpus"]: f"data/corpus/{spec['corpus']}" for spec in EVALUATION["local_tasks"].values()}
-
-
-def eval_task_inputs():
-    """The built offline tasks, when the config has any."""
-    return {"tasks": "data/eval_tasks/tasks.json"} if EVALUATION["local_tasks"] else {}
+# What scoring depends on, apart from the tasks: a change elsewhere in `evaluation` re-scores nothing.
+EVAL_SETTINGS = {key: config["evaluation"][key] for key in ("batch_size", "limit", "seed", "metric")}
 
 
 def get_eval_tasks(wildcards):
     return evaluation_tasks(config, wildcards.model)
 
 
-EVAL_SETTINGS = {key: EVALUATION[key] for key in ("batch_size", "limit", "seed", "metric")}
+def score_files(study, checkpoints=("selected",), suffix=".json"):
+    """The score records (or, by ``suffix``, another of a score's files) of the given checkpoints
+    of every run of a study; for mid-training, also of each model before it."""
+    files = []
+    if study == "midtrain":
+        files += expand(f"{path.pretrained_score}{suffix}", study=study, model=config[study]["models"])
+    for model, method, seed in STUDY_RUNS[study]:
+        files += expand(f"{path.score}{suffix}", study=study, model=model, method=method, seed=seed, checkpoint=checkpoints)
+    return files
 
 
-def score_files():
-    """What Table 2 and 3 read: each model before mid-training, and each run's checkpoint with
-    the lowest validation loss."""
-    files = [f"results/scores/{model}/pretrained.json" for model in MIDTRAIN["models"]]
-    return files + [f"results/scores/{m}/{method}/seed{s}/selected.json" for m, method, s in RUNS]
-
-
-def step_score_files():
-    """Every checkpoint after step 0 of every run (evaluation.checkpoints: all); step 0 is the
-    model before mid-training, scored once per model."""
-    checkpoints = midtrain_checkpoints(config)[1:]
-    files = [f"results/scores/{model}/pretrained.json" for model in MIDTRAIN["models"]]
-    return files + [f"results/scores/{m}/{method}/seed{s}/{c}.json" for m, method, s in RUNS for c in checkpoints]
-
-
-def score_targets():
-    if not SCORING:
-        return []
-    tables = ["table2", "table3"] if ABLATION_GRID else ["table2"]
-    targets = [f"results/tables/{table}.{ext}" for table in tables for ext in ("csv", "md", "tex", "html")]
-    targets += ["results/metrics/scores.json", "results/metrics/scores.csv"]
-    if EVALUATION["checkpoints"] == "all":
-        targets.append("results/tables/scores_by_step.csv")
-    return targets
-
-
-def all_targets():
-    targets = family_figures() + family_tables()
-    targets += [f"results/figures/paired/{pair}.png" for pair in PAIRS]
-    targets += [f"results/figures/datasets/{family}.png" for family in config["dataset_robustness"]]
-    if FAMILIES:
-        targets += ["results/metrics/trend.json", "results/metrics/layer_means.csv"]
-    for model in MIDTRAIN["models"]:
-        targets += [f"results/figures/midtrain/{model}_{kind}.png" for kind in ("condensation", "trajectory", "losses")]
-    if MIDTRAIN["models"]:
-        targets.append("results/metrics/midtrain.json")
-    return targets + score_targets()
+def findings_score_inputs(wildcards):
+    """Tables 2 and 4, and Table 2's score metrics (they flag tasks at chance), where the config scores."""
+    if not config["evaluation"]["tasks"]:
+        return {"score_tables": []}
+    tables = (["table2"] if config["midtrain"]["models"] else []) + (["table4"] if config["scratch"]["models"] else [])
+    inputs = {"score_tables": expand(f"{path.table}.csv", table=tables)}
+    if config["midtrain"]["models"]:
+        inputs["scores_metrics"] = fill(path.metrics, name="scores.json")
+    return inputs

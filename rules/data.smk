@@ -1,35 +1,47 @@
-# Stage 1: text. Offline corpora from Debian packages, then seeded samples per dataset.
+# Stage 1: text. Offline corpora from Debian packages or hub datasets fetched into the cache,
+# then seeded samples per dataset.
 
 
 rule build_corpus:
     input:
         deb=get_deb,
     output:
-        directory("data/corpus/{corpus}"),
+        directory(path.corpus),
     log:
         "logs/build_corpus/{corpus}.log",
     benchmark:
         "logs/benchmarks/build_corpus/{corpus}.tsv"
-    conda:
-        "../envs/condensation.yaml"
     script:
         "../workflow_scripts/build_corpus.py"
 
 
+rule fetch_dataset:
+    output:
+        directory(path.hub_dataset),
+    log:
+        "logs/fetch_dataset/{dataset}.log",
+    benchmark:
+        "logs/benchmarks/fetch_dataset/{dataset}.tsv"
+    wildcard_constraints:
+        dataset=_alternatives(HUB_DATASETS),
+    params:
+        spec=lookup(dpath="datasets/{dataset}", within=config),
+    script:
+        "../workflow_scripts/fetch_dataset.py"
+
+
 rule sample_dataset:
     input:
-        unpack(get_corpus_input),
+        unpack(lambda wildcards: dataset_inputs(wildcards.dataset)),
     output:
-        samples="data/samples/{dataset}.jsonl",
-        manifest="data/samples/{dataset}.jsonl.manifest.json",
+        samples=path.samples,
+        manifest=f"{path.samples}.manifest.json",
     log:
         "logs/sample_dataset/{dataset}.log",
     benchmark:
         "logs/benchmarks/sample_dataset/{dataset}.tsv"
     params:
-        spec=get_dataset_spec,
+        spec=lookup(dpath="datasets/{dataset}", within=config),
         sampling=SAMPLING,
-    conda:
-        "../envs/condensation.yaml"
     script:
         "../workflow_scripts/sample_dataset.py"

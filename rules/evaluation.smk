@@ -1,109 +1,141 @@
-# Stage 5-6: lm-eval scores of each mid-trained model before mid-training and of every run's
-# selected checkpoint (lowest validation loss), then the paper's Tables 2 and 3.
+# Stages 5-6: lm-eval scores of each mid-trained model before mid-training and of every run's
+# selected checkpoint (lowest validation loss), then the paper's Tables 2 and 3 (mid-training)
+# and Table 4 (pre-training from scratch).
 
 
 rule build_eval_tasks:
     input:
-        unpack(get_eval_corpora),
+        corpora=lambda wildcards: sorted(
+            {fill(path.corpus, corpus=spec["corpus"]) for spec in config["evaluation"]["local_tasks"].values()}
+        ),
     output:
-        "data/eval_tasks/tasks.json",
+        directory(path.eval_tasks),
     log:
         "logs/build_eval_tasks.log",
     benchmark:
         "logs/benchmarks/build_eval_tasks.tsv"
     params:
-        specs=EVALUATION["local_tasks"],
-    conda:
-        "../envs/condensation.yaml"
+        specs=lookup(dpath="evaluation/local_tasks", within=config),
     script:
         "../workflow_scripts/build_eval_tasks.py"
 
 
+rule fetch_eval_tasks:
+    output:
+        path.hub_tasks,
+    log:
+        "logs/fetch_eval_tasks.log",
+    benchmark:
+        "logs/benchmarks/fetch_eval_tasks.tsv"
+    params:
+        tasks=HUB_TASKS,
+    script:
+        "../workflow_scripts/fetch_eval_tasks.py"
+
+
 rule evaluate_pretrained:
     input:
-        unpack(lambda wildcards: eval_task_inputs()),
-        handle="models/{model}/handle.json",
+        unpack(eval_task_inputs),
+        handle=path.handle,
     output:
-        "results/scores/{model}/pretrained.json",
+        multiext(path.pretrained_score, record=".json", samples=".samples.jsonl.gz", lm_eval=".lm_eval.json"),
     log:
-        "logs/evaluate/{model}/pretrained.log",
+        "logs/evaluate/{study}/{model}/pretrained.log",
     benchmark:
-        "logs/benchmarks/evaluate/{model}/pretrained.tsv"
+        "logs/benchmarks/evaluate/{study}/{model}/pretrained.tsv"
     params:
         tasks=get_eval_tasks,
         settings=EVAL_SETTINGS,
-    threads: 4
+    threads: 1
     resources:
-        gpu=1,
+        gpu=model_gpus,
         mem_mb=16000,
         runtime=120,
-    conda:
-        "../envs/condensation.yaml"
     script:
         "../workflow_scripts/evaluate.py"
 
 
 rule evaluate_checkpoint:
     input:
-        unpack(lambda wildcards: eval_task_inputs()),
-        final="runs/midtrain/{model}/{method}/seed{seed}/final",
+        unpack(eval_task_inputs),
+        index=path.study_run.index,
+        handle=path.handle,  # its size sets the GPUs
     output:
-        "results/scores/{model}/{method}/seed{seed}/{checkpoint}.json",
+        multiext(path.score, record=".json", samples=".samples.jsonl.gz", lm_eval=".lm_eval.json"),
+    wildcard_constraints:
+        # with every checkpoint scored, the selected one is picked from those (pick_selected_score)
+        checkpoint=STEP_PATTERN if config["evaluation"]["checkpoints"] == "all" else f"selected|{STEP_PATTERN}",
     log:
-        "logs/evaluate/{model}/{method}/seed{seed}/{checkpoint}.log",
+        "logs/evaluate/{study}/{model}/{method}/seed{seed}/{checkpoint}.log",
     benchmark:
-        "logs/benchmarks/evaluate/{model}/{method}/seed{seed}/{checkpoint}.tsv"
+        "logs/benchmarks/evaluate/{study}/{model}/{method}/seed{seed}/{checkpoint}.tsv"
     params:
-        run_dir=get_midtrain_run_dir,
         tasks=get_eval_tasks,
         settings=EVAL_SETTINGS,
-    threads: 4
+    threads: 1
     resources:
-        gpu=1,
+        gpu=model_gpus,
         mem_mb=16000,
         runtime=120,
-    conda:
-        "../envs/condensation.yaml"
     script:
         "../workflow_scripts/evaluate.py"
 
 
+# With every checkpoint scored, a run's selected checkpoint is not scored again: its scores are
+# copied from its step's.
+if config["evaluation"]["checkpoints"] == "all":
+
+    rule pick_selected_score:
+        input:
+            index=path.study_run.index,
+            scores=lambda wildcards: expand(
+                f"{path.score}{{suffix}}", **wildcards, checkpoint=study_checkpoints(config, wildcards.study)[1:],
+                suffix=[".json", ".samples.jsonl.gz", ".lm_eval.json"],
+            ),
+        output:
+            multiext(fill(path.score, checkpoint="selected"), record=".json", samples=".samples.jsonl.gz", lm_eval=".lm_eval.json"),
+        log:
+            "logs/pick_selected_score/{study}/{model}/{method}/seed{seed}.log",
+        benchmark:
+            "logs/benchmarks/pick_selected_score/{study}/{model}/{method}/seed{seed}.tsv"
+        script:
+            "../workflow_scripts/pick_selected_score.py"
+
+
 rule table2:
     input:
-        scores=score_files(),
+        scores=score_files("midtrain"),
+        samples=score_files("midtrain", suffix=".samples.jsonl.gz"),
     output:
-        multiext("results/tables/table2", ".csv", ".md", ".tex"),
+        multiext(fill(path.table, table="table2"), csv=".csv", markdown=".md", latex=".tex"),
         html=report(
-            "results/tables/table2.html",
+            fill(path.table, table="table2") + ".html",
             caption="../report/table2.rst",
             category="Tables",
             labels={"table": "Table 2: downstream scores"},
         ),
-        metrics="results/metrics/scores.json",
-        plot="results/metrics/scores.csv",
+        metrics=fill(path.metrics, name="scores.json"),
+        plot=fill(path.metrics, name="scores.csv"),
     log:
         "logs/table2.log",
     benchmark:
         "logs/benchmarks/table2.tsv"
     params:
-        tasks=list(EVALUATION["tasks"]),
-        methods=list(MIDTRAIN["methods"]),
-        reference=EVALUATION["reference"],
-        metric=EVALUATION["metric"],
-        labels={},  # method -> row label; the method names themselves
-    conda:
-        "../envs/condensation.yaml"
+        tasks=list(config["evaluation"]["tasks"]),
+        methods=list(config["midtrain"]["methods"]),
+        reference=config["evaluation"]["reference"],
+        metric=config["evaluation"]["metric"],
     script:
         "../workflow_scripts/score_tables.py"
 
 
 rule table3:
     input:
-        scores=score_files(),
+        scores=score_files("midtrain"),
     output:
-        multiext("results/tables/table3", ".csv", ".md", ".tex"),
+        multiext(fill(path.table, table="table3"), csv=".csv", markdown=".md", latex=".tex"),
         html=report(
-            "results/tables/table3.html",
+            fill(path.table, table="table3") + ".html",
             caption="../report/table3.rst",
             category="Tables",
             labels={"table": "Table 3: dispersion ablation"},
@@ -113,28 +145,50 @@ rule table3:
     benchmark:
         "logs/benchmarks/table3.tsv"
     params:
-        tasks=list(EVALUATION["tasks"]),
-        metric=EVALUATION["metric"],
-        grid=ABLATION_GRID,
-        models=ABLATION_MODELS,
-    conda:
-        "../envs/condensation.yaml"
+        tasks=list(config["evaluation"]["tasks"]),
+        metric=config["evaluation"]["metric"],
+        grid=ablation_grid(config, "midtrain"),
+        models=config["midtrain"]["ablation"]["models"] or config["midtrain"]["models"],
+    script:
+        "../workflow_scripts/score_tables.py"
+
+
+rule table4:
+    input:
+        scores=score_files("scratch"),
+        samples=score_files("scratch", suffix=".samples.jsonl.gz"),
+        trajectories=expand(path.trajectory, study="scratch", model=config["scratch"]["models"]),
+    output:
+        multiext(fill(path.table, table="table4"), csv=".csv", markdown=".md", latex=".tex"),
+        html=report(
+            fill(path.table, table="table4") + ".html",
+            caption="../report/table4.rst",
+            category="Tables",
+            labels={"table": "Table 4: pre-training with dispersion"},
+        ),
+    log:
+        "logs/table4.log",
+    benchmark:
+        "logs/benchmarks/table4.tsv"
+    params:
+        tasks=list(config["evaluation"]["tasks"]),
+        models=config["scratch"]["models"],
+        methods=list(config["scratch"]["methods"]),
+        metric=config["evaluation"]["metric"],
     script:
         "../workflow_scripts/score_tables.py"
 
 
 rule scores_by_step:
     input:
-        scores=step_score_files(),
+        scores=lambda wildcards: score_files(wildcards.study, study_checkpoints(config, wildcards.study)[1:]),
     output:
-        "results/tables/scores_by_step.csv",
+        fill(path.table, table="{study}_scores_by_step") + ".csv",
     log:
-        "logs/scores_by_step.log",
+        "logs/scores_by_step/{study}.log",
     benchmark:
-        "logs/benchmarks/scores_by_step.tsv"
+        "logs/benchmarks/scores_by_step/{study}.tsv"
     params:
-        metric=EVALUATION["metric"],
-    conda:
-        "../envs/condensation.yaml"
+        metric=config["evaluation"]["metric"],
     script:
         "../workflow_scripts/scores_by_step.py"

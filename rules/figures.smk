@@ -1,13 +1,12 @@
-# Stage 6 (observations): the paper's figures, from the geometry of stage 3.
+# Stage 6: the paper's figures, from the geometry of stage 3 and the mid-training runs.
 
 
 rule family_figure:
     input:
-        geometry=get_family_geometry,
-        handles=get_family_handles,
+        unpack(family_geometry),
     output:
         report(
-            "results/figures/family/{family}_{dataset}.png",
+            path.family_figure,
             caption="../report/family.rst",
             category="Condensation",
             subcategory="Families",
@@ -18,45 +17,44 @@ rule family_figure:
     benchmark:
         "logs/benchmarks/family_figure/{family}_{dataset}.tsv"
     params:
-        models=get_family_models,
-        labels=model_labels(),
-    conda:
-        "../envs/condensation.yaml"
+        models=lookup(dpath="families/{family}/models", within=config),
+        labels=LABELS,
+        trend=TREND,
     script:
         "../workflow_scripts/family_figure.py"
 
 
 rule paired_figure:
     input:
-        geometry=get_pair_geometry,
-        handles=get_pair_handles,
+        unpack(pair_geometry),
     output:
-        report(
-            "results/figures/paired/{pair}.png",
+        figure=report(
+            path.paired_figure,
             caption="../report/paired.rst",
             category="Condensation",
             subcategory="Pairs",
             labels={"pair": "{pair}"},
         ),
+        csv=f"{path.pair_table}.csv",
+        markdown=f"{path.pair_table}.md",
     log:
         "logs/paired_figure/{pair}.log",
     benchmark:
         "logs/benchmarks/paired_figure/{pair}.tsv"
     params:
-        spec=get_pair_spec,
-        labels=model_labels(),
-    conda:
-        "../envs/condensation.yaml"
+        spec=lookup(dpath="pairs/{pair}", within=config),
+        labels=LABELS,
+        trend=TREND,
     script:
         "../workflow_scripts/paired_figure.py"
 
 
 rule dataset_figure:
     input:
-        geometry=get_robustness_geometry,
+        geometry=robustness_geometry,
     output:
         report(
-            "results/figures/datasets/{family}.png",
+            path.dataset_figure,
             caption="../report/datasets.rst",
             category="Condensation",
             subcategory="Datasets",
@@ -67,10 +65,101 @@ rule dataset_figure:
     benchmark:
         "logs/benchmarks/dataset_figure/{family}.tsv"
     params:
-        models=get_family_models,
-        datasets=get_robustness_datasets,
-        labels=model_labels(),
-    conda:
-        "../envs/condensation.yaml"
+        models=lookup(dpath="families/{family}/models", within=config),
+        datasets=lookup(dpath="dataset_robustness/{family}", within=config),
+        labels=LABELS,
+        trend=TREND,
     script:
         "../workflow_scripts/dataset_figure.py"
+
+
+rule series_figure:
+    input:
+        unpack(series_inputs),
+    output:
+        figure=report(
+            path.series_figure,
+            caption="../report/series.rst",
+            category="Condensation",
+            subcategory="Over training",
+            labels={"series": "{series}"},
+        ),
+        csv=f"{path.series_table}.csv",
+        markdown=f"{path.series_table}.md",
+    log:
+        "logs/series_figure/{series}.log",
+    benchmark:
+        "logs/benchmarks/series_figure/{series}.tsv"
+    params:
+        spec=lookup(dpath="series/{series}", within=config),
+        model=lookup(dpath="series/{series}/model", within=config),
+        label=lambda wildcards: LABELS[config["series"][wildcards.series]["model"]],
+        trend=TREND,
+    script:
+        "../workflow_scripts/series_figure.py"
+
+
+rule study_figures:
+    input:
+        trajectory=path.trajectory,
+        losses=path.losses,
+        grid=get_figure_row_geometry,
+    output:
+        grid=report(
+            fill(path.study_figure, kind="condensation"),
+            caption="../report/midtrain_grid.rst",
+            category="Training studies",
+            subcategory="{study}",
+            labels={"model": "{model}", "figure": "condensation by checkpoint (Fig. 6)"},
+        ),
+        trajectory=report(
+            fill(path.study_figure, kind="trajectory"),
+            caption="../report/midtrain_trajectory.rst",
+            category="Training studies",
+            subcategory="{study}",
+            labels={"model": "{model}", "figure": "depth trend over training"},
+        ),
+        losses=report(
+            fill(path.study_figure, kind="losses"),
+            caption="../report/midtrain_losses.rst",
+            category="Training studies",
+            subcategory="{study}",
+            labels={"model": "{model}", "figure": "losses"},
+        ),
+    log:
+        "logs/study_figures/{study}/{model}.log",
+    benchmark:
+        "logs/benchmarks/study_figures/{study}/{model}.tsv"
+    params:
+        label=lambda wildcards: LABELS[wildcards.model],
+        methods=lambda wildcards: list(config[wildcards.study]["methods"]),
+        grid_methods=lookup(dpath="{study}/figure_rows", within=config),
+        trend=TREND,
+    script:
+        "../workflow_scripts/study_figures.py"
+
+
+rule findings:
+    input:
+        unpack(findings_score_inputs),
+        trend_tables=trend_tables(),
+        pair_tables=expand(f"{path.pair_table}.csv", pair=config["pairs"]),
+        series_tables=expand(f"{path.series_table}.csv", series=config["series"]),
+        effects=[f"{path.effects}.csv".format(study=s, model=m) for s in studies(config) for m in config[s]["models"]],
+    output:
+        markdown=report(
+            "results/findings.md",
+            caption="../report/findings.rst",
+            category="Findings",
+            labels={"page": "the paper's claims, checked"},
+        ),
+        json=fill(path.metrics, name="findings.json"),
+    log:
+        "logs/findings.log",
+    benchmark:
+        "logs/benchmarks/findings.tsv"
+    params:
+        pair_labels={name: spec["labels"] for name, spec in config["pairs"].items()},
+        studies=studies(config),
+    script:
+        "../workflow_scripts/findings.py"

@@ -3,10 +3,10 @@
 
 rule extract:
     input:
-        handle="models/{model}/handle.json",
-        samples="data/samples/{dataset}.jsonl",
+        handle=path.handle,
+        samples=path.samples,
     output:
-        "results/geometry/{model}/{dataset}.npz",
+        path.geometry,
     log:
         "logs/extract/{model}/{dataset}.log",
     benchmark:
@@ -14,50 +14,42 @@ rule extract:
     params:
         sampling=SAMPLING,
         extraction=EXTRACTION,
-    threads: 4
+    threads: 1
     resources:
-        gpu=1,
+        gpu=model_gpus,
         mem_mb=16000,
         runtime=60,
-    conda:
-        "../envs/condensation.yaml"
     script:
         "../workflow_scripts/extract.py"
 
 
 rule trend_table:
     input:
-        geometry=get_family_geometry,
-        handles=get_family_handles,
+        unpack(family_geometry),
     output:
-        csv="results/tables/trend/{family}_{dataset}.csv",
-        markdown="results/tables/trend/{family}_{dataset}.md",
+        multiext(path.trend_table, csv=".csv", markdown=".md"),
     log:
         "logs/trend_table/{family}_{dataset}.log",
     benchmark:
         "logs/benchmarks/trend_table/{family}_{dataset}.tsv"
     params:
-        models=get_family_models,
-        labels=model_labels(),
+        models=lookup(dpath="families/{family}/models", within=config),
+        labels=LABELS,
         trend=TREND,
-    conda:
-        "../envs/condensation.yaml"
     script:
         "../workflow_scripts/trend_table.py"
 
 
 rule trend_metrics:
     input:
-        tables=family_tables(),
+        tables=trend_tables(),
         geometry=all_geometry(),
     output:
-        metrics="results/metrics/trend.json",
-        layer_means="results/metrics/layer_means.csv",
+        metrics=fill(path.metrics, name="trend.json"),
+        layer_means=fill(path.metrics, name="layer_means.csv"),
     log:
         "logs/trend_metrics.log",
     benchmark:
         "logs/benchmarks/trend_metrics.tsv"
-    conda:
-        "../envs/condensation.yaml"
     script:
         "../workflow_scripts/trend_metrics.py"

@@ -4,87 +4,132 @@
 
 rule prepare_tokenizer:
     input:
-        unpack(get_pretrain_corpus_input),
+        unpack(pretrain_tokenizer_inputs),
     output:
-        directory("runs/pretrain/tokenizer"),
+        directory(path.tokenizer),
     log:
         "logs/prepare_tokenizer.log",
     benchmark:
         "logs/benchmarks/prepare_tokenizer.tsv"
     params:
-        dataset=PRETRAIN["dataset"],
-        spec=DATASETS.get(PRETRAIN["dataset"]),
-        existing=PRETRAIN["tokenizer"],
-        vocab_size=PRETRAIN["tokenizer_vocab_size"],
-    conda:
-        "../envs/condensation.yaml"
+        dataset=config["pretrain"]["dataset"],
+        spec=lookup(dpath=f"datasets/{config['pretrain']['dataset']}", within=config, default=None),
+        vocab_size=lookup(dpath="pretrain/tokenizer_vocab_size", within=config),
     script:
         "../workflow_scripts/prepare_tokenizer.py"
 
 
 rule pack_pretraining_data:
     input:
-        unpack(get_pretrain_corpus_input),
-        tokenizer="runs/pretrain/tokenizer",
+        unpack(lambda wildcards: dataset_inputs(config["pretrain"]["dataset"])),
+        tokenizer=path.tokenizer,
     output:
-        "runs/pretrain/blocks.npz",
+        path.pretrain_blocks,
     log:
         "logs/pack_pretraining_data.log",
     benchmark:
         "logs/benchmarks/pack_pretraining_data.tsv"
     params:
-        dataset=PRETRAIN["dataset"],
-        spec=DATASETS.get(PRETRAIN["dataset"]),
-        block_size=PRETRAIN["train"]["block_size"],
-        validation_fraction=PRETRAIN["validation_fraction"],
-    conda:
-        "../envs/condensation.yaml"
+        dataset=config["pretrain"]["dataset"],
+        spec=lookup(dpath=f"datasets/{config['pretrain']['dataset']}", within=config, default=None),
+        block_size=lookup(dpath="pretrain/train/block_size", within=config),
+        validation_fraction=lookup(dpath="pretrain/validation_fraction", within=config),
     script:
         "../workflow_scripts/pack_training_data.py"
 
 
+rule plan_pretrain:
+    output:
+        path.pretrain_run.plan,
+    log:
+        "logs/plan_pretrain/{model}.log",
+    benchmark:
+        "logs/benchmarks/plan_pretrain/{model}.tsv"
+    params:
+        arch=lookup(dpath="models/{model}/arch", within=config),
+        train=lookup(dpath="pretrain/train", within=config),
+        seed=lookup(dpath="pretrain/seed", within=config),
+    script:
+        "../workflow_scripts/plan_run.py"
+
+
 rule pretrain:
     input:
-        tokenizer="runs/pretrain/tokenizer",
-        blocks="runs/pretrain/blocks.npz",
+        plan=path.pretrain_run.plan,
+        tokenizer=path.tokenizer,
+        blocks=path.pretrain_blocks,
     output:
-        directory("runs/pretrain/{model}/final"),
+        final=directory(path.pretrain_run.final),
+        index=path.pretrain_run.index,
+        log=path.pretrain_run.log,
     log:
         "logs/pretrain/{model}.log",
     benchmark:
         "logs/benchmarks/pretrain/{model}.tsv"
-    params:
-        arch=get_model_arch,
-        settings=PRETRAIN,
-        run_dir=get_run_dir,
-    threads: 4
+    threads: 1
     resources:
         gpu=1,
         mem_mb=8000,
         runtime=240,
-    conda:
-        "../envs/condensation.yaml"
     script:
         "../workflow_scripts/pretrain.py"
+
+
+rule measure_pretraining:
+    input:
+        index=path.pretrain_run.index,
+        samples=path.samples,
+    output:
+        directory(path.pretrain_geometry),
+    log:
+        "logs/measure_pretraining/{model}/{dataset}.log",
+    benchmark:
+        "logs/benchmarks/measure_pretraining/{model}/{dataset}.tsv"
+    params:
+        sampling=SAMPLING,
+        extraction=EXTRACTION,
+        trend=TREND,
+    threads: 1
+    resources:
+        gpu=1,
+        mem_mb=16000,
+        runtime=60,
+    script:
+        "../workflow_scripts/measure_checkpoints.py"
+
+
+rule fetch_model:
+    output:
+        handle=path.handle,
+    log:
+        "logs/fetch_model/{model}.log",
+    benchmark:
+        "logs/benchmarks/fetch_model/{model}.tsv"
+    wildcard_constraints:
+        model=_alternatives(HUB_MODELS),
+    params:
+        spec=lookup(dpath="models/{model}", within=config),
+    script:
+        "../workflow_scripts/prepare_model.py"
 
 
 rule prepare_model:
     input:
         unpack(get_model_inputs),
     output:
-        handle="models/{model}/handle.json",
+        handle=path.handle,
     log:
         "logs/prepare_model/{model}.log",
     benchmark:
         "logs/benchmarks/prepare_model/{model}.tsv"
+    wildcard_constraints:
+        model=_others(HUB_MODELS),
     params:
-        spec=get_model_spec,
+        spec=lookup(dpath="models/{model}", within=config),
         arch=get_model_arch,
-        weights_dir=get_weights_dir,
-        seed=PRETRAIN["seed"],
+        weights_dir=path.model_weights,
+        seed=lookup(dpath="pretrain/seed", within=config),
     resources:
         mem_mb=4000,
-    conda:
-        "../envs/condensation.yaml"
     script:
         "../workflow_scripts/prepare_model.py"

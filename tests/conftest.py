@@ -7,7 +7,9 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +28,19 @@ SAMPLE_TEXT = (
     "surrounding families, that he is considered the rightful property of some one or other of "
     "their daughters. "
 ) * 20
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One intra-op thread: on a busy 2-core machine OpenMP threads wait on each other for whole
+    time slices (100x slower steps), and a test's subprocess must use the same thread count as
+    the test for its floating point to be bit-identical (the SIGKILL resume test)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")
@@ -66,7 +81,7 @@ def run_on_two_ranks(tmp_path):
 
     def run(template: str) -> list[dict]:
         script = tmp_path / "ddp_run.py"
-        script.write_text(template.format(repo=str(REPO), tests=str(REPO / "tests")))
+        script.write_text(template.format(repo=str(REPO), tests=str(REPO / "tests" / "unit")))
         env = os.environ | {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
         done = subprocess.run([*torchrun, str(script), str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
@@ -74,3 +89,34 @@ def run_on_two_ranks(tmp_path):
         return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
 
     return run
+
+
+@dataclass(frozen=True)
+class StandInHub:
+    """A built stand-in hub tree, the URL it is served at, and the environment for its clients."""
+
+    root: Path
+    url: str
+    env: dict[str, str]
+    summary: Any
+
+    def run_client(self, script: str, *args: str, timeout: int = 600) -> Any:
+        """Run a Python script in a fresh process pointed at the stand-in (``huggingface_hub`` and
+        ``datasets`` read ``HF_ENDPOINT`` at import); return the JSON it prints last."""
+        done = subprocess.run([sys.executable, "-c", script, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
+        assert done.returncode == 0, done.stderr[-4000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def stand_in_hub(tmp_path_factory) -> StandInHub:
+    """The stand-in Hugging Face Hub of configs/paper.yaml, built once and served for the session;
+    client processes get HF_ENDPOINT and fresh HF_HOME / HF_HUB_CACHE / HF_DATASETS_CACHE."""
+    from condensation.stand_in_hub import build, client_env, serve
+
+    root = tmp_path_factory.mktemp("stand-in-hub") / "tree"
+    summary = build(root)
+    caches = tmp_path_factory.mktemp("stand-in-hub-clients")
+    with serve(root) as url:
+        env = os.environ | client_env(url, str(caches)) | {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+        yield StandInHub(root, url, env, summary)

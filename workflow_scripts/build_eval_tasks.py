@@ -1,9 +1,7 @@
-"""Offline lm-eval tasks from held-out text (rule build_eval_tasks)."""
+"""Offline multiple-choice lm-eval tasks from held-out text (rule build_eval_tasks)."""
 
-from pathlib import Path
-
-from condensation.stages import build_eval_tasks, logged
+from condensation.stages import logged
+from condensation.stages.evaluation import build_eval_tasks
 
 with logged(snakemake.log[0]):
-    # the output is the index inside the task directory, which is rebuilt as a whole
-    build_eval_tasks(dict(snakemake.input.items()), snakemake.params.specs, Path(snakemake.output[0]).parent)
+    build_eval_tasks(corpus_dirs=snakemake.input.corpora, specs=snakemake.params.specs, out_dir=snakemake.output[0])

@@ -1,13 +1,15 @@
 """One family's condensation trend on several datasets (rule dataset_figure)."""
 
-from condensation.stages import dataset_figure, logged
+from condensation.stages import logged
+from condensation.stages.figures import dataset_figure
 
 with logged(snakemake.log[0]):
     dataset_figure(
-        snakemake.wildcards.family,
-        snakemake.params.models,
-        snakemake.params.datasets,
-        snakemake.input.geometry,
-        snakemake.params.labels,
-        snakemake.output[0],
+        family=snakemake.wildcards.family,
+        model_names=snakemake.params.models,
+        datasets=snakemake.params.datasets,
+        geometry_paths=snakemake.input.geometry,
+        labels=snakemake.params.labels,
+        trend=snakemake.params.trend,
+        out_path=snakemake.output[0],
     )

@@ -1,18 +1,19 @@
 """lm-eval scores of a model before mid-training (rule evaluate_pretrained) or of one checkpoint
 of a mid-training run (rule evaluate_checkpoint)."""
 
-from condensation.stages import evaluate_checkpoint, evaluate_pretrained, logged
+from condensation.stages import logged
+from condensation.stages.evaluation import evaluate_checkpoint, evaluate_pretrained
 
-tasks_index = snakemake.input.get("tasks")
-with logged(snakemake.log[0]):
+common = dict(
+    task_dir=snakemake.input.get("tasks"), tasks=snakemake.params.tasks, settings=snakemake.params.settings,
+    out_path=snakemake.output.record, threads=snakemake.threads,
+)
+wildcards = snakemake.wildcards
+with logged(snakemake.log[0], gpus=snakemake.resources.gpu):
     if snakemake.rule == "evaluate_pretrained":
-        evaluate_pretrained(
-            snakemake.input.handle, tasks_index, snakemake.params.tasks, snakemake.params.settings,
-            snakemake.output[0], threads=snakemake.threads,
-        )
+        evaluate_pretrained(handle_path=snakemake.input.handle, **common)
     else:
         evaluate_checkpoint(
-            snakemake.params.run_dir, snakemake.wildcards.checkpoint, tasks_index, snakemake.params.tasks,
-            snakemake.params.settings, snakemake.output[0], snakemake.wildcards.model, snakemake.wildcards.method,
-            int(snakemake.wildcards.seed), threads=snakemake.threads,
+            index_path=snakemake.input.index, checkpoint=wildcards.checkpoint, model=wildcards.model,
+            method=wildcards.method, seed=int(wildcards.seed), **common,
         )

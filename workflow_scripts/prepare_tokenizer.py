@@ -1,13 +1,10 @@
-"""The tokenizer of the from-scratch models: copied in, or trained (rule prepare_tokenizer)."""
+"""The pre-training tokenizer (rule prepare_tokenizer)."""
 
-from condensation.stages import logged, prepare_tokenizer
+from condensation.stages import logged
+from condensation.stages.models import prepare_tokenizer
 
 with logged(snakemake.log[0]):
     prepare_tokenizer(
-        snakemake.params.dataset,
-        snakemake.params.spec,
-        snakemake.input.get("corpus"),
-        snakemake.params.existing,
-        snakemake.params.vocab_size,
-        snakemake.output[0],
+        dataset=snakemake.params.dataset, spec=snakemake.params.spec, corpus_dir=snakemake.input.get("corpus"),
+        handle_path=snakemake.input.get("handle"), vocab_size=snakemake.params.vocab_size, out_dir=snakemake.output[0],
     )

@@ -1,13 +1,10 @@
-"""Pre-train one GPT2-shaped model from scratch; resumes after a kill (rule pretrain)."""
+"""Pre-train one GPT2-shaped model from scratch (rule pretrain)."""
 
-from condensation.stages import logged, pretrain_model
+from condensation.stages import logged
+from condensation.stages.models import pretrain_model
 
-with logged(snakemake.log[0]):
+with logged(snakemake.log[0], gpus=snakemake.resources.gpu):
     pretrain_model(
-        snakemake.params.arch,
-        snakemake.params.settings,
-        snakemake.input.tokenizer,
-        snakemake.input.blocks,
-        snakemake.params.run_dir,
+        plan_path=snakemake.input.plan, tokenizer_dir=snakemake.input.tokenizer, blocks_path=snakemake.input.blocks,
         threads=snakemake.threads,
     )

@@ -1,0 +1,70 @@
+"""Stages of rules/data.smk: offline corpora, samples, packed training blocks."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+from .. import corpus, data, models
+from ..config import SamplingConfig
+
+log = logging.getLogger("condensation")
+
+
+CORPUS_READERS = {"austen": corpus.austen_novels, "python_docs": corpus.python_docs}
+
+
+def build_corpus(*, source: str, deb_path: str | Path, out_dir: str | Path) -> None:
+    """Unpack a Debian package into a scratch directory and export its texts, one file each."""
+    with tempfile.TemporaryDirectory() as scratch:
+        corpus.unpack_deb(deb_path, scratch)
+        documents = CORPUS_READERS[source](scratch)
+    corpus.export_documents(documents, out_dir)
+    log.info("exported %d documents (%d characters) to %s", len(documents), sum(map(len, documents.values())), out_dir)
+
+
+def fetch_dataset(*, name: str, spec: Mapping[str, Any], out_dir: str | Path) -> None:
+    """Download a hub dataset's text into ``out_dir`` (this stage runs where the network is)."""
+    rows = data.fetch_hub_dataset(name, spec, out_dir)
+    log.info("%s: %d rows of %s", name, rows, spec["path"])
+
+
+def sample_dataset(
+    *, name: str, spec: Mapping[str, Any], sampling: SamplingConfig, out_path: str | Path, corpus_dir: str | Path | None
+) -> None:
+    rows = data.load_rows(name, spec, corpus_dir)
+    samples = data.sample_sequences(rows, sampling)
+    data.write_samples(
+        out_path,
+        samples,
+        dataset=name,
+        source=dict(spec),
+        num_rows=len(rows),
+        seq_len=sampling.seq_len,
+        min_words=sampling.min_words,
+        seed=sampling.seed,
+    )
+    log.info("%s: %d sequences from %d rows", name, len(samples), len(rows))
+
+
+def pack_training_data(
+    *, dataset: str, spec: Mapping[str, Any], corpus_dir: str | Path | None, tokenizer_source: str | Path,
+    block_size: int, validation_fraction: float, out_path: str | Path,
+) -> None:
+    """Tokenise the dataset batch by batch, pack blocks, hold out the last blocks for validation.
+
+    ``tokenizer_source`` is a tokenizer directory or a model's ``handle.json`` (mid-training packs
+    with each model's own tokenizer).
+    """
+    source = Path(tokenizer_source)
+    if source.suffix == ".json":
+        tokenizer = models.load_tokenizer(models.ModelHandle.load(source))
+    else:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(source))
+    batches = data.iter_rows(dataset, spec, corpus_dir)
+    num_train, num_val = data.pack_token_blocks(batches, tokenizer, block_size, validation_fraction, out_path)
+    log.info("packed %d train + %d validation blocks of %d tokens", num_train, num_val, block_size)

@@ -1,0 +1,119 @@
+"""Stages of rules/evaluation.smk: lm-eval scores of models and checkpoints, Tables 2 and 3."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .. import data, evaluation, models, tables
+from ..checkpointing import RunDir, parse_step, step_name
+from ..io import atomic_path, read_json, write_json, write_manifest
+from ..table4 import write_table4
+from ..tasks import build_local_tasks
+
+log = logging.getLogger("condensation")
+
+
+def build_eval_tasks(*, corpus_dirs: Sequence[str | Path], specs: Mapping[str, Mapping[str, Any]], out_dir: str | Path) -> None:
+    """The offline multiple-choice tasks, from held-out documents of the built corpora
+    (``data/corpus/<corpus>`` directories)."""
+    # each corpus read once, through the same (manifest-checked) reader as the datasets
+    documents = {Path(path).name: data.read_local_documents({"source": Path(path).name}, path) for path in corpus_dirs}
+    with atomic_path(out_dir) as tmp:
+        for name, spec in specs.items():
+            task_spec = {key: value for key, value in spec.items() if key != "corpus"}
+            build_local_tasks(documents[spec["corpus"]], {name: task_spec}, tmp / name)
+        write_json(tmp / "tasks.json", {"tasks": list(specs)})
+        write_manifest(tmp, kind="eval_tasks")
+
+
+def fetch_eval_tasks(*, tasks: Sequence[str], out_path: str | Path) -> None:
+    """Download the datasets of the lm-eval tasks into the cache (this stage runs where the
+    network is), after checking every name."""
+    evaluation.fetch_task_data(tasks, out_path)
+
+
+def evaluate_pretrained(
+    *, handle_path: str | Path, task_dir: str | Path | None, tasks: Mapping[str, int], settings: Mapping[str, Any],
+    out_path: str | Path, threads: int = 1,
+) -> None:
+    """Scores of a model before mid-training: Table 2's `pretrained` row."""
+    handle = models.ModelHandle.load(handle_path)
+    record = {"model": handle.name, "method": "pretrained", "seed": None, "checkpoint": "pretrained", "step": None, "val_loss": None}
+    evaluation.score_checkpoint(
+        handle, tasks=tasks, settings=evaluation.EvalSettings(**settings), include_path=task_dir, record=record,
+        out_path=out_path, job="pretrained", threads=threads,
+    )
+
+
+def evaluate_checkpoint(
+    *, index_path: str | Path, checkpoint: str, task_dir: str | Path | None, tasks: Mapping[str, int],
+    settings: Mapping[str, Any], out_path: str | Path, model: str, method: str, seed: int, threads: int = 1,
+) -> None:
+    """Scores of one checkpoint of a run: ``selected`` (lowest validation loss, as the run's index
+    records it) or ``step-N``."""
+    run = RunDir(Path(index_path).parent)
+    step = run.selected_step() if checkpoint == "selected" else parse_step(checkpoint)
+    path = run.checkpoint(step)
+    info = read_json(path / "checkpoint.json")
+    handle = models.ModelHandle(name=f"{model}/{method}/seed{seed}/{path.name}", location=str(path.resolve()))
+    record = {
+        "model": model, "method": method, "seed": seed, "checkpoint": path.name, "step": info["step"],
+        "val_loss": info.get("val_loss"), "selected_by": "lowest validation loss" if checkpoint == "selected" else None,
+    }
+    evaluation.score_checkpoint(
+        handle, tasks=tasks, settings=evaluation.EvalSettings(**settings), include_path=task_dir, record=record,
+        out_path=out_path, job=checkpoint, threads=threads,
+    )
+
+
+def pick_selected_score(*, index_path: str | Path, record_paths: Sequence[str | Path], out_paths: Mapping[str, str | Path]) -> None:
+    """The selected checkpoint's scores (lowest validation loss, as the run's index records it),
+    copied from those of its step among ``record_paths``, instead of scoring it a second time."""
+    step_record = next(Path(p) for p in record_paths if Path(p).stem == step_name(RunDir(Path(index_path).parent).selected_step()))
+    for kind, out_path in out_paths.items():
+        source = {"record": step_record, "samples": evaluation.samples_path(step_record), "lm_eval": evaluation.lm_eval_path(step_record)}[kind]
+        if kind == "record":
+            write_json(out_path, read_json(source) | {"selected_by": "lowest validation loss"})
+        else:
+            with atomic_path(out_path) as tmp:
+                shutil.copyfile(source, tmp)
+
+
+def table2(
+    *, score_paths: Sequence[str | Path], tasks: Sequence[str], methods: Sequence[str], reference: str, metric: str,
+    labels: Mapping[str, str], stem: str | Path, metrics_path: str | Path, plot_path: str | Path,
+) -> None:
+    """Table 2 (every method on every mid-trained model, against ``reference``) as CSV, Markdown,
+    LaTeX and HTML, and the same scores as DVC metrics and a DVC plot of the averages."""
+    tables.write_table2(
+        score_paths=score_paths, tasks=tasks, methods=methods, reference=reference, metric=metric, labels=labels,
+        stem=stem, metrics_path=metrics_path, plot_path=plot_path,
+    )
+
+
+def table3(
+    *, score_paths: Sequence[str | Path], tasks: Sequence[str], metric: str, grid: Mapping[str, Sequence[float]],
+    models: Sequence[str], stem: str | Path,
+) -> None:
+    """Table 3: the average score of the dispersion loss over its weight x temperature grid."""
+    tables.write_table3(score_paths=score_paths, tasks=tasks, metric=metric, grid=grid, models=models, stem=stem)
+
+
+def table4(
+    *, score_paths: Sequence[str | Path], models: Sequence[str], trajectory_paths: Sequence[str | Path],
+    tasks: Sequence[str], methods: Sequence[str], metric: str, labels: Mapping[str, str], stem: str | Path,
+) -> None:
+    """Table 4: models pre-trained from scratch with each method, their scores and condensation
+    (``trajectory_paths``: each model's trajectory table, in the order of ``models``)."""
+    write_table4(
+        score_paths=score_paths, tasks=tasks, methods=methods, metric=metric, labels=labels,
+        condensation=dict(zip(models, trajectory_paths, strict=True)), stem=stem,
+    )
+
+
+def scores_by_step(*, score_paths: Sequence[str | Path], metric: str, out_path: str | Path) -> None:
+    """Every scored checkpoint: the task scores (percent) over mid-training, mean and std over seeds."""
+    tables.write_scores_by_step(score_paths=score_paths, metric=metric, out_path=out_path)

@@ -1,0 +1,180 @@
+"""Stages of rules/figures.smk: the paper's figures from stored geometry and training logs.
+
+Depth trends are computed here with :func:`~condensation.geometry.depth_trend` under the
+configured :class:`~condensation.config.TrendConfig`, exactly as the trend tables compute them,
+and handed to the figures.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+import pandas as pd
+
+from .. import geometry, models
+from ..checkpointing import RunDir, parse_step
+from ..config import TrendConfig
+
+if TYPE_CHECKING:  # matplotlib loads only when a figure is drawn
+    from ..figures import Checkpoint, FamilyEntry
+
+log = logging.getLogger("condensation")
+
+
+def _entries(
+    model_names: Sequence[str], geometry_paths: Sequence[str | Path], handle_paths: Sequence[str | Path] | None,
+    labels: Mapping[str, str], trend: TrendConfig,
+) -> list[FamilyEntry]:
+    """One FamilyEntry per model; without ``handle_paths`` the entries carry no size."""
+    from ..figures import FamilyEntry
+
+    handle_paths = [None] * len(model_names) if handle_paths is None else handle_paths
+    entries = []
+    for name, geometry_path, handle_path in zip(model_names, geometry_paths, handle_paths, strict=True):
+        stats = geometry.CosineStatistics.load(geometry_path)
+        size = None if handle_path is None else models.ModelHandle.load(handle_path).num_parameters
+        entries.append(FamilyEntry(labels.get(name, name), stats, size, geometry.depth_trend(stats, trend)))
+    return entries
+
+
+def family_figure(
+    *, family: str, dataset: str, model_names: Sequence[str], geometry_paths: Sequence[str | Path],
+    handle_paths: Sequence[str | Path], labels: Mapping[str, str], trend: TrendConfig, out_path: str | Path,
+) -> None:
+    from ..figures import plot_family_trend
+
+    entries = _entries(model_names, geometry_paths, handle_paths, labels, trend)
+    plot_family_trend(entries, out_path, title=f"{family} on {dataset}")
+
+
+def paired_figure(
+    *, pair: str, dataset: str, first: Sequence[str], second: Sequence[str], geometry_paths: Sequence[str | Path],
+    handle_paths: Sequence[str | Path], labels: Mapping[str, str], row_labels: Sequence[str], trend: TrendConfig,
+    out_path: str | Path, csv_path: str | Path, markdown_path: str | Path,
+) -> None:
+    """Fig. 3 layout, and its numbers as a table (``member`` 0 = first row, 1 = second).
+    ``geometry_paths`` and ``handle_paths`` list the first members, then the second members."""
+    from ..figures import plot_paired_trend
+    from ..tables import write_trend_table
+
+    names = list(first) + list(second)
+    entries = _entries(names, geometry_paths, handle_paths, labels, trend)
+    pairs = list(zip(entries[: len(first)], entries[len(first) :]))
+    plot_paired_trend(pairs, out_path, title=pair, row_labels=tuple(row_labels))
+    rows = [
+        {"member": int(index >= len(first)), "model": name, "label": entry.label, "num_parameters": entry.size,
+         **entry.trend.as_row()}
+        for index, (name, entry) in enumerate(zip(names, entries))
+    ]
+    write_trend_table(pd.DataFrame(rows), family=pair, dataset=dataset, csv_path=csv_path, markdown_path=markdown_path)
+
+
+def dataset_figure(
+    *, family: str, model_names: Sequence[str], datasets: Sequence[str], geometry_paths: Sequence[str | Path],
+    labels: Mapping[str, str], trend: TrendConfig, out_path: str | Path,
+) -> None:
+    """``geometry_paths`` is dataset-major: every model of the first dataset, then the next."""
+    from ..figures import plot_dataset_robustness
+
+    n = len(model_names)
+    if len(geometry_paths) != n * len(datasets):
+        raise ValueError(f"{len(geometry_paths)} geometry paths for {n} models x {len(datasets)} datasets")
+    rows = {
+        d: _entries(model_names, geometry_paths[i * n : (i + 1) * n], None, labels, trend)
+        for i, d in enumerate(datasets)
+    }
+    plot_dataset_robustness(rows, out_path, title=f"{family} across datasets")
+
+
+def midtrain_figures(
+    *, model: str, label: str, trajectory_path: str | Path, loss_path: str | Path, methods: Sequence[str],
+    grid_methods: Sequence[str], grid_dirs: Sequence[str | Path], trend: TrendConfig,
+    grid_figure: str | Path, trajectory_figure: str | Path, loss_figure: str | Path,
+) -> None:
+    """The paper's Fig. 6 (heatmaps per method and checkpoint), the depth trend over training and
+    the losses of ``methods`` (the ablation runs are Table 3's, not these figures')."""
+    from ..figures import plot_condensation_grid, plot_loss_curves, plot_trajectory
+
+    rows = {method: _checkpoints(directory, trend) for method, directory in zip(grid_methods, grid_dirs, strict=True)}
+    colour_order = list(methods) + [m for m in grid_methods if m not in methods]  # same colours in every figure
+    plot_condensation_grid(rows, grid_figure, title=f"{label}: condensation during mid-training", methods=colour_order)
+    trajectory = pd.read_csv(trajectory_path)
+    plot_trajectory(
+        trajectory[trajectory["method"].isin(methods)], trajectory_figure,
+        title=f"{label}: condensation during mid-training",
+        # with few layers rho and tau saturate; the deeper layers' mean cosine shows the size of the effect
+        metrics=("spearman_rho", "kendall_tau", "last_half"), methods=list(methods),
+    )
+    # Cross-entropy, not the total: auxiliary terms differ in scale and sign between methods.
+    losses = pd.read_csv(loss_path)
+    losses = losses[losses["method"].isin(methods)].assign(loss=lambda frame: frame["ce_loss"])
+    plot_loss_curves(
+        losses, loss_figure, title=f"{label}: mid-training losses", methods=list(methods),
+        train_label="training cross-entropy",
+    )
+
+
+def _checkpoints(directory: str | Path, trend: TrendConfig) -> list[Checkpoint]:
+    """Every ``step-*.npz`` of one run's checkpoint geometry, with its depth trend."""
+    from ..figures import Checkpoint
+
+    checkpoints = []
+    for path in sorted(Path(directory).glob("step-*.npz")):
+        stats = geometry.CosineStatistics.load(path)
+        checkpoints.append(Checkpoint(parse_step(path), stats, geometry.depth_trend(stats, trend)))
+    return checkpoints
+
+
+def series_figure(
+    *, series: str, title: str, dataset: str, points: Sequence[tuple[str, float | None]],
+    geometry_paths: Sequence[str | Path], trend: TrendConfig, out_path: str | Path, csv_path: str | Path,
+    markdown_path: str | Path,
+) -> None:
+    """Fig. 4: one model at successive points of its training (``points``: label and training
+    tokens, in order), its depth trend over training beside a heatmap per checkpoint; and the
+    numbers as a table."""
+    from ..figures import FamilyEntry, plot_family_trend
+    from ..tables import write_trend_table
+
+    entries = []
+    for (label, tokens), geometry_path in zip(points, geometry_paths, strict=True):
+        stats = geometry.CosineStatistics.load(geometry_path)
+        entries.append(FamilyEntry(label, stats, tokens, geometry.depth_trend(stats, trend)))
+    plot_family_trend(entries, out_path, title=f"{title} over training (tokens under each checkpoint), {dataset}")
+    rows = [{"checkpoint": e.label, "tokens": e.size, **e.trend.as_row()} for e in entries]
+    write_trend_table(pd.DataFrame(rows), family=series, dataset=dataset, csv_path=csv_path, markdown_path=markdown_path)
+
+
+def run_series_points(index_path: str | Path, geometry_dir: str | Path) -> tuple[list[tuple[str, float]], list[Path]]:
+    """The points of a series made of a training run's checkpoints: ``step N`` with its tokens,
+    and the checkpoint geometry ``measure_checkpoints`` wrote for each."""
+    run = RunDir(Path(index_path).parent)
+    entries = run.read_index()
+    points = [(f"step {entry['step']}", float(entry["tokens"])) for entry in entries]
+    return points, [Path(geometry_dir) / f"{entry['name']}.npz" for entry in entries]
+
+
+def findings(
+    *, trend_tables: Sequence[str | Path], pair_tables: Sequence[str | Path], pair_labels: Mapping[str, Sequence[str]],
+    series_tables: Sequence[str | Path], effects: Mapping[str, Sequence[str | Path]], score_tables: Sequence[str | Path],
+    scores_metrics: str | Path | None, markdown_path: str | Path, json_path: str | Path,
+) -> None:
+    """The findings page: each of the paper's claims against what this run measured."""
+    from .. import findings as claims
+    from ..io import read_json
+
+    pairs = {name: (pair_labels[name], table) for name, table in claims.read_tables(pair_tables).items()}
+    study_effects = {
+        f"{study}, {Path(path).parent.name}": pd.read_csv(path) for study, paths in effects.items() for path in paths
+    }
+    results = [
+        claims.size_claim(claims.read_tables(trend_tables)),
+        *claims.pair_claims(pairs),
+        claims.series_claim(claims.read_tables(series_tables)),
+        claims.dispersion_condensation_claim(study_effects),
+        claims.dispersion_score_claim(claims.read_tables(score_tables)),
+    ]
+    chance = read_json(scores_metrics).get("chance_flags") if scores_metrics else None
+    claims.write_findings(results, markdown_path, json_path, chance)

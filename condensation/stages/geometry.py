@@ -1,0 +1,127 @@
+"""Stages of rules/geometry.smk: cosine statistics of a model on a dataset, trend tables and metrics."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .. import data, geometry, models, tables
+from ..config import ExtractionConfig, SamplingConfig, TrendConfig
+from ..io import atomic_path, write_json
+from ..progress import ProgressLog
+
+log = logging.getLogger("condensation")
+
+
+def measure(
+    handle: models.ModelHandle, texts: list[str], sampling: SamplingConfig, extraction: ExtractionConfig,
+    meta: Mapping[str, Any],
+) -> geometry.CosineStatistics:
+    """Cosine statistics of every hidden layer of one model on the sampled texts."""
+    tokenizer = models.load_tokenizer(handle)
+    model = models.load_model(handle, extraction.dtype, extraction.device)
+    limit = models.max_positions(model.config)
+    if limit is not None and sampling.seq_len > limit:
+        raise ValueError(
+            f"model '{handle.name}' accepts at most {limit} positions, fewer than sampling.seq_len={sampling.seq_len}"
+        )
+    input_ids = data.tokenize_exactly(tokenizer, texts, sampling.seq_len, where=f"{meta.get('dataset')}: ")
+    started = time.perf_counter()
+    progress = ProgressLog(input_ids.shape[0], "seq", every=1, every_seconds=0, label=f"{handle.name} on {meta.get('dataset')}")
+    stats = geometry.extract_cosine_statistics(
+        model,
+        input_ids,
+        batch_size=extraction.batch_size,
+        progress=progress.update,
+        meta={
+            **meta,
+            "model": handle.name,
+            "num_parameters": handle.num_parameters,
+            "dtype": str(next(model.parameters()).dtype),
+            "device": str(next(model.parameters()).device),
+        },
+    )
+    stats.meta["seconds"] = time.perf_counter() - started
+    log.info("%s: %d sequences x %d tokens, %d layers, %.1f s", handle.name, *input_ids.shape, stats.num_layers, stats.meta["seconds"])
+    return stats
+
+
+def extract(
+    *, handle_path: str | Path, samples_path: str | Path, out_path: str | Path,
+    sampling: SamplingConfig, extraction: ExtractionConfig, threads: int = 1,
+) -> None:
+    """Cosine statistics of one prepared model on one dataset's samples."""
+    import torch
+
+    torch.set_num_threads(threads)
+    texts = data.read_samples(samples_path)
+    stats = measure(models.ModelHandle.load(handle_path), texts, sampling, extraction, {"dataset": Path(samples_path).stem})
+    stats.save(out_path)
+
+
+def trend_rows(
+    model_names: Sequence[str], geometry_paths: Sequence[str | Path], handle_paths: Sequence[str | Path],
+    labels: Mapping[str, str], trend: TrendConfig,
+) -> pd.DataFrame:
+    """One row per model: its name, label, size, then :meth:`~condensation.geometry.TrendStatistics.as_row`
+    of its depth trend (rho, tau, last-n means, the last-half interval, the depth slope and its interval)."""
+    rows = []
+    for name, geometry_path, handle_path in zip(model_names, geometry_paths, handle_paths, strict=True):
+        stats = geometry.CosineStatistics.load(geometry_path)
+        handle = models.ModelHandle.load(handle_path)
+        statistics = geometry.depth_trend(stats, trend)
+        rows.append(
+            {
+                "model": name,
+                "label": labels.get(name, name),
+                "num_parameters": handle.num_parameters,
+                "num_layers": handle.num_layers,
+                **statistics.as_row(),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def trend_table(
+    *, family: str, dataset: str, model_names: Sequence[str], geometry_paths: Sequence[str | Path],
+    handle_paths: Sequence[str | Path], labels: Mapping[str, str], trend: TrendConfig,
+    csv_path: str | Path, markdown_path: str | Path,
+) -> None:
+    table = trend_rows(model_names, geometry_paths, handle_paths, labels, trend)
+    tables.write_trend_table(table, family=family, dataset=dataset, csv_path=csv_path, markdown_path=markdown_path)
+
+
+def trend_metrics(
+    *, csv_paths: Sequence[str | Path], geometry_paths: Sequence[str | Path], metrics_path: str | Path,
+    plot_path: str | Path,
+) -> None:
+    """DVC metrics (rho, tau per family, dataset and model) and a per-layer plot table."""
+    metrics: dict[str, Any] = {}
+    for csv_path in csv_paths:
+        for row in pd.read_csv(csv_path).to_dict("records"):
+            key = f"{row['family']}/{row['dataset']}/{row['model']}"
+            metrics[key] = {"spearman_rho": row["spearman_rho"], "kendall_tau": row["kendall_tau"]}
+    write_json(metrics_path, metrics)
+    curves = []
+    for path in geometry_paths:
+        stats = geometry.CosineStatistics.load(path)
+        depth = np.arange(stats.num_layers)
+        curves.append(
+            pd.DataFrame(
+                {
+                    "series": f"{stats.meta['model']} / {stats.meta['dataset']}",
+                    "model": stats.meta["model"],
+                    "dataset": stats.meta["dataset"],
+                    "layer": depth,
+                    "layer_fraction": depth / max(stats.num_layers - 1, 1),
+                    "mean_cosine": stats.layer_mean,
+                }
+            )
+        )
+    with atomic_path(plot_path) as tmp:
+        pd.concat(curves).to_csv(tmp, index=False, float_format="%.5f")

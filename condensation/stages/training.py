@@ -1,0 +1,134 @@
+"""Stages of rules/training.smk: the runs of the training studies (mid-training, pre-training from
+scratch), condensation on every checkpoint, and their summaries."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from .. import data, geometry, models
+from ..checkpointing import RunDir, step_name
+from ..config import ExtractionConfig, SamplingConfig, TrendConfig
+from ..io import atomic_path, write_json, write_manifest
+from ..settings import OBJECTIVES, RunPlan, plan_run
+from ..table4 import write_condensation_effects
+from .geometry import measure
+
+log = logging.getLogger("condensation")
+
+
+def plan_study_run(
+    *, study: str, model: str, method: Mapping[str, Any], train: Mapping[str, Any], seed: int, out_path: str | Path
+) -> None:
+    """``run.json`` of one run of a study: its method resolved with every default, and the loop's settings."""
+    plan_run(study, model, train, seed, method=method).save(out_path)
+
+
+def train_run(*, plan_path: str | Path, handle_path: str | Path, blocks_path: str | Path, threads: int = 1) -> None:
+    """Train a model (trained before, or an ``init`` model's random weights) with CE, CE + an
+    auxiliary loss, or CE with a baseline, as its plan says, in the plan's directory."""
+    import functools
+
+    import torch
+
+    from ..losses import auxiliary_loss
+    from ..train import train
+
+    torch.set_num_threads(threads)
+    plan = RunPlan.load(plan_path)
+    handle = models.ModelHandle.load(handle_path)
+    tokenizer = models.load_tokenizer(handle)
+    # float32 master weights on the CPU; the loop moves them to the device and runs bf16 autocast.
+    model = models.load_model(handle, dtype="float32", device="cpu", causal_lm=True)
+    method = plan.method
+    aux_loss = functools.partial(auxiliary_loss, config=method.loss) if method.loss is not None else None
+    baseline = OBJECTIVES[method.objective].load()(method.baseline) if method.baseline is not None else None
+    train_blocks, val_blocks = data.read_blocks(blocks_path)
+    result = train(
+        model, train_blocks, val_blocks, plan.train, Path(plan_path).parent,
+        aux_loss=aux_loss, tokenizer=tokenizer, baseline=baseline,
+    )
+    log.info("trained %s (%s) with %s: %s", handle.name, plan.kind, method.as_dict(), result)
+
+
+def measure_checkpoints(
+    *, index_path: str | Path, samples_path: str | Path, out_dir: str | Path,
+    sampling: SamplingConfig, extraction: ExtractionConfig, trend: TrendConfig, threads: int = 1,
+) -> None:
+    """Condensation of every evaluation checkpoint a run's index lists: one ``step-N.npz`` each
+    and ``trajectory.csv`` (step, validation loss, rho, tau, last-n means)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    texts = data.read_samples(samples_path)
+    run = RunDir(Path(index_path).parent)
+    rows = []
+    with atomic_path(out_dir) as tmp:
+        tmp.mkdir()
+        for entry in run.read_index():
+            step = entry["step"]
+            handle = models.ModelHandle(name=f"{run.root.name}@{step}", location=str(run.checkpoint(step).resolve()))
+            stats = measure(handle, texts, sampling, extraction, {"dataset": Path(samples_path).stem, "step": step})
+            stats.save(tmp / f"{step_name(step)}.npz")
+            statistics = geometry.depth_trend(stats, trend)
+            rows.append({"step": step, "val_loss": entry["val_loss"], **statistics.as_row()})
+        pd.DataFrame(rows).to_csv(tmp / "trajectory.csv", index=False, float_format="%.5f")
+        write_manifest(tmp, kind="checkpoint_geometry")
+
+
+def study_tables(
+    *, runs: Sequence[tuple[str, int]], log_paths: Sequence[str | Path], geometry_dirs: Sequence[str | Path],
+    trajectory_path: str | Path, loss_path: str | Path, effects_csv: str | Path, effects_markdown: str | Path,
+) -> None:
+    """Collect every (method, seed) run of one model: condensation per checkpoint, the loss logs,
+    and each method's condensation against CE's with its spread over seeds."""
+    trajectories, losses = [], []
+    for (method, seed), log_path, geometry_dir in zip(runs, log_paths, geometry_dirs, strict=True):
+        keys = {"method": method, "seed": seed}
+        trajectories.append(pd.read_csv(Path(geometry_dir) / "trajectory.csv").assign(**keys))
+        log_csv = pd.read_csv(log_path)
+        losses.append(log_csv[["step", "tokens", "loss", "ce_loss", "aux_loss", "val_loss"]].assign(**keys))
+    for frames, path in ((trajectories, trajectory_path), (losses, loss_path)):
+        table = pd.concat(frames, ignore_index=True)
+        with atomic_path(path) as tmp:
+            table[["method", "seed", *[c for c in table.columns if c not in ("method", "seed")]]].to_csv(
+                tmp, index=False, float_format="%.5f"
+            )
+    write_condensation_effects(trajectory_path=trajectory_path, csv_path=effects_csv, markdown_path=effects_markdown)
+
+
+def study_metrics(
+    *, models: Sequence[str], trajectory_paths: Sequence[str | Path], loss_paths: Sequence[str | Path],
+    metrics_path: str | Path, training_plot: str | Path, checkpoints_plot: str | Path,
+) -> None:
+    """DVC metrics of a study (per model and method, the last checkpoint's validation loss, depth
+    trend and deeper layers' mean cosine, averaged over seeds) and its DVC plot data: training
+    cross-entropy per step of every run, and validation loss and condensation per checkpoint of
+    every method (mean over seeds); the ``series`` column names the line each row belongs to."""
+    metrics: dict[str, Any] = {}
+    training, checkpoints = [], []
+    for model, trajectory_path, loss_path in zip(models, trajectory_paths, loss_paths, strict=True):
+        table = pd.read_csv(trajectory_path)
+        last = table.loc[table.groupby(["method", "seed"])["step"].idxmax()]
+        for method, rows in last.groupby("method", sort=False):
+            metrics[f"{model}/{method}"] = {
+                "final_val_loss": float(rows["val_loss"].mean()),
+                "final_spearman_rho": float(rows["spearman_rho"].mean()),
+                "final_kendall_tau": float(rows["kendall_tau"].mean()),
+                "final_last_half": float(rows["last_half"].mean()),
+                "seeds": int(len(rows)),
+            }
+        columns = ["val_loss", "spearman_rho", "kendall_tau", "last_half"]
+        means = table.groupby(["method", "step"], sort=False)[columns].mean().reset_index()
+        checkpoints.append(means.assign(series=model + " / " + means["method"]))
+        losses = pd.read_csv(loss_path)
+        losses = losses[losses["step"] > 0]
+        series = model + " / " + losses["method"] + " / seed" + losses["seed"].astype(str)
+        training.append(losses[["step", "ce_loss"]].assign(series=series))
+    write_json(metrics_path, metrics)
+    for frames, path in ((training, training_plot), (checkpoints, checkpoints_plot)):
+        with atomic_path(path) as tmp:
+            pd.concat(frames, ignore_index=True).to_csv(tmp, index=False, float_format="%.5f")

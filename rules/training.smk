@@ -1,0 +1,122 @@
+# Stages 4-5 (intervention): training studies (mid-training, and pre-training from scratch) with
+# cross-entropy, the dispersion loss, its alternatives and the baselines, over models x methods x
+# seeds; condensation re-measured on every checkpoint; their tables (figures: figures.smk).
+
+
+rule pack_study_data:
+    input:
+        unpack(lambda wildcards: dataset_inputs(config[wildcards.study]["dataset"])),
+        handle=path.handle,
+    output:
+        path.study_blocks,
+    log:
+        "logs/pack_study_data/{study}/{model}.log",
+    benchmark:
+        "logs/benchmarks/pack_study_data/{study}/{model}.tsv"
+    params:
+        dataset=lookup(dpath="{study}/dataset", within=config),
+        spec=lambda wildcards: config["datasets"][config[wildcards.study]["dataset"]],
+        block_size=lookup(dpath="{study}/train/block_size", within=config),
+        validation_fraction=lookup(dpath="{study}/validation_fraction", within=config),
+    script:
+        "../workflow_scripts/pack_training_data.py"
+
+
+rule plan_study_run:
+    output:
+        path.study_run.plan,
+    log:
+        "logs/plan_study_run/{study}/{model}/{method}/seed{seed}.log",
+    benchmark:
+        "logs/benchmarks/plan_study_run/{study}/{model}/{method}/seed{seed}.tsv"
+    params:
+        method=lambda wildcards: STUDY_METHODS[wildcards.study][wildcards.method],
+        train=lookup(dpath="{study}/train", within=config),
+    script:
+        "../workflow_scripts/plan_run.py"
+
+
+rule train_study_run:
+    input:
+        plan=path.study_run.plan,
+        handle=path.handle,
+        blocks=path.study_blocks,
+    output:
+        final=directory(path.study_run.final),
+        index=path.study_run.index,
+        log=path.study_run.log,
+    log:
+        "logs/{study}/{model}/{method}/seed{seed}.log",
+    benchmark:
+        "logs/benchmarks/{study}/{model}/{method}/seed{seed}.tsv"
+    params:
+        python=sys.executable,
+        launcher=lambda wildcards: launcher(wildcards.study),
+    threads: 1
+    resources:
+        gpu=lambda wildcards: config[wildcards.study]["gpus_per_run"],
+        mem_mb=32000,
+        runtime=480,
+    shell:
+        # GPUs of its own on a machine that runs jobs itself (condensation/gpus.py), then the run
+        "{params.python} -m condensation.gpus {resources.gpu} -- {params.launcher} --plan {input.plan}"
+        " --handle {input.handle} --blocks {input.blocks} --threads {threads} > {log} 2>&1"
+
+
+rule measure_checkpoints:
+    input:
+        index=path.study_run.index,
+        handle=path.handle,  # its size sets the GPUs
+        samples=lambda wildcards: fill(path.samples, dataset=config[wildcards.study]["geometry_dataset"]),
+    output:
+        directory(path.checkpoint_geometry),
+    log:
+        "logs/measure_checkpoints/{study}/{model}/{method}/seed{seed}.log",
+    benchmark:
+        "logs/benchmarks/measure_checkpoints/{study}/{model}/{method}/seed{seed}.tsv"
+    params:
+        sampling=SAMPLING,
+        extraction=EXTRACTION,
+        trend=TREND,
+    threads: 1
+    resources:
+        gpu=model_gpus,
+        mem_mb=16000,
+        runtime=60,
+    script:
+        "../workflow_scripts/measure_checkpoints.py"
+
+
+rule study_tables:
+    input:
+        unpack(get_model_run_files),
+    output:
+        trajectory=path.trajectory,
+        losses=path.losses,
+        effects=multiext(path.effects, ".csv", ".md"),
+    log:
+        "logs/study_tables/{study}/{model}.log",
+    benchmark:
+        "logs/benchmarks/study_tables/{study}/{model}.tsv"
+    params:
+        runs=model_runs,
+    script:
+        "../workflow_scripts/study_tables.py"
+
+
+rule study_metrics:
+    input:
+        trajectories=lambda wildcards: expand(path.trajectory, study=wildcards.study, model=config[wildcards.study]["models"]),
+        losses=lambda wildcards: expand(path.losses, study=wildcards.study, model=config[wildcards.study]["models"]),
+    output:
+        metrics=fill(path.metrics, name="{study}.json"),
+        training=fill(path.metrics, name="{study}_training.csv"),
+        checkpoints=fill(path.metrics, name="{study}_checkpoints.csv"),
+    log:
+        "logs/study_metrics/{study}.log",
+    benchmark:
+        "logs/benchmarks/study_metrics/{study}.tsv"
+    params:
+        models=lookup(dpath="{study}/models", within=config),
+    script:
+        "../workflow_scripts/study_metrics.py"

@@ -1,0 +1,173 @@
+"""Config validation: every mistake is a clear error naming its place; shipped configs are valid."""
+
+import pytest
+import yaml
+
+from condensation.config import ConfigError, load_config, validate_config
+from condensation.plan import ablation_grid, evaluation_tasks, study_runs
+
+MINIMAL = {"datasets": {"austen": {"source": "austen"}}, "models": {"m": {"source": "hub", "id": "gpt2"}}}
+
+
+def with_changes(**changes):
+    config = yaml.safe_load(yaml.safe_dump(MINIMAL))
+    config.update(changes)
+    return config
+
+
+def test_defaults_are_filled_in():
+    config = validate_config(MINIMAL)
+    assert config["sampling"] == {"num_sequences": 100, "seq_len": 512, "min_words": 1024, "seed": 0}
+    assert config["extraction"]["dtype"] == "auto"
+    assert config["families"] == {}
+    assert "sampling" not in MINIMAL  # the caller's dict is not modified
+
+
+def test_unknown_top_level_key_is_named():
+    with pytest.raises(ConfigError, match=r"config: Additional properties are not allowed \('sampels' was unexpected\)"):
+        validate_config(with_changes(sampels={}))
+
+
+def test_misspelled_nested_key_is_named_with_its_path():
+    with pytest.raises(ConfigError, match=r"config\.sampling: .*'num_sequence' was unexpected"):
+        validate_config(with_changes(sampling={"num_sequence": 10}))
+
+
+def test_wrong_type_is_named_with_its_path():
+    with pytest.raises(ConfigError, match=r"config\.sampling\.seq_len: '512' is not of type 'integer'"):
+        validate_config(with_changes(sampling={"seq_len": "512"}))
+
+
+def test_unknown_dataset_source():
+    with pytest.raises(ConfigError, match=r"config\.datasets\.web\.source: 'web' is not one of"):
+        validate_config(with_changes(datasets={"web": {"source": "web"}}))
+
+
+def test_hub_dataset_needs_a_path():
+    with pytest.raises(ConfigError, match=r"config\.datasets\.wiki: 'path' is a required property"):
+        validate_config(with_changes(datasets={"wiki": {"source": "hub"}}))
+
+
+def test_family_naming_an_unknown_dataset():
+    config = with_changes(families={"f": {"models": ["m"], "datasets": ["wikitext"]}})
+    with pytest.raises(ConfigError, match=r"config\.families\.f\.datasets: unknown dataset 'wikitext' \(known: austen\)"):
+        validate_config(config)
+
+
+def test_family_naming_an_unknown_model():
+    config = with_changes(families={"f": {"models": ["gpt3"], "datasets": ["austen"]}})
+    with pytest.raises(ConfigError, match=r"unknown model 'gpt3'"):
+        validate_config(config)
+
+
+def test_pairs_must_match_one_to_one():
+    config = with_changes(pairs={"p": {"first": ["m"], "second": ["m", "m"], "dataset": "austen"}})
+    with pytest.raises(ConfigError, match=r"config\.pairs\.p: 'first' has 1 models but 'second' has 2"):
+        validate_config(config)
+
+
+def test_init_model_starts_a_pretrain_shape_or_a_hub_architecture():
+    hub = with_changes(models={"m": {"source": "hub", "id": "gpt2"}, "i": {"source": "init", "of": "m"}})
+    assert validate_config(hub)["models"]["i"]["of"] == "m"
+    local = with_changes(models={"m": {"source": "local", "path": "/x"}, "i": {"source": "init", "of": "m"}})
+    with pytest.raises(ConfigError, match=r"config\.models\.i\.of: 'm' is neither a pretrain model .* nor a hub model"):
+        validate_config(local)
+
+
+def test_scratch_study_trains_init_models_only():
+    study = {"models": ["m"], "dataset": "austen", "geometry_dataset": "austen", "methods": {"ce": {"objective": "ce"}}}
+    with pytest.raises(ConfigError, match=r"config\.scratch\.models: 'm' is not an `init` model"):
+        validate_config(with_changes(scratch=study))
+    models = {"m": {"source": "hub", "id": "gpt2"}, "i": {"source": "init", "of": "m"}}
+    config = validate_config(with_changes(models=models, scratch={**study, "models": ["i"]}))
+    assert study_runs(config, "scratch") == [("i", "ce", 0)]
+
+
+def test_hub_series_becomes_one_model_per_revision():
+    series = {"olmo": {"model": "m", "dataset": "austen", "checkpoints": [
+        {"revision": "stage1-step0", "label": "S1-0", "tokens": 0}, {"revision": "main", "label": "Main"}]}}
+    models = validate_config(with_changes(series=series))["models"]
+    assert models["olmo.S1-0"] == {**models["m"], "revision": "stage1-step0", "label": "S1-0"}
+    assert models["olmo.Main"]["revision"] == "main"
+    one = {"olmo": {**series["olmo"], "checkpoints": series["olmo"]["checkpoints"][:1]}}
+    with pytest.raises(ConfigError, match="minItems|should be non-empty|is too short"):
+        validate_config(with_changes(series=one))
+    with pytest.raises(ConfigError, match=r"config\.series\.x\.model: unknown model 'nope'"):
+        validate_config(with_changes(series={"x": {"model": "nope", "dataset": "austen"}}))
+
+
+def test_min_words_below_seq_len_is_rejected():
+    with pytest.raises(ConfigError, match=r"min_words \(100\) is below seq_len \(512\)"):
+        validate_config(with_changes(sampling={"min_words": 100}))
+
+
+def test_names_must_be_wildcard_safe():
+    with pytest.raises(ConfigError, match=r"config\.models"):
+        validate_config(with_changes(models={"bad/name": {"source": "hub", "id": "gpt2"}}))
+
+
+def test_all_problems_are_reported_at_once():
+    config = with_changes(sampling={"seq_len": "x", "seed": "y"})
+    with pytest.raises(ConfigError) as error:
+        validate_config(config)
+    assert "seq_len" in str(error.value) and "seed" in str(error.value)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize(
+    "names",
+    [["config.yaml"], ["configs/paper.yaml"], ["configs/paper.yaml", "configs/paper-miniature.yaml"],
+     ["config.yaml", "configs/offline-full.yaml"], ["configs/smollm2.yaml"], ["configs/smollm2.yaml", "configs/smollm2-cpu.yaml"]],
+)
+def test_shipped_configs_are_valid(repo, names):
+    """Each shipped config, overlays merged over their base as Snakemake merges several --configfile."""
+    from snakemake.utils import update_config
+
+    merged: dict = {}
+    for name in names:
+        update_config(merged, yaml.safe_load((repo / name).read_text()))
+    config = validate_config(merged)
+    assert config["families"] or config["midtrain"]["models"], f"{names} measure nothing"
+
+
+MIDTRAIN = {"models": ["m"], "dataset": "austen", "geometry_dataset": "austen", "methods": {"ce": {"objective": "ce"}, "dispersion": {"objective": "dispersion"}}}
+
+
+def test_local_task_must_be_scored():
+    evaluation = {"tasks": {}, "local_tasks": {"cloze": {"kind": "cloze", "corpus": "austen", "documents": ["persuasion"]}}}
+    with pytest.raises(ConfigError, match=r"evaluation.local_tasks.cloze: built but never scored"):
+        validate_config(with_changes(midtrain=MIDTRAIN, evaluation=evaluation))
+
+
+def test_reference_method_must_exist():
+    with pytest.raises(ConfigError, match=r"evaluation.reference: unknown method 'disp'"):
+        validate_config(with_changes(midtrain=MIDTRAIN, evaluation={"tasks": {"piqa": "zero"}, "reference": "disp"}))
+
+
+def test_fewshot_counts_per_model():
+    config = validate_config(
+        with_changes(midtrain=MIDTRAIN, evaluation={"tasks": {"piqa": "zero", "arc_easy": "few"}, "fewshot": {"default": 1, "m": 5}})
+    )
+    assert evaluation_tasks(config, "m") == {"piqa": 0, "arc_easy": 5}
+    assert evaluation_tasks(config, "other") == {"piqa": 0, "arc_easy": 1}
+    with pytest.raises(ConfigError, match=r"evaluation.fewshot: 'x' is neither 'default' nor a model name"):
+        validate_config(with_changes(evaluation={"tasks": {}, "fewshot": {"x": 5}}))
+    with pytest.raises(ConfigError, match=r"evaluation.tasks.piqa"):
+        validate_config(with_changes(evaluation={"tasks": {"piqa": "five"}}))
+
+
+def test_ablation_does_not_retrain_the_default_dispersion_point():
+    midtrain = {**MIDTRAIN, "ablation": {"weights": [0.1, 1.0], "taus": [1.0]}}
+    config = validate_config(with_changes(midtrain=midtrain))
+    assert ablation_grid(config) == {"dispersion": (0.1, 1.0), "dispersion-lam1-tau1": (1.0, 1.0)}
+    assert [method for _, method, _ in study_runs(config, "midtrain")] == ["ce", "dispersion", "dispersion-lam1-tau1"]
+
+
+def test_mapping_order_is_kept():
+    methods = {"zeta": {"objective": "ce"}, "alpha": {"objective": "ce"}, "mid": {"objective": "ce"}}
+    config = validate_config(with_changes(midtrain={**MIDTRAIN, "methods": methods}))
+    assert list(config["midtrain"]["methods"]) == ["zeta", "alpha", "mid"]  # rows of tables and figures

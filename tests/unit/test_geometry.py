@@ -1,0 +1,313 @@
+"""Cosine geometry against known answers, and batched extraction against one-at-a-time."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from condensation.config import TrendConfig
+from condensation.geometry import (
+    NUM_BINS,
+    CosineAccumulator,
+    CosineStatistics,
+    bootstrap_mean_interval,
+    cosine_matrices,
+    density_histogram,
+    depth_trend,
+    extract_cosine_statistics,
+    trend_statistics,
+)
+from condensation.io import CorruptArtifactError, write_manifest
+
+
+def orthonormal(num_tokens: int, dim: int, seed: int = 0) -> torch.Tensor:
+    q, _ = torch.linalg.qr(torch.randn(dim, dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+    return q[:num_tokens].float()
+
+
+def accumulate(*layers: torch.Tensor) -> CosineStatistics:
+    accumulator = CosineAccumulator()
+    accumulator.update([layer.unsqueeze(0) for layer in layers])
+    return accumulator.finalize()
+
+
+def test_orthonormal_tokens_have_zero_cosine_off_the_diagonal():
+    stats = accumulate(orthonormal(6, 16) * 3.0)  # scale must not matter
+    assert np.allclose(stats.mean_cosine[0], np.eye(6), atol=1e-6)
+    assert stats.layer_mean_offdiag[0] == pytest.approx(0.0, abs=1e-6)
+    assert stats.layer_mean[0] == pytest.approx(1 / 6, abs=1e-6)  # the diagonal's 6 ones over 36 pairs
+
+
+def test_identical_tokens_have_cosine_one():
+    vector = torch.randn(1, 24)
+    stats = accumulate(vector.repeat(5, 1))
+    assert stats.layer_mean[0] == pytest.approx(1.0, abs=1e-6)
+    assert stats.layer_mean_offdiag[0] == pytest.approx(1.0, abs=1e-6)
+    # every value sits in the top bin
+    assert stats.hist_of_mean[0][-1] * (2 / NUM_BINS) == pytest.approx(1.0)
+
+
+def test_opposite_tokens_have_cosine_minus_one():
+    vector = torch.randn(1, 8)
+    stats = accumulate(torch.cat([vector, -vector]))
+    assert stats.mean_cosine[0][0, 1] == pytest.approx(-1.0, abs=1e-6)
+    assert stats.layer_mean[0] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_zero_vector_gives_zero_cosine_not_nan():
+    hidden = torch.zeros(1, 3, 4)
+    hidden[0, 0] = 1.0
+    cos = cosine_matrices(hidden)
+    assert torch.isfinite(cos).all()
+    assert cos[0, 1, 0] == 0.0
+
+
+def test_accumulator_matches_a_direct_numpy_computation():
+    generator = torch.Generator().manual_seed(1)
+    batches = [[torch.randn(b, 7, 5, generator=generator) for _layer in range(3)] for b in (2, 3)]
+    accumulator = CosineAccumulator()
+    for batch in batches:
+        accumulator.update(batch)
+    stats = accumulator.finalize()
+
+    for layer in range(3):
+        z = np.concatenate([batch[layer].numpy() for batch in batches]).astype(np.float64)
+        z /= np.linalg.norm(z, axis=-1, keepdims=True)
+        matrices = np.clip(z @ z.transpose(0, 2, 1), -1, 1)  # [5, 7, 7]
+        mean = matrices.mean(axis=0)
+        assert np.allclose(stats.mean_cosine[layer], mean, atol=1e-6)
+        assert stats.layer_mean[layer] == pytest.approx(mean.mean(), abs=1e-7)
+        off = ~np.eye(7, dtype=bool)
+        assert stats.layer_mean_offdiag[layer] == pytest.approx(mean[off].mean(), abs=1e-7)
+        expected_pooled, _ = np.histogram(matrices, bins=NUM_BINS, range=(-1, 1), density=True)
+        assert np.allclose(stats.hist_pooled[layer], expected_pooled, atol=1e-6)
+        expected_mean_hist, _ = np.histogram(mean, bins=NUM_BINS, range=(-1, 1), density=True)
+        assert np.allclose(stats.hist_of_mean[layer], expected_mean_hist, atol=1e-6)
+        # each sequence's own means, in the order the sequences came
+        np.testing.assert_allclose(stats.sequence_layer_mean[:, layer], matrices.mean(axis=(1, 2)), atol=1e-7)
+        np.testing.assert_allclose(stats.sequence_layer_mean_offdiag[:, layer], matrices[:, off].mean(axis=1), atol=1e-7)
+    assert stats.num_sequences == 5
+    assert stats.sequence_layer_mean.shape == stats.sequence_layer_mean_offdiag.shape == (5, 3)
+
+
+def test_per_sequence_means_average_to_the_layer_means():
+    generator = torch.Generator().manual_seed(2)
+    accumulator = CosineAccumulator()
+    for batch in (4, 1, 7):  # uneven batches
+        accumulator.update([torch.randn(batch, 33, 8, generator=generator) + 0.4 * layer for layer in range(4)])
+    stats = accumulator.finalize()
+    assert stats.sequence_layer_mean.shape == (12, 4)
+    np.testing.assert_allclose(stats.sequence_layer_mean.mean(axis=0), stats.layer_mean, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(stats.sequence_layer_mean_offdiag.mean(axis=0), stats.layer_mean_offdiag, rtol=0,
+                               atol=1e-14)
+    assert not np.allclose(stats.sequence_layer_mean, stats.layer_mean)  # sequences do differ
+
+
+def test_density_histogram_integrates_to_one():
+    values = torch.rand(1000) * 2 - 1
+    assert density_histogram(values).sum() * (2 / NUM_BINS) == pytest.approx(1.0)
+
+
+def test_sequences_of_different_length_are_rejected():
+    accumulator = CosineAccumulator()
+    accumulator.update([torch.randn(1, 4, 3)])
+    with pytest.raises(ValueError, match="same length"):
+        accumulator.update([torch.randn(1, 5, 3)])
+
+
+def test_finalize_without_data_is_an_error():
+    with pytest.raises(ValueError, match="no sequences"):
+        CosineAccumulator().finalize()
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(0)
+    return GPT2Model(GPT2Config(n_layer=3, n_embd=32, n_head=4, n_inner=64, n_positions=32, vocab_size=50)).eval()
+
+
+def test_batched_extraction_equals_one_sequence_at_a_time(tiny_model):
+    input_ids = torch.randint(0, 50, (5, 16), generator=torch.Generator().manual_seed(0))
+    one_at_a_time = extract_cosine_statistics(tiny_model, input_ids, batch_size=1)
+    for batch_size in (2, 5):
+        batched = extract_cosine_statistics(tiny_model, input_ids, batch_size=batch_size)
+        assert batched.num_layers == 4  # embedding output + 3 blocks
+        assert np.allclose(batched.mean_cosine, one_at_a_time.mean_cosine, atol=1e-5)
+        assert np.allclose(batched.layer_mean, one_at_a_time.layer_mean, atol=1e-6)
+        assert np.allclose(batched.hist_pooled, one_at_a_time.hist_pooled, atol=1e-3)
+
+
+def test_extraction_rejects_malformed_input(tiny_model):
+    with pytest.raises(ValueError, match=r"\[N, T\]"):
+        extract_cosine_statistics(tiny_model, torch.zeros(0, 4, dtype=torch.long))
+
+
+def test_statistics_round_trip_through_npz(tmp_path, tiny_model):
+    input_ids = torch.randint(0, 50, (2, 8))
+    stats = extract_cosine_statistics(tiny_model, input_ids, meta={"model": "tiny"})
+    path = tmp_path / "out" / "tiny.npz"
+    stats.save(path)
+    loaded = CosineStatistics.load(path)
+    assert loaded.meta == {"model": "tiny"}
+    assert np.array_equal(loaded.layer_mean, stats.layer_mean)
+    assert np.array_equal(loaded.mean_cosine, stats.mean_cosine)
+    assert np.array_equal(loaded.sequence_layer_mean, stats.sequence_layer_mean)
+    assert np.array_equal(loaded.sequence_layer_mean_offdiag, stats.sequence_layer_mean_offdiag)
+    assert loaded.seq_len == 8 and loaded.num_sequences == 2
+    # no temporary left behind; the manifest records the checksum
+    assert sorted(p.name for p in path.parent.iterdir()) == ["tiny.npz", "tiny.npz.manifest.json"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_damaged_statistics_file_is_detected(tmp_path, tiny_model, damage):
+    stats = extract_cosine_statistics(tiny_model, torch.randint(0, 50, (2, 8)))
+    path = tmp_path / "tiny.npz"
+    stats.save(path)
+    raw = bytearray(path.read_bytes())
+    if damage == "truncate":
+        raw = raw[: len(raw) // 2]  # as a copy interrupted half-way leaves it
+    else:
+        raw[len(raw) // 2] ^= 0xFF  # one flipped byte
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptArtifactError, match="tiny.npz: checksum .* does not match its manifest"):
+        CosineStatistics.load(path)
+
+
+def test_trend_of_a_monotone_sequence_is_plus_or_minus_one():
+    rising = trend_statistics([0.1, 0.2, 0.25, 0.5, 0.9])
+    assert rising.spearman_rho == pytest.approx(1.0)
+    assert rising.kendall_tau == pytest.approx(1.0)
+    falling = trend_statistics([0.9, 0.5, 0.3, 0.1])
+    assert falling.spearman_rho == pytest.approx(-1.0)
+    assert falling.kendall_tau == pytest.approx(-1.0)
+
+
+def test_trend_of_a_known_permutation():
+    # ranks 1,3,2,4: d^2 = 0+1+1+0 = 2, rho = 1 - 6*2/(4*15) = 0.8; tau = (5-1)/6
+    stats = trend_statistics([0.1, 0.3, 0.2, 0.4])
+    assert stats.spearman_rho == pytest.approx(0.8)
+    assert stats.kendall_tau == pytest.approx(4 / 6)
+
+
+def test_last_n_means():
+    stats = trend_statistics([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    assert stats.last_n["last_1"] == 6.0
+    assert stats.last_n["last_3"] == 5.0
+    assert stats.last_n["last_half"] == pytest.approx(np.mean([3, 4, 5, 6]))  # ceil(7/2) = 4 layers
+
+
+def test_constant_sequence_has_undefined_trend():
+    stats = trend_statistics([0.5, 0.5, 0.5])
+    assert math.isnan(stats.spearman_rho) and math.isnan(stats.kendall_tau)
+
+
+def test_trend_needs_two_layers():
+    with pytest.raises(ValueError, match="at least two"):
+        trend_statistics([0.3])
+
+
+def test_statistics_written_before_per_sequence_means_still_load(tmp_path, caplog):
+    """A file as written before this change (no per-sequence arrays) loads, and its trend has
+    every point statistic but NaN intervals, with a warning that says why."""
+    generator = torch.Generator().manual_seed(3)
+    accumulator = CosineAccumulator()
+    accumulator.update([torch.randn(6, 10, 8, generator=generator) + 0.3 * layer for layer in range(5)])
+    stats = accumulator.finalize({"model": "old", "dataset": "wiki"})
+    path = tmp_path / "old.npz"
+    with open(path, "wb") as handle:  # the keys the earlier save wrote, nothing else
+        np.savez_compressed(
+            handle, mean_cosine=stats.mean_cosine, hist_of_mean=stats.hist_of_mean, hist_pooled=stats.hist_pooled,
+            layer_mean=stats.layer_mean, layer_mean_offdiag=stats.layer_mean_offdiag,
+            num_sequences=np.int64(stats.num_sequences), meta=np.array('{"dataset": "wiki", "model": "old"}'),
+        )
+    write_manifest(path, kind="cosine_statistics")
+    old = CosineStatistics.load(path)
+    assert old.sequence_layer_mean is None and old.sequence_layer_mean_offdiag is None
+    np.testing.assert_array_equal(old.layer_mean, stats.layer_mean)
+    trend = TrendConfig(include_embedding_layer=True, include_diagonal=True)
+    with caplog.at_level("WARNING", logger="condensation"):
+        old_trend = depth_trend(old, trend)
+    assert "old on wiki: no per-sequence layer means" in caplog.text
+    new_trend = depth_trend(stats, trend)
+    assert old_trend.last_n == new_trend.last_n and old_trend.depth_slope == new_trend.depth_slope
+    row = old_trend.as_row()
+    assert all(math.isnan(row[c]) for c in ("last_half_low", "last_half_high", "depth_slope_low", "depth_slope_high"))
+    assert all(math.isfinite(v) for v in new_trend.as_row().values())
+    old.save(tmp_path / "again.npz")  # and it saves again without the arrays
+    with np.load(tmp_path / "again.npz") as data:
+        assert "sequence_layer_mean" not in data.files
+
+
+def test_trend_row_keeps_the_old_columns_first():
+    means = np.linspace(0.1, 0.7, 7)
+    row = trend_statistics(means, np.tile(means, (4, 1))).as_row()
+    assert list(row) == [
+        "spearman_rho", "kendall_tau", "last_1", "last_2", "last_3", "last_4", "last_5", "last_half",
+        "last_half_low", "last_half_high", "depth_slope", "depth_slope_low", "depth_slope_high",
+    ]
+
+
+def test_identical_sequences_give_a_zero_width_interval():
+    means = np.array([0.02, 0.1, 0.2, 0.21, 0.33])
+    stats = trend_statistics(means, np.tile(means, (30, 1)))
+    assert stats.last_half == pytest.approx(np.mean([0.2, 0.21, 0.33]))
+    assert stats.last_half_ci[0] == stats.last_half_ci[1] == pytest.approx(stats.last_half, abs=1e-15)
+    assert stats.depth_slope_ci[0] == stats.depth_slope_ci[1] == pytest.approx(stats.depth_slope, abs=1e-15)
+
+
+@pytest.mark.parametrize("layers", [4, 8, 30])
+def test_depth_slope_of_a_linear_profile(layers):
+    """Layer means a + b * l / L give slope b whatever the depth L, with or without layer 0."""
+    fraction = np.arange(layers + 1) / layers
+    assert trend_statistics(0.05 + 0.3 * fraction).depth_slope == pytest.approx(0.3)
+    # per-sequence slopes 0.2, 0.3, 0.4 around a shared intercept: the slope is their mean
+    sequences = 0.05 + np.array([[0.2], [0.3], [0.4]] * 10) * fraction
+    accumulated = CosineStatistics(
+        mean_cosine=np.zeros((layers + 1, 2, 2), np.float32), hist_of_mean=np.zeros((layers + 1, NUM_BINS)),
+        hist_pooled=np.zeros((layers + 1, NUM_BINS)), layer_mean=sequences.mean(axis=0),
+        layer_mean_offdiag=sequences.mean(axis=0), num_sequences=30,
+        sequence_layer_mean=sequences, sequence_layer_mean_offdiag=sequences,
+    )
+    for include_embedding_layer in (True, False):
+        trend = depth_trend(accumulated, TrendConfig(include_embedding_layer, include_diagonal=False))
+        assert trend.depth_slope == pytest.approx(0.3)
+        low, high = trend.depth_slope_ci
+        assert 0.2 < low < 0.3 < high < 0.4
+
+
+def test_depth_slope_against_given_layer_positions():
+    # positions 0.5, 0.75, 1 with means 1, 2, 3: slope 4 per unit fraction
+    assert trend_statistics([1.0, 2.0, 3.0], layer_fraction=[0.5, 0.75, 1.0]).depth_slope == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="layer_fraction"):
+        trend_statistics([1.0, 2.0, 3.0], layer_fraction=[0.5, 1.0])
+    with pytest.raises(ValueError, match=r"sequence_means must be \[N, 3\]"):
+        trend_statistics([1.0, 2.0, 3.0], np.ones((4, 2)))
+
+
+def test_bootstrap_interval_covers_the_mean_and_narrows_with_more_sequences():
+    rng = np.random.default_rng(7)
+    true_mean, widths = 0.3, {}
+    for n in (25, 100):
+        hits, width = 0, []
+        for _ in range(200):
+            low, high = bootstrap_mean_interval(rng.normal(true_mean, 0.1, size=n))
+            hits += low <= true_mean <= high
+            width.append(high - low)
+        assert 0.88 <= hits / 200 <= 0.99  # about 95 % of intervals hold the true mean
+        widths[n] = np.mean(width)
+        # the width of a 95 % interval of a mean: 2 * 1.96 * sd / sqrt(n)
+        assert widths[n] == pytest.approx(2 * 1.96 * 0.1 / np.sqrt(n), rel=0.1)
+    assert widths[100] / widths[25] == pytest.approx(0.5, abs=0.07)
+
+
+def test_bootstrap_interval_is_deterministic_and_columnwise():
+    values = np.random.default_rng(0).normal(size=(40, 3))
+    both = bootstrap_mean_interval(values)
+    assert both.shape == (3, 2)
+    np.testing.assert_array_equal(both, bootstrap_mean_interval(values))  # the fixed seed
+    np.testing.assert_array_equal(both[1], bootstrap_mean_interval(values[:, 1]))  # columns share the resamples
+    assert not np.array_equal(both, bootstrap_mean_interval(values, seed=1))
+    assert np.isnan(bootstrap_mean_interval(values[:1])).all()  # one sequence: no spread to resample

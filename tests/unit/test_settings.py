@@ -1,0 +1,85 @@
+"""The settings model: one registry of objectives, one set of training defaults, the run plan."""
+
+import dataclasses
+
+import pytest
+
+from condensation.config import ConfigError, load_schema, validate_config
+from condensation.settings import (
+    OBJECTIVES,
+    ActiveForgettingConfig,
+    AuxLossConfig,
+    MethodSettings,
+    RunPlan,
+    TrainConfig,
+    loss_names,
+    plan_run,
+    resolve_method,
+)
+
+MINIMAL = {"datasets": {"austen": {"source": "austen"}}, "models": {"m": {"source": "hub", "id": "gpt2"}}}
+
+
+def with_method(spec):
+    return {**MINIMAL, "midtrain": {"models": ["m"], "dataset": "austen", "geometry_dataset": "austen", "methods": {"x": spec}}}
+
+
+def test_schema_takes_objective_names_and_training_defaults_from_settings():
+    schema = load_schema()
+    assert schema["$defs"]["method"]["properties"]["objective"]["enum"] == list(OBJECTIVES)
+    train = validate_config(MINIMAL)["midtrain"]["train"]
+    expected = dataclasses.asdict(TrainConfig())
+    for key, value in train.items():
+        assert value == (list(expected[key]) if isinstance(expected[key], tuple) else expected[key]), key
+    assert set(train) == set(expected) - {"seed", "aux_weight"}
+
+
+def test_every_option_an_objective_takes_is_a_field_of_its_settings():
+    for objective in OBJECTIVES.values():
+        if objective.settings is not None:
+            fields = {field.name for field in dataclasses.fields(objective.settings)}
+            assert set(objective.options) <= fields, objective.name
+    assert loss_names() == ("dispersion", "decorrelation", "l2_repel", "orthogonalization")
+
+
+def test_every_objective_resolves_to_its_implementation():
+    from condensation import baselines, losses
+
+    assert OBJECTIVES["dispersion"].load() is losses.dispersion
+    assert OBJECTIVES["orthogonalization"].load() is losses.orthogonalization
+    assert OBJECTIVES["active_forgetting"].load() is baselines.ActiveForgetting
+    for objective in OBJECTIVES.values():
+        if objective.kind != "ce":
+            assert callable(objective.load()), objective.name
+
+
+def test_resolve_method_fills_defaults_and_names_a_misplaced_option():
+    settings = resolve_method({"objective": "dispersion", "weight": 0.5})
+    assert settings.loss == AuxLossConfig("dispersion", weight=0.5) and settings.aux_weight == 0.5
+    assert resolve_method({"objective": "active_forgetting"}).baseline == ActiveForgettingConfig()
+    assert resolve_method({"objective": "ce"}) == MethodSettings("ce")
+    with pytest.raises(ValueError, match=r"option\(s\) \['tau'\] do not apply to objective 'decorrelation'"):
+        resolve_method({"objective": "decorrelation", "tau": 2.0})
+    with pytest.raises(ValueError, match="unknown objective 'dropout'"):
+        resolve_method({"objective": "dropout"})
+
+
+def test_config_names_the_method_with_a_misplaced_option():
+    with pytest.raises(ConfigError, match=r"config\.midtrain\.methods\.x: option\(s\) \['margin'\] do not apply"):
+        validate_config(with_method({"objective": "dispersion", "margin": 0.3}))
+    with pytest.raises(ConfigError, match=r"config\.midtrain\.methods\.x\.objective: 'dropout' is not one of"):
+        validate_config(with_method({"objective": "dropout"}))
+
+
+def test_run_plan_round_trips_through_json(tmp_path):
+    plan = plan_run("midtrain", "m", {"train_tokens": 1000, "block_size": 8, "micro_batch_size": 2, "betas": [0.9, 0.99]},
+                    seed=3, method={"objective": "l2_repel", "weight": 0.2, "norm_weight": 0.05})
+    assert plan.train.seed == 3 and plan.train.aux_weight == 0.2 and plan.train.betas == (0.9, 0.99)
+    plan.save(tmp_path / "run.json")
+    again = RunPlan.load(tmp_path / "run.json")
+    assert again == plan
+    assert again.method.as_dict() == {
+        "objective": "l2_repel", "weight": 0.2, "placement": "all", "max_tokens": None, "tau": 1.0, "norm_weight": 0.05,
+    }
+    assert set(again.provenance["versions"]) >= {"torch", "transformers", "condensation"}
+

