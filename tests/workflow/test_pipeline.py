@@ -258,15 +258,19 @@ def test_paper_config_plans_every_observation_job(repo, tmp_path):
     assert counts["family_figure"] == "6"  # GPT2, Qwen1, Qwen2.5, Qwen3, Bloom, MLP width
     assert counts["paired_figure"] == "2"  # distillation, init vs trained
     assert counts["dataset_figure"] == "1"
-    assert counts["extract"] == "52"
+    assert counts["extract"] == str(52 + 13)  # observation models, and Fig. 4's 13 Olmo-3 revisions
+    assert counts["series_figure"] == "1"
     assert counts["pretrain"] == "4"
-    # GPT2 and Qwen3-0.6B x 7 methods x 3 seeds, and the 4 x 4 ablation on GPT2 minus its
-    # lambda=0.1, tau=1 point, which is the dispersion method itself
-    assert counts["train_study_run"] == "57"
-    assert counts["measure_checkpoints"] == "57"
+    # GPT2 and Qwen3-0.6B x 7 methods x 3 seeds, the 4 x 4 ablation on GPT2 minus its
+    # lambda=0.1, tau=1 point (the dispersion method itself), and Table 4's CE and dispersion runs
+    runs = 42 + 15 + 2
+    assert counts["train_study_run"] == counts["measure_checkpoints"] == str(runs)
     assert counts["evaluate_pretrained"] == "2"
-    assert counts["evaluate_checkpoint"] == str(57 * 7)  # 6 checkpoints after step 0, and the selected one
-    assert counts["table2"] == counts["table3"] == counts["scores_by_step"] == "1"
+    # every checkpoint after step 0 is scored; the selected one's score is picked from them
+    assert counts["evaluate_checkpoint"] == str(runs * 6)
+    assert counts["pick_selected_score"] == str(runs)
+    assert counts["table2"] == counts["table3"] == counts["table4"] == "1"
+    assert counts["scores_by_step"] == "2"  # mid-training and scratch studies
 
 
 def test_slurm_profile_plans_the_paper_with_site_resources(repo, tmp_path):
