@@ -36,12 +36,15 @@ __all__ = [
     "EvalSettings",
     "ScoreRun",
     "UnknownTaskError",
+    "builtin_task_directories",
+    "fetch_task_data",
     "model_cache_prefix",
     "lm_eval_path",
     "read_samples",
     "samples_path",
     "score_checkpoint",
     "score_model",
+    "task_directories",
     "write_samples",
 ]
 
@@ -105,24 +108,55 @@ class ScoreRun:
     lm_eval: list[dict]
 
 
-def _task_manager(include_path: str | Path | None, names: Iterable[str]) -> Any:
+def task_directories(manager: Any, names: Iterable[str]) -> tuple[list[Path], list[str]]:
+    """The directories of the YAML files that define ``names`` in ``manager``'s index and, for
+    groups and tags, their members (recursively); and the names the index lacks."""
+    index = manager.task_index
+    directories: set[Path] = set()
+    missing: list[str] = []
+    seen: set[str] = set()
+    pending = list(names)
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        entry = index.get(name)
+        if entry is None:
+            missing.append(name)
+            continue
+        if entry.yaml_path is not None:
+            directories.add(Path(entry.yaml_path).parent)
+        if entry.kind.name == "TAG":  # a tag's entry lists its member tasks
+            pending.extend(entry.tags)
+        elif entry.kind.name == "GROUP":
+            members = entry.cfg.get("task", [])
+            pending.extend(m for m in (members if isinstance(members, list) else [members]) if isinstance(m, str))
+    return sorted(directories), sorted(missing)
+
+
+def _task_manager(include_path: str | Path | Sequence[str | Path] | None, names: Iterable[str]) -> Any:
     """A TaskManager that knows every name, or UnknownTaskError naming those it lacks.
 
-    Indexing lm-eval's ~15k built-in tasks takes seconds, so when every name is a plain task
-    in ``include_path`` only that directory is indexed (local tasks shadow built-ins of the same
-    name anyway). Groups and tags always get the full index: their members may be built-in.
+    ``include_path`` is a directory of task YAMLs, or several. Indexing lm-eval's ~15k built-in
+    tasks takes over 10 s, so when the given directories define every name and every member of
+    every group (e.g. the offline tasks, or the built-in directories that
+    :func:`fetch_task_data` recorded) only they are indexed. Otherwise the full index is built.
     """
     from lm_eval.tasks import TaskManager
 
     names = list(names)
     if include_path is not None:
-        include = str(Path(include_path).resolve())
-        if not Path(include).is_dir():
-            raise FileNotFoundError(f"include_path {include} is not a directory")
+        paths = [include_path] if isinstance(include_path, (str, Path)) else list(include_path)
+        include = [str(Path(p).resolve()) for p in paths]
+        for directory in include:
+            if not Path(directory).is_dir():
+                raise FileNotFoundError(f"include_path {directory} is not a directory")
         local = TaskManager(include_path=include, include_defaults=False)
-        if all(n in local.all_subtasks for n in names):
-            return local
-        manager = TaskManager(include_path=include)
+        if not task_directories(local, names)[1]:
+            manager = local
+        else:
+            manager = TaskManager(include_path=include)
     else:
         manager = TaskManager()
 
@@ -183,7 +217,10 @@ def _no_bytecode_files() -> Iterator[None]:
 
 def fetch_task_data(names: Sequence[str], out_path: str | Path, include_path: str | Path | None = None) -> None:
     """Download the datasets of lm-eval tasks into the cache (where the network is), so that
-    scoring jobs run offline; check every name first. Records each (sub)task's document count."""
+    scoring jobs run offline; check every name first. Records each (sub)task's document count,
+    and the directories that define the tasks (relative to lm-eval's task root where they lie
+    under it), so that scoring jobs index only those (:func:`builtin_task_directories`)."""
+    import lm_eval.tasks
     from lm_eval.tasks import get_task_dict
 
     manager = _task_manager(include_path, names)
@@ -198,7 +235,20 @@ def fetch_task_data(names: Sequence[str], out_path: str | Path, include_path: st
                 counts[getattr(key, "group_name", None) or str(key)] = len(docs) if docs is not None else 0
 
     visit(get_task_dict(list(names), manager))
-    write_json(out_path, {"tasks": list(names), "documents": counts})
+    root = Path(lm_eval.tasks.__file__).parent.resolve()
+    directories = [
+        str(d.resolve().relative_to(root)) if d.resolve().is_relative_to(root) else str(d.resolve())
+        for d in task_directories(manager, names)[0]
+    ]
+    write_json(out_path, {"tasks": list(names), "documents": counts, "task_directories": directories})
+
+
+def builtin_task_directories(fetched_path: str | Path) -> list[Path]:
+    """The task directories a :func:`fetch_task_data` record lists, as paths on this machine."""
+    import lm_eval.tasks
+
+    root = Path(lm_eval.tasks.__file__).parent
+    return [root / d for d in json.loads(Path(fetched_path).read_text()).get("task_directories", [])]
 
 
 def score_model(
@@ -206,7 +256,7 @@ def score_model(
     tokenizer: Any,
     tasks: Mapping[str, int],
     settings: EvalSettings,
-    include_path: str | Path | None = None,
+    include_path: str | Path | Sequence[str | Path] | None = None,
     cache_prefix: str | Path | None = None,
 ) -> ScoreRun:
     """Score an in-memory causal LM on lm-eval tasks; ``tasks`` maps task name -> num_fewshot.
@@ -214,7 +264,7 @@ def score_model(
     Tasks sharing a shot count run in one ``simple_evaluate`` call (the paper's code makes a
     zero-shot and a k-shot call). Every name is checked against lm-eval's index before any
     model work. ``include_path`` is a directory of task YAMLs (e.g. one that
-    :func:`condensation.tasks.build_local_tasks` wrote), searched recursively. ``cache_prefix``
+    :func:`condensation.tasks.build_local_tasks` wrote), searched recursively, or several. ``cache_prefix``
     makes lm-eval keep responses in ``<prefix>_rank0.db``; its cache key ignores the model, so
     give each checkpoint its own prefix (:func:`model_cache_prefix`).
 
@@ -404,7 +454,7 @@ def score_checkpoint(
     *,
     tasks: Mapping[str, int],
     settings: EvalSettings,
-    include_path: str | Path | None,
+    include_path: str | Path | Sequence[str | Path] | None,
     record: Mapping[str, Any],
     out_path: str | Path,
     job: str,

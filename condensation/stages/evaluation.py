@@ -35,15 +35,24 @@ def fetch_eval_tasks(*, tasks: Sequence[str], out_path: str | Path) -> None:
     evaluation.fetch_task_data(tasks, out_path)
 
 
+def _task_paths(task_dir: str | Path | None, hub_tasks_path: str | Path | None) -> list[Path] | None:
+    """Where scoring looks for task YAMLs: the offline tasks, and the built-in directories that
+    fetch_eval_tasks recorded (indexing only those saves over 10 s a job); None: the full index."""
+    paths = [Path(task_dir)] if task_dir is not None else []
+    if hub_tasks_path is not None:
+        paths += evaluation.builtin_task_directories(hub_tasks_path)
+    return paths or None
+
+
 def evaluate_pretrained(
     *, handle_path: str | Path, task_dir: str | Path | None, tasks: Mapping[str, int], settings: Mapping[str, Any],
-    out_path: str | Path, threads: int = 1,
+    out_path: str | Path, threads: int = 1, hub_tasks_path: str | Path | None = None,
 ) -> None:
     """Scores of a model before mid-training: Table 2's `pretrained` row."""
     handle = models.ModelHandle.load(handle_path)
     record = {"model": handle.name, "method": "pretrained", "seed": None, "checkpoint": "pretrained", "step": None, "val_loss": None}
     evaluation.score_checkpoint(
-        handle, tasks=tasks, settings=evaluation.EvalSettings(**settings), include_path=task_dir, record=record,
+        handle, tasks=tasks, settings=evaluation.EvalSettings(**settings), include_path=_task_paths(task_dir, hub_tasks_path), record=record,
         out_path=out_path, job="pretrained", threads=threads,
     )
 
@@ -51,6 +60,7 @@ def evaluate_pretrained(
 def evaluate_checkpoint(
     *, index_path: str | Path, checkpoint: str, task_dir: str | Path | None, tasks: Mapping[str, int],
     settings: Mapping[str, Any], out_path: str | Path, model: str, method: str, seed: int, threads: int = 1,
+    hub_tasks_path: str | Path | None = None,
 ) -> None:
     """Scores of one checkpoint of a run: ``selected`` (lowest validation loss, as the run's index
     records it) or ``step-N``."""
@@ -64,7 +74,7 @@ def evaluate_checkpoint(
         "val_loss": info.get("val_loss"), "selected_by": "lowest validation loss" if checkpoint == "selected" else None,
     }
     evaluation.score_checkpoint(
-        handle, tasks=tasks, settings=evaluation.EvalSettings(**settings), include_path=task_dir, record=record,
+        handle, tasks=tasks, settings=evaluation.EvalSettings(**settings), include_path=_task_paths(task_dir, hub_tasks_path), record=record,
         out_path=out_path, job=checkpoint, threads=threads,
     )
 

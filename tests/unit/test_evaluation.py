@@ -20,6 +20,7 @@ from condensation.evaluation import (
     samples_path,
     score_checkpoint,
     score_model,
+    task_directories,
     write_samples,
 )
 from condensation.models import ModelHandle
@@ -113,6 +114,28 @@ def test_score_model_rejects_unknown_task_before_running(tiny_lm, task_dir, tmp_
     with pytest.raises(UnknownTaskError, match="no_such_task_xyz"):
         score_model(model, tokenizer, {"tiny_cloze": 0, "no_such_task_xyz": 0}, EvalSettings(), task_dir, prefix)
     assert not prefix.parent.exists(), "nothing was evaluated"
+
+
+@pytest.mark.slow
+def test_the_directories_of_built_in_tasks_define_them_and_all_their_members():
+    """Scoring jobs index only the directories fetch_eval_tasks recorded: those must hold every
+    task, group, tag and member the names reach (mmlu: a group of groups of tags of subjects)."""
+    from lm_eval.tasks import TaskManager
+
+    from condensation.evaluation import _task_manager
+
+    names = ["anli_r2", "truthfulqa_mc2", "arc_easy", "mmlu"]
+    full = TaskManager()
+    directories, missing = task_directories(full, names)
+    assert not missing
+    assert [d.relative_to(d.parents[1]).as_posix() if d.name == "default" else d.name for d in directories] == [
+        "anli", "arc", "mmlu/default", "truthfulqa"
+    ]
+    small = _task_manager(directories, names)
+    assert len(small.all_tasks) < len(full.all_tasks) / 20
+    assert task_directories(small, names) == (directories, [])
+    assert {"mmlu_stem", "mmlu_stem_tasks", "mmlu_abstract_algebra"} <= set(small.all_tasks)
+    assert task_directories(full, ["mmlu", "no_such_task_xyz"])[1] == ["no_such_task_xyz"]
 
 
 def test_score_model_rejects_bad_shot_counts(tiny_lm, task_dir):
