@@ -23,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PROJECT_FILES = ["Snakefile", "rules", "workflow_scripts", "condensation", "report", "envs", "config.yaml"]
+PROJECT_FILES = ["Snakefile", "rules", "workflow_scripts", "condensation", "report", "profiles", "config.yaml"]
 
 
 def main() -> None:

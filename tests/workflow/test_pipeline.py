@@ -142,9 +142,10 @@ def test_scores_come_from_the_checkpoint_with_the_lowest_validation_loss(project
 
 
 def test_each_scored_model_has_its_own_lm_eval_cache(project):
-    # lm-eval's cache ignores the model: one cache per model content (9 runs + the pretrained model)
+    # lm-eval's cache ignores the model: one cache per model content (9 mid-training runs, the
+    # pretrained model, and the 2 runs trained from scratch)
     caches = sorted(path.parent.name for path in (project / "runs/eval_cache").glob("*/*_rank0.db"))
-    assert len(caches) == len(set(caches)) == 10
+    assert len(caches) == len(set(caches)) == 12
 
 
 def test_table2_has_every_method_against_the_reference(project):
@@ -229,13 +230,16 @@ def test_dvc_repro_reproduces_and_versions_the_results(project, tmp_path):
     assert (project / "dvc.lock").exists()
     shown = run([str(BIN / "dvc"), "metrics", "show", "--json"], project).stdout
     assert "spearman_rho" in shown and "final_val_loss" in shown and "persuasion_cloze" in shown
-    plots = json.loads(run([str(BIN / "dvc"), "plots", "show", "--json", "--split"], project).stdout)
-    series = {name: {row["series"] for entry in content for row in entry.get("content", {}).get("data", {}).get("values", [])}
-              for name, content in plots.items()}
+    # with --split, each plot's rows are under its anchor definitions instead of inside the spec
+    plots = json.loads(run([str(BIN / "dvc"), "plots", "show", "--json", "--split"], project).stdout)["data"]
+    series = {name: {row.get("series") for entry in entries for row in entry["anchor_definitions"]["<DVC_METRIC_DATA>"]}
+              for name, entries in plots.items()}
     assert series["layer_means"] >= {"toy-wide / austen", "toy-narrow / pydocs", "minilm-l6 / austen"}
     assert series["midtrain_validation_loss"] == {"toy-wide / ce", "toy-wide / dispersion", "toy-wide / noisy",
                                                   "toy-wide / forget", "toy-wide / dispersion-lam1-tau0.5"}
     assert "toy-wide / dispersion / seed1" in series["midtrain_training_loss"]
+    assert series["midtrain_condensation"] == series["midtrain_validation_loss"]
+    assert series["scratch_condensation"] == {"toy-narrow-init / ce", "toy-narrow-init / dispersion"}
     assert (project / "results/report.html").stat().st_size > 100_000  # the stage ends with the HTML report
     run([str(BIN / "dvc"), "push"], project)
     assert any(env_remote.rglob("*")), "nothing was pushed to the local remote"
