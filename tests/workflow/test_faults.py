@@ -136,7 +136,7 @@ BAD_INPUTS = {
     "unknown model id": (
         "models: {ghost: {source: hub, id: no-such-org/no-such-model}}\n"
         "families: {packaged: {models: [minilm-l6, ghost], datasets: [austen]}}\n",
-        "logs/prepare_model/ghost.log",
+        "logs/fetch_model/ghost.log",  # hub downloads are rule fetch_model
         "model 'ghost'",
     ),
     "missing local path": (
