@@ -13,11 +13,12 @@ import importlib.util
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
-
-import torch
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from .io import atomic_path, manifest_path, verify_manifest, write_json, write_manifest
+
+if TYPE_CHECKING:  # torch is imported where it is used: light jobs (planning, handles) skip its 2 s
+    import torch
 
 PACKAGE_SCHEME = "pkg://"
 
@@ -42,6 +43,8 @@ def resolve_path(path: str) -> Path:
 
 
 def resolve_device(device: str = "auto") -> torch.device:
+    import torch
+
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
@@ -51,6 +54,8 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """``auto`` means bfloat16 on a CUDA device that supports it, float32 otherwise."""
+    import torch
+
     if dtype == "auto":
         if device.type == "cuda" and torch.cuda.is_bf16_supported():
             return torch.bfloat16
@@ -164,6 +169,7 @@ def _auto_class(handle: ModelHandle, causal_lm: bool):
 
 def _needs_several_gpus(handle: ModelHandle, device: torch.device, dtype: torch.dtype) -> bool:
     """Whether the weights exceed what one of the visible GPUs should hold (plan.gpus_needed)."""
+    import torch
     from .plan import gpus_needed
 
     if device.type != "cuda" or torch.cuda.device_count() < 2 or not handle.num_parameters:
@@ -199,6 +205,7 @@ def max_positions(config) -> int | None:
 
 def _describe(handle: ModelHandle) -> ModelHandle:
     """Fill in parameter and layer counts by instantiating the config on the meta device."""
+    import torch
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(handle.location, **_pretrained_kwargs(handle))
@@ -249,6 +256,7 @@ def convert_gguf(name: str, gguf_path: str, out_dir: str | Path) -> ModelHandle:
     transformers loads a GGUF into a torch model but refuses to save it again ("quantized with
     gguf"), so the weights are copied into a fresh model built from the same config.
     """
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_path(gguf_path)
@@ -276,6 +284,7 @@ def convert_gguf(name: str, gguf_path: str, out_dir: str | Path) -> ModelHandle:
 
 def build_gpt2(arch: Mapping[str, int], tokenizer, seed: int):
     """A randomly initialised GPT2 with the given shape; the same seed gives the same weights."""
+    import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     if arch["n_embd"] % arch["n_head"]:
@@ -293,6 +302,7 @@ def build_gpt2(arch: Mapping[str, int], tokenizer, seed: int):
 def build_from_config(handle: ModelHandle, seed: int):
     """Random weights in the architecture of a prepared model (its config, nothing of its
     weights): the start of a pre-training from scratch. The same seed gives the same weights."""
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(handle.location, **_pretrained_kwargs(handle))

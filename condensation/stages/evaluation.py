@@ -7,11 +7,13 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .. import data, evaluation, models, tables
+from .. import data, evaluation, models
 from ..checkpointing import RunDir, parse_step, step_name
 from ..io import atomic_path, read_json, write_json, write_manifest
-from ..table4 import write_table4
 from ..tasks import build_local_tasks
+
+# the table modules (pandas, scipy: 2 s) are imported by the table stages only; scoring and
+# picking a score are jobs of their own that need neither.
 
 log = logging.getLogger("condensation")
 
@@ -98,6 +100,8 @@ def table2(
 ) -> None:
     """Table 2 (every method on every mid-trained model, against ``reference``) as CSV, Markdown,
     LaTeX and HTML, and the same scores as DVC metrics and a DVC plot of the averages."""
+    from .. import tables
+
     tables.write_table2(
         score_paths=score_paths, tasks=tasks, methods=methods, reference=reference, metric=metric, labels=labels,
         stem=stem, metrics_path=metrics_path, plot_path=plot_path,
@@ -109,6 +113,8 @@ def table3(
     models: Sequence[str], stem: str | Path,
 ) -> None:
     """Table 3: the average score of the dispersion loss over its weight x temperature grid."""
+    from .. import tables
+
     tables.write_table3(score_paths=score_paths, tasks=tasks, metric=metric, grid=grid, models=models, stem=stem)
 
 
@@ -118,6 +124,8 @@ def table4(
 ) -> None:
     """Table 4: models pre-trained from scratch with each method, their scores and condensation
     (``trajectory_paths``: each model's trajectory table, in the order of ``models``)."""
+    from ..table4 import write_table4
+
     write_table4(
         score_paths=score_paths, tasks=tasks, methods=methods, metric=metric, labels=labels,
         condensation=dict(zip(models, trajectory_paths, strict=True)), stem=stem,
@@ -126,4 +134,6 @@ def table4(
 
 def scores_by_step(*, score_paths: Sequence[str | Path], metric: str, out_path: str | Path) -> None:
     """Every scored checkpoint: the task scores (percent) over mid-training, mean and std over seeds."""
+    from .. import tables
+
     tables.write_scores_by_step(score_paths=score_paths, metric=metric, out_path=out_path)

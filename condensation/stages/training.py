@@ -7,15 +7,14 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import pandas as pd
-
-from .. import data, geometry, models
+from .. import data, models
 from ..checkpointing import RunDir, step_name
 from ..config import ExtractionConfig, SamplingConfig, TrendConfig
 from ..io import atomic_path, write_json, write_manifest
 from ..settings import OBJECTIVES, RunPlan, plan_run
-from ..table4 import write_condensation_effects
-from .geometry import measure
+
+# torch, pandas and the measuring modules are imported by the stages that use them: planning a
+# run is a job of its own, and importing them would triple its time.
 
 log = logging.getLogger("condensation")
 
@@ -60,7 +59,11 @@ def measure_checkpoints(
 ) -> None:
     """Condensation of every evaluation checkpoint a run's index lists: one ``step-N.npz`` each
     and ``trajectory.csv`` (step, validation loss, rho, tau, last-n means)."""
+    import pandas as pd
     import torch
+
+    from .. import geometry
+    from .geometry import measure
 
     torch.set_num_threads(threads)
     texts = data.read_samples(samples_path)
@@ -85,6 +88,10 @@ def study_tables(
 ) -> None:
     """Collect every (method, seed) run of one model: condensation per checkpoint, the loss logs,
     and each method's condensation against CE's with its spread over seeds."""
+    import pandas as pd
+
+    from ..table4 import write_condensation_effects
+
     trajectories, losses = [], []
     for (method, seed), log_path, geometry_dir in zip(runs, log_paths, geometry_dirs, strict=True):
         keys = {"method": method, "seed": seed}
@@ -108,6 +115,8 @@ def study_metrics(
     trend and deeper layers' mean cosine, averaged over seeds) and its DVC plot data: training
     cross-entropy per step of every run, and validation loss and condensation per checkpoint of
     every method (mean over seeds); the ``series`` column names the line each row belongs to."""
+    import pandas as pd
+
     metrics: dict[str, Any] = {}
     training, checkpoints = [], []
     for model, trajectory_path, loss_path in zip(models, trajectory_paths, loss_paths, strict=True):
