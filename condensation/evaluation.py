@@ -277,8 +277,6 @@ def score_model(
     and the global RNGs that lm-eval reseeds are restored, so scoring in the middle of training
     does not change the training run.
     """
-    from lm_eval.models.huggingface import HFLM
-
     if not tasks:
         raise ValueError("no tasks to score")
     for name, shots in tasks.items():
@@ -293,12 +291,34 @@ def score_model(
     was_training = model.training
     model.eval()
     try:
-        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=settings.batch_size)
+        lm = _quiet_hflm_class()(pretrained=model, tokenizer=tokenizer, batch_size=settings.batch_size)
         with _preserved_rng_state(), _no_bytecode_files():
             run = _run_groups(lm, by_shots, manager, settings, cache_prefix)
     finally:
         model.train(was_training)
     return run
+
+
+def _quiet_hflm_class() -> type:
+    """lm-eval's HFLM with its request bars off while stderr is not a terminal: it draws them with
+    an explicit ``disable=False``, which TQDM_DISABLE cannot override, and in a job's log file a
+    bar is a run of carriage returns. lm-eval's own log lines still say what runs."""
+    from lm_eval.models.huggingface import HFLM
+
+    def bars_off(requested: bool) -> bool:
+        return requested or not sys.stderr.isatty()
+
+    class QuietHFLM(HFLM):
+        def loglikelihood(self, requests, disable_tqdm: bool = False):
+            return super().loglikelihood(requests, disable_tqdm=bars_off(disable_tqdm))
+
+        def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+            return super().loglikelihood_rolling(requests, disable_tqdm=bars_off(disable_tqdm))
+
+        def generate_until(self, requests, disable_tqdm: bool = False):
+            return super().generate_until(requests, disable_tqdm=bars_off(disable_tqdm))
+
+    return QuietHFLM
 
 
 def _run_groups(

@@ -15,7 +15,7 @@ import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -61,11 +61,15 @@ def _lower(first: tuple[float, float, float], second: tuple[float, float, float]
     return 0
 
 
-def size_claim(trend_tables: Mapping[str, pd.DataFrame]) -> Finding:
+def size_claim(trend_tables: Mapping[str, pd.DataFrame], uncounted: Collection[str] = ()) -> Finding:
     """A larger (or wider) model condenses less: the largest model of each family against the
-    smallest, on the deeper layers' mean cosine."""
+    smallest, on the deeper layers' mean cosine. Tables named in ``uncounted`` (groups of
+    unrelated models, ``compares_size: false``) are listed, not counted."""
     evidence, votes = [], []
     for name, table in trend_tables.items():
+        if name in uncounted:
+            evidence.append(f"{name}: not counted (its models differ in more than size: compares_size is false)")
+            continue
         if len(table) < 2:
             continue
         small, large = table.iloc[0], table.iloc[-1]

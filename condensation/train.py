@@ -303,7 +303,8 @@ class Trainer:
             "train_blocks_shape": list(self.train_blocks.shape),
             "baseline": self.baseline.describe() if self.baseline is not None else None,
         }
-        self.probe_ids = torch.as_tensor(self.val_blocks[: config.probe_sequences], dtype=torch.long).to(accelerator.device)
+        # np.array copies: the blocks are a read-only memmap, which torch warns about
+        self.probe_ids = torch.as_tensor(np.array(self.val_blocks[: config.probe_sequences]), dtype=torch.long).to(accelerator.device)
         self.probe: dict[str, float] = {}  # the last probe's values, kept for the progress lines
 
         if self.baseline is not None:

@@ -203,10 +203,12 @@ def series_inputs(wildcards):
     return {"geometry": expand(path.geometry, model=models, dataset=spec["dataset"])}
 
 
-def trend_tables():
+def trend_tables(compares_size=None):
+    """Every family's trend tables, or only those whose ``compares_size`` is the one given."""
     return [
         f"{stem}.csv"
         for family, spec in config["families"].items()
+        if compares_size is None or spec["compares_size"] == compares_size
         for stem in expand(path.trend_table, family=family, dataset=spec["datasets"])
     ]
 

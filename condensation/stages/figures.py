@@ -159,9 +159,10 @@ def run_series_points(index_path: str | Path, geometry_dir: str | Path) -> tuple
 def findings(
     *, trend_tables: Sequence[str | Path], pair_tables: Sequence[str | Path], pair_labels: Mapping[str, Sequence[str]],
     series_tables: Sequence[str | Path], effects: Mapping[str, Sequence[str | Path]], score_tables: Sequence[str | Path],
-    scores_metrics: str | Path | None, markdown_path: str | Path, json_path: str | Path,
+    scores_metrics: str | Path | None, markdown_path: str | Path, json_path: str | Path, uncounted_trend_tables: Sequence[str] = (),
 ) -> None:
-    """The findings page: each of the paper's claims against what this run measured."""
+    """The findings page: each of the paper's claims against what this run measured
+    (``uncounted_trend_tables``: the stems of trend tables of groups that do not compare sizes)."""
     from .. import findings as claims
     from ..io import read_json
 
@@ -170,7 +171,7 @@ def findings(
         f"{study}, {Path(path).parent.name}": pd.read_csv(path) for study, paths in effects.items() for path in paths
     }
     results = [
-        claims.size_claim(claims.read_tables(trend_tables)),
+        claims.size_claim(claims.read_tables(trend_tables), uncounted=set(uncounted_trend_tables)),
         *claims.pair_claims(pairs),
         claims.series_claim(claims.read_tables(series_tables)),
         claims.dispersion_condensation_claim(study_effects),

@@ -19,6 +19,9 @@ def test_size_claim_agrees_only_when_the_largest_is_below_the_smallest_beyond_bo
     assert claims.size_claim({"toy": apart, "other": overlapping}).verdict == claims.INCONCLUSIVE
     finding = claims.size_claim({"toy": apart})
     assert "0.300 [0.290, 0.310]" in finding.evidence[0] and "MLP 2048" in finding.evidence[0]
+    # a group of unrelated models (compares_size: false) is listed but cannot overturn the verdict
+    mixed = claims.size_claim({"toy": apart, "packaged": reversed_}, uncounted={"packaged"})
+    assert mixed.verdict == claims.AGREES and "packaged: not counted" in mixed.evidence[1]
 
 
 def test_pairs_feed_the_distillation_or_the_initialisation_claim_by_their_labels():

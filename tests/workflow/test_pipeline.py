@@ -197,6 +197,8 @@ def test_logs_show_progress_and_runs_keep_live_series_and_samples(project):
         text = log.read_text()
         assert "\r" not in text, log
         assert any(" ETA " in line for line in text.splitlines()), log
+    scoring_logs = list(project.glob("logs/evaluate/**/*.log"))
+    assert scoring_logs and not any("\r" in log.read_text() for log in scoring_logs)  # lm-eval's bars stay out
     live = project / "runs/midtrain/toy-wide/dispersion/seed0/dvclive/plots/metrics"
     ce = pd.read_csv(live / "train/ce.tsv", sep="\t")
     assert ce["step"].tolist() == list(range(1, 17)) and ce["ce"].notna().all()
