@@ -56,3 +56,16 @@ def test_page_lists_every_claim_with_its_verdict_and_the_tasks_at_chance(tmp_pat
     page = claims.render([claims.size_claim({})], chance={"next": {"at_chance": True}, "cloze": {"at_chance": False}})
     assert "**cannot test**" in page and "nothing in this config measures it" in page
     assert "at chance for every model" in page and "next" in page and "cloze" not in page.split("chance for")[1]
+
+
+def test_series_claim_compares_first_and_last_and_names_a_peak_between():
+    rising_then_falling = pd.DataFrame([
+        {"checkpoint": "step 0", **trend("init", 0.05, 0.04, 0.06)},
+        {"checkpoint": "step 48", **trend("early", 0.61, 0.60, 0.62)},
+        {"checkpoint": "step 293", **trend("final", 0.28, 0.27, 0.29)},
+    ])
+    finding = claims.series_claim({"toy": rising_then_falling})
+    assert finding.verdict == claims.DISAGREES  # the last checkpoint lies above the first
+    assert "peak 0.610 [0.600, 0.620] at step 48, after which it falls beyond both intervals" in finding.evidence[0]
+    finding = claims.series_claim({"toy": rising_then_falling.iloc[[1, 2]]})
+    assert finding.verdict == claims.AGREES and "peak" not in finding.evidence[0]
