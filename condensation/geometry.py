@@ -33,7 +33,6 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import torch
-from scipy import stats
 
 from .config import TrendConfig
 from .io import atomic_path, verify_manifest, write_manifest
@@ -301,6 +300,8 @@ def trend_statistics(
     fraction = np.linspace(0.0, 1.0, means.size) if layer_fraction is None else np.asarray(layer_fraction, float)
     if fraction.shape != means.shape or np.ptp(fraction) == 0:
         raise ValueError(f"layer_fraction must give {means.size} positions, not all equal; got {fraction}")
+    from scipy import stats  # here: extraction jobs import this module and never rank (scipy.stats: 1-2 s)
+
     depth = np.arange(means.size)
     if np.allclose(means, means[0]):
         rho = tau = float("nan")

@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
-import pandas as pd
 
-from .. import data, geometry, models, tables
+from .. import data, geometry, models
+
+if TYPE_CHECKING:  # pandas and the table module load in the table stages only, not in extraction jobs
+    import pandas as pd
 from ..config import ExtractionConfig, SamplingConfig, TrendConfig
 from ..io import atomic_path, write_json
 from ..progress import ProgressLog
@@ -70,6 +72,8 @@ def trend_rows(
 ) -> pd.DataFrame:
     """One row per model: its name, label, size, then :meth:`~condensation.geometry.TrendStatistics.as_row`
     of its depth trend (rho, tau, last-n means, the last-half interval, the depth slope and its interval)."""
+    import pandas as pd
+
     rows = []
     for name, geometry_path, handle_path in zip(model_names, geometry_paths, handle_paths, strict=True):
         stats = geometry.CosineStatistics.load(geometry_path)
@@ -92,6 +96,8 @@ def trend_table(
     handle_paths: Sequence[str | Path], labels: Mapping[str, str], trend: TrendConfig,
     csv_path: str | Path, markdown_path: str | Path,
 ) -> None:
+    from .. import tables
+
     table = trend_rows(model_names, geometry_paths, handle_paths, labels, trend)
     tables.write_trend_table(table, family=family, dataset=dataset, csv_path=csv_path, markdown_path=markdown_path)
 
@@ -101,6 +107,8 @@ def trend_metrics(
     plot_path: str | Path,
 ) -> None:
     """DVC metrics (rho, tau per family, dataset and model) and a per-layer plot table."""
+    import pandas as pd
+
     metrics: dict[str, Any] = {}
     for csv_path in csv_paths:
         for row in pd.read_csv(csv_path).to_dict("records"):
