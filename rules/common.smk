@@ -5,6 +5,7 @@
 
 import re
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 from condensation.checkpointing import STEP_PATTERN, RunDir

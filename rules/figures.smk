@@ -161,6 +161,6 @@ rule findings:
     params:
         pair_labels={name: spec["labels"] for name, spec in config["pairs"].items()},
         studies=studies(config),
-        uncounted_trend_tables=[table.split("/")[-1].removesuffix(".csv") for table in trend_tables(compares_size=False)],
+        uncounted_trend_tables=[Path(table).stem for table in trend_tables(compares_size=False)],
     script:
         "../workflow_scripts/findings.py"
