@@ -46,13 +46,14 @@ def logged(log_path: str | Path | None, offline: bool = True, gpus: int = 0) -> 
     claim that many of this machine's GPUs (:func:`condensation.gpus.claim_gpus`)."""
     if offline:
         go_offline()
+    if log_path is not None or not sys.stderr.isatty():  # a log file (ours, or the rule's redirection)
+        for variable in NO_BARS_VARIABLES:  # read by the libraries when they are imported, later
+            os.environ[variable] = "1"
     if log_path is None:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         claim_gpus(gpus)
         yield
         return
-    for variable in NO_BARS_VARIABLES:  # read by the libraries when they are imported, later
-        os.environ[variable] = "1"
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w", buffering=1) as stream:
         handler = logging.StreamHandler(stream)
