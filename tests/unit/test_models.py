@@ -4,6 +4,7 @@ import os
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from condensation.models import (
     ModelError,
@@ -21,9 +22,33 @@ from condensation.models import (
 
 def test_prepare_local_describes_the_model(tiny_model_dir):
     handle = prepare_local("tiny", str(tiny_model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
     assert handle.num_layers == 2
-    assert handle.num_parameters > 10_000
+    assert handle.num_parameters == model.num_parameters() > 10_000  # the tied head is stored once
     assert handle.location == str(tiny_model_dir.resolve())
+
+
+def test_parameters_are_counted_from_the_weight_files_that_load(tiny_tokenizer_dir, tmp_path):
+    """Sharded weights with an untied head count every stored value, a stray extra safetensors
+    file beside the index counts nothing, and weights without safetensors (a pickled state dict)
+    are counted on the meta device."""
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir))
+    model = build_gpt2({"n_layer": 3, "n_embd": 32, "n_head": 2, "n_inner": 64, "n_positions": 64}, tokenizer, seed=0)
+    model.config.tie_word_embeddings = False
+    untied = type(model)(model.config)
+    untied.save_pretrained(tmp_path / "sharded", max_shard_size="40KB")
+    shards = sorted((tmp_path / "sharded").glob("model-*.safetensors"))
+    assert len(shards) > 1
+    (tmp_path / "sharded" / "consolidated.safetensors").write_bytes(shards[0].read_bytes())  # as some repos ship
+    handle = prepare_local("sharded", str(tmp_path / "sharded"))
+    assert handle.num_parameters == sum(p.numel() for p in untied.parameters())
+    assert handle.num_parameters == untied.num_parameters() > untied.transformer.num_parameters()
+    assert handle.num_layers == 3
+
+    (tmp_path / "pickled").mkdir()
+    untied.config.save_pretrained(tmp_path / "pickled")
+    torch.save(untied.state_dict(), tmp_path / "pickled" / "pytorch_model.bin")
+    assert prepare_local("pickled", str(tmp_path / "pickled")).num_parameters == untied.transformer.num_parameters()
 
 
 def test_handle_loads_model_and_tokenizer_and_gives_all_hidden_states(tiny_model_dir, tmp_path):
@@ -83,8 +108,6 @@ def test_packaged_minilm_loads_offline():
 
 
 def test_same_seed_same_initial_weights(tiny_model_dir):
-    from transformers import AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     arch = {"n_layer": 1, "n_embd": 16, "n_head": 2, "n_inner": 8, "n_positions": 16}
     a, b, c = build_gpt2(arch, tokenizer, 3), build_gpt2(arch, tokenizer, 3), build_gpt2(arch, tokenizer, 4)
@@ -95,8 +118,6 @@ def test_same_seed_same_initial_weights(tiny_model_dir):
 
 
 def test_bpe_tokenizer_round_trips(tiny_tokenizer_dir):
-    from transformers import AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir))
     text = "a good fortune, must be in want of a wife."
     assert tokenizer.decode(tokenizer(text)["input_ids"]) == text

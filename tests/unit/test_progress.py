@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -134,7 +135,7 @@ def test_no_carriage_return_in_a_log_file(tmp_path):
     finally:
         log.removeHandler(handler)
         handler.close()
-    text = path.read_text()
+    text = path.read_bytes().decode()  # as written: read_text() would turn "\r" into "\n"
     assert "\r" not in text and text.count("\n") == 3 and text.splitlines()[-1].startswith("step 30/30 (100.0 %) | done in")
 
 
@@ -151,6 +152,37 @@ def test_library_bars_are_off_while_stderr_is_a_file_only(tmp_path):
     assert hf_logging.is_progress_bar_enabled()
     with library_bars_off_in_files(Terminal()):
         assert hf_logging.is_progress_bar_enabled()
+
+
+LOAD_A_SAVED_MODEL = """
+import contextlib, sys
+from condensation.stages import logged
+with logged(None) if sys.argv[1] == "logged" else contextlib.nullcontext():
+    from transformers import GPT2LMHeadModel
+    GPT2LMHeadModel.from_pretrained(sys.argv[2])
+"""
+
+
+def test_a_stage_whose_rule_redirects_its_output_writes_no_bar(tmp_path):
+    """Training stages log through the rule's shell redirection (``logged(None)``, stderr a
+    file): transformers' "Loading weights" bar must stay out of that file too. The child gets an
+    environment without the bar switches (an earlier test in this process may have set them), and
+    the same load outside ``logged`` shows that the bar would otherwise be there."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from condensation.stages import NO_BARS_VARIABLES
+
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=64, n_positions=16,
+                               bos_token_id=0, eos_token_id=0)).save_pretrained(tmp_path / "model")
+    env = {name: value for name, value in os.environ.items() if name not in NO_BARS_VARIABLES}
+    carriage_returns = {}
+    for mode in ("plain", "logged"):
+        with open(tmp_path / f"{mode}.err", "w") as stderr:
+            subprocess.run([sys.executable, "-c", LOAD_A_SAVED_MODEL, mode, str(tmp_path / "model")],
+                           env=env, stderr=stderr, check=True)
+        carriage_returns[mode] = (tmp_path / f"{mode}.err").read_bytes().count(b"\r")
+    assert carriage_returns["plain"] > 0, "the load drew no bar: this test no longer sees what it guards"
+    assert carriage_returns["logged"] == 0
 
 
 def test_progress_log_refuses_nonsense():

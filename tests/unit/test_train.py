@@ -602,7 +602,8 @@ def test_progress_lines_in_the_job_log(tmp_path):
         train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path / "run", stop_after_steps=3)
     with logged(tmp_path / "second.log"):
         train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path / "run")
-    first, second = (tmp_path / "first.log").read_text(), (tmp_path / "second.log").read_text()
+    # bytes: read_text() would turn a bar's "\r" into "\n" and hide it
+    first, second = ((tmp_path / name).read_bytes().decode() for name in ("first.log", "second.log"))
     assert "\r" not in first + second and "Writing model shards" not in first + second
     assert "(starting): 6 steps of 64 tokens, mixed precision" in first and "(resuming at step 3)" in second
     assert [int(step) for step in re.findall(r"INFO step (\d+)/6 ", first)] == [0, 2]

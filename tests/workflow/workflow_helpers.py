@@ -8,13 +8,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+from condensation.stages import NO_BARS_VARIABLES
+
 BIN = Path(sys.executable).parent
 PROJECT_FILES = ["Snakefile", "rules", "workflow_scripts", "condensation", "report", "dvc.yaml", ".dvc", ".dvcignore", ".gitignore"]
 
 
 def run(args: list[str], cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
     # dvc starts `snakemake` by name: the environment running the tests must come first on PATH.
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    # The bar switches go: a stage run earlier in this process set them, and the jobs must show
+    # that they switch the bars off themselves, as in a user's shell.
+    env = {name: value for name, value in os.environ.items() if name not in NO_BARS_VARIABLES}
+    env["PATH"] = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
     result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     if result.returncode != 0:
         raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-6000:]}")
