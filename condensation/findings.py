@@ -135,10 +135,13 @@ def dispersion_condensation_claim(effects: Mapping[str, pd.DataFrame], method: s
         last = rows.loc[rows["step"].idxmax()]
         beyond = last["exceeds_seed_spread"]
         votes.append(0 if pd.isna(beyond) or not beyond else (1 if last["difference"] < 0 else -1))
+        spread = (
+            "one seed each: no seed spread to compare with" if pd.isna(last["pooled_std"])
+            else f"pooled seed std {last['pooled_std']:.3f}, beyond the seed spread: {'yes' if beyond else 'no'}"
+        )
         evidence.append(
             f"{name}, step {int(last['step'])}: {method} {last['mean']:.3f} vs CE {last['reference_mean']:.3f} "
-            f"(difference {last['difference']:+.3f}, pooled seed std {last['pooled_std']:.3f}, "
-            f"beyond the seed spread: {'n/a' if pd.isna(beyond) else 'yes' if beyond else 'no'})"
+            f"(difference {last['difference']:+.3f}, {spread})"
         )
     return Finding("The dispersion loss lowers condensation (Fig. 6)", _vote(votes), evidence)
 

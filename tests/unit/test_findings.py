@@ -43,8 +43,11 @@ def test_dispersion_claims_read_the_effects_and_the_item_level_comparison():
          "pooled_std": 0.005, "exceeds_seed_spread": True},
     ])
     assert claims.dispersion_condensation_claim({"toy": effects}).verdict == claims.AGREES  # the last step counts
+    assert "pooled seed std 0.005, beyond the seed spread: yes" in claims.dispersion_condensation_claim({"toy": effects}).evidence[0]
     within = effects.assign(exceeds_seed_spread=False)
     assert claims.dispersion_condensation_claim({"toy": within}).verdict == claims.INCONCLUSIVE
+    one_seed = claims.dispersion_condensation_claim({"toy": effects.assign(pooled_std=float("nan"), exceeds_seed_spread=None)})
+    assert one_seed.verdict == claims.INCONCLUSIVE and "one seed each: no seed spread" in one_seed.evidence[0]
     table = pd.DataFrame([{"model": "toy", "method": "dispersion", "diff_vs_ce": 0.4, "ci_low_vs_ce": -1.1,
                            "ci_high_vs_ce": 1.9, "p_vs_ce": 0.6, "n_items_vs_ce": 1600}])
     score = claims.dispersion_score_claim({"table2": table})
