@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from .. import data, geometry, models
-
-if TYPE_CHECKING:  # pandas and the table module load in the table stages only, not in extraction jobs
-    import pandas as pd
 from ..config import ExtractionConfig, SamplingConfig, TrendConfig
 from ..io import atomic_path, write_json
 from ..progress import ProgressLog
+
+if TYPE_CHECKING:  # pandas and the table module load in the table stages only, not in extraction jobs
+    import pandas as pd
 
 log = logging.getLogger("condensation")
 
