@@ -1,8 +1,9 @@
 """How long a fetch job takes to describe a model (layers and parameter count for its handle).
 
 Side by side, each in a fresh Python process as a fetch job is: ours (``models.prepare_local``:
-``config.json`` plus the safetensors headers, no torch) and the reference it replaced (import
-torch and transformers, build the model on the meta device, count its parameters). Both must
+``config.json`` plus the safetensors headers, no torch) and the reference it replaced, still its
+fallback for directories without safetensors (``models._count_on_meta``: import torch and
+transformers, build the model on the meta device, count its parameters). Both must
 give the same layer count; the parameter counts differ where the weight files hold more than
 the base model's parameters (an untied LM head, buffers such as BERT's position ids): ours counts
 what is stored (the Hub's model size), and the script says where they differ.
@@ -36,13 +37,10 @@ print(json.dumps([handle.num_layers, handle.num_parameters]))
 
 REFERENCE = """
 import json, sys
-import torch
-from transformers import AutoConfig, AutoModel
-from condensation.models import num_transformer_layers
+from transformers import AutoConfig
+from condensation.models import ModelHandle, _count_on_meta, num_transformer_layers
 config = AutoConfig.from_pretrained(sys.argv[1])
-with torch.device("meta"):
-    model = AutoModel.from_config(config)
-print(json.dumps([num_transformer_layers(config), sum(p.numel() for p in model.parameters())]))
+print(json.dumps([num_transformer_layers(config), _count_on_meta(ModelHandle("benchmark", sys.argv[1]))]))
 """
 
 
@@ -81,6 +79,8 @@ def main() -> None:
             seconds, reference_counts = timed(REFERENCE, directory)
             reference.append(seconds)
         ours_s, reference_s = statistics.median(ours), statistics.median(reference)
+        if ours_counts[0] != reference_counts[0]:
+            raise SystemExit(f"{directory}: {ours_counts[0]} layers from config.json, {reference_counts[0]} from transformers")
         agreement = "same" if ours_counts == reference_counts else f"reference {reference_counts[1]:,}: stored beyond the parameters"
         name = "/".join(directory.parts[-2:])
         print(f"{name[-40:]:<40} {ours_s:>8.2f} {reference_s:>12.2f} {reference_s / ours_s:>6.1f}x  "
