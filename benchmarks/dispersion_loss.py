@@ -69,9 +69,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from condensation.kernels import DEFAULT_TILE, dispersion_tiled  # noqa: E402
-from condensation.losses import (  # noqa: E402
-    AuxLossConfig,
+from condensation.config.training import AuxLossConfig
+from condensation.training.kernels import DEFAULT_TILE, dispersion_tiled  # noqa: E402
+from condensation.training.losses import (
     _dispersion_dense,
     auxiliary_loss,
     select_layers,

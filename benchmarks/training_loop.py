@@ -1,11 +1,11 @@
-"""Training throughput: our ``condensation.train.train`` loop vs a plain Hugging Face tutorial loop.
+"""Training throughput: our ``condensation.training.loop.train`` loop vs a plain Hugging Face tutorial loop.
 
 Both loops train the same randomly initialised ``GPT2LMHeadModel`` (a fresh copy of one init per
 run) on the same random token blocks, with the same micro-batch ``B`` and block size ``T``,
 one optimizer step per micro-batch. Runs alternate ours / plain rep by rep, so a load spike on a
 shared machine hits both alike.
 
-``ours``   ``condensation.train.train(model, blocks, ..., TrainConfig(...))``, the production loop,
+``ours``   ``condensation.training.loop.train(model, blocks, ..., TrainConfig(...))``, the production loop,
            with checkpointing as good as off: ``num_checkpoints=0`` (evaluations at step 0 and at
            the last step only), ``checkpoint_every`` beyond the run (one resumable state, at the
            end), ``val_batches=1``. It runs bf16 autocast on CUDA (``mixed_precision="auto"``),
@@ -80,8 +80,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from condensation.losses import AuxLossConfig, auxiliary_loss  # noqa: E402
-from condensation.train import SUMMARY_NAME, TrainConfig, train  # noqa: E402
+from condensation.config.training import (
+    AuxLossConfig,  # noqa: E402
+    TrainConfig,
+)
+from condensation.runtime.run_dir import SUMMARY_NAME  # noqa: E402
+from condensation.training.loop import train
+from condensation.training.losses import auxiliary_loss
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 PRESETS = {

@@ -30,8 +30,8 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it, imported on first access (PEP 562)
 _LAZY_NAMES = {
-    "AuxLossConfig": "settings",
-    "auxiliary_loss": "losses",
+    "AuxLossConfig": "config.training",
+    "auxiliary_loss": "training.losses",
 }
 
 __all__ = ["AuxLossConfig", "auxiliary_loss"]

@@ -25,6 +25,7 @@ with a bootstrap confidence interval over sequences.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -34,11 +35,14 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import torch
 
-from .config import TrendConfig
-from .io import atomic_path, verify_manifest, write_manifest
-from .kernels import NORM_EPS
+from condensation.config.specs import TrendConfig
+from condensation.runtime.io import atomic_path, verify_manifest, write_manifest
 
 log = logging.getLogger("condensation")
+
+NORM_EPS = 1e-6
+"""Floor on a token's norm: a zero vector gets cosine 0 with everything, not NaN. The losses and
+the geometry measurements use this one value, so a loss sees the cosines the figures report."""
 
 NUM_BINS = 128
 """Histogram bins over [-1, 1], as in the paper's heatmaps."""
@@ -300,7 +304,9 @@ def trend_statistics(
     fraction = np.linspace(0.0, 1.0, means.size) if layer_fraction is None else np.asarray(layer_fraction, float)
     if fraction.shape != means.shape or np.ptp(fraction) == 0:
         raise ValueError(f"layer_fraction must give {means.size} positions, not all equal; got {fraction}")
-    from scipy import stats  # here: extraction jobs import this module and never rank (scipy.stats: 1-2 s)
+    from scipy import (
+        stats,  # here: extraction jobs import this module and never rank (scipy.stats: 1-2 s)
+    )
 
     depth = np.arange(means.size)
     if np.allclose(means, means[0]):
@@ -374,3 +380,34 @@ def depth_trend(stats: CosineStatistics, trend: TrendConfig) -> TrendStatistics:
     return trend_statistics(
         trend_layer_means(stats, trend), None if sequences is None else sequences[:, first:], fraction[first:]
     )
+
+
+
+@torch.no_grad()
+def condensation_probe(
+    module: torch.nn.Module, probe_ids: torch.Tensor, batch_size: int,
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> dict[str, float]:
+    """Condensation of ``module`` on the ``[N, T]`` token ids ``probe_ids``: Spearman ``rho`` and
+    Kendall ``tau`` of the per-layer mean pairwise cosine against depth, and ``deep_cos``, that
+    mean over the deeper half of the layers (``trend_statistics``' ``last_half``). The
+    per-layer mean takes all T^2 pairs of every sequence and the embedding output counts as
+    layer 0: the paper's mu, and the trend tables' default conventions.
+
+    Runs in eval mode (no dropout, so nothing is drawn from the RNG) and puts back the mode it
+    found: a probe between two steps leaves the training trajectory untouched."""
+    was_training = module.training
+    module.eval()
+    try:
+        sums: torch.Tensor | float = 0.0  # per-layer sums of cosines, on the model's device
+        for first in range(0, len(probe_ids), batch_size):
+            with autocast():
+                out = module(input_ids=probe_ids[first : first + batch_size], output_hidden_states=True, use_cache=False)
+            # one [B, T, T] matrix at a time, reduced at once: memory of a single layer's cosines
+            sums = sums + torch.stack([cosine_matrices(h).sum(dtype=torch.float64) for h in out.hidden_states])
+            del out
+    finally:
+        module.train(was_training)
+    layer_means = (sums / (probe_ids.shape[0] * probe_ids.shape[1] ** 2)).tolist()
+    trend = trend_statistics(layer_means)
+    return {"rho": trend.spearman_rho, "tau": trend.kendall_tau, "deep_cos": trend.last_n["last_half"]}

@@ -18,7 +18,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from .io import atomic_path, manifest_path, verify_manifest, write_json, write_manifest
+from condensation.runtime.io import (
+    atomic_path,
+    manifest_path,
+    verify_manifest,
+    write_json,
+    write_manifest,
+)
 
 if TYPE_CHECKING:  # torch is imported where it is used: light jobs (planning, handles) skip its 2 s
     import torch
@@ -174,7 +180,8 @@ def _auto_class(handle: ModelHandle, causal_lm: bool):
 def _needs_several_gpus(handle: ModelHandle, device: torch.device, dtype: torch.dtype) -> bool:
     """Whether the weights exceed what one of the visible GPUs should hold (plan.gpus_needed)."""
     import torch
-    from .plan import gpus_needed
+
+    from condensation.config.plan import gpus_needed
 
     if device.type != "cuda" or torch.cuda.device_count() < 2 or not handle.num_parameters:
         return False

@@ -8,21 +8,25 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from condensation.checkpointing import STEP_PATTERN, RunDir
-from condensation.config import extraction_config, sampling_config, trend_config, validate_config
-from condensation.corpus import find_deb
-from condensation.data import local_files
-from condensation.io import read_json
-from condensation.plan import (
+from condensation.config.plan import (
     STUDIES,
     ablation_grid,
     evaluation_tasks,
     gpus_needed,
+    score_tables,
+    series_model_name,
     studies,
     study_checkpoints,
     study_methods,
     study_runs,
 )
+from condensation.config.specs import DatasetSpec, ModelSpec, extraction_config, sampling_config, trend_config
+from condensation.config.validate import validate_config
+from condensation.data.corpus import CORPORA, find_deb
+from condensation.data.text import local_files
+from condensation.evaluation.score_files import SCORE_FILES
+from condensation.runtime.io import read_json
+from condensation.runtime.run_dir import STEP_PATTERN, RunDir
 
 # Fail before planning anything if the config is wrong; fills in every default.
 config = validate_config(config)
@@ -32,15 +36,16 @@ EXTRACTION = extraction_config(config)
 TREND = trend_config(config)
 STUDY_METHODS = {study: study_methods(config, study) for study in STUDIES}  # configured, then ablation runs
 STUDY_RUNS = {study: study_runs(config, study) for study in STUDIES}  # (model, method, seed) of every run
-LABELS = {name: spec.get("label", name) for name, spec in config["models"].items()}
-HUB_MODELS = [name for name, spec in config["models"].items() if spec["source"] == "hub"]
-HUB_DATASETS = [name for name, spec in config["datasets"].items() if spec["source"] == "hub"]
+MODELS = {name: ModelSpec.from_config(name, entry) for name, entry in config["models"].items()}
+DATASETS = {name: DatasetSpec.from_config(name, entry) for name, entry in config["datasets"].items()}
+LABELS = {name: spec.label for name, spec in MODELS.items()}
+HUB_MODELS = [name for name, spec in MODELS.items() if spec.source == "hub"]
+HUB_DATASETS = [name for name, spec in DATASETS.items() if spec.source == "hub"]
 # lm-eval tasks whose data lives on the Hub (every task that is not built here)
 HUB_TASKS = [task for task in config["evaluation"]["tasks"] if task not in config["evaluation"]["local_tasks"]]
 
-# Offline text comes from Debian packages that tools/fetch_debs.sh downloads.
+# Offline text comes from Debian packages (CORPORA) that tools/fetch_debs.sh downloads.
 DEB_DIR = "resources/debs"
-CORPUS_PACKAGES = {"austen": "r-cran-janeaustenr", "python_docs": "python3.11-doc"}
 
 
 def run_files(root):
@@ -73,7 +78,7 @@ path = SimpleNamespace(
     trajectory="results/{study}/{model}/trajectory.csv",
     effects="results/{study}/{model}/condensation_effects",
     losses="results/{study}/{model}/losses.csv",
-    # lm-eval scores: <stem>.json (the record), .samples.jsonl.gz (per item), .lm_eval.json (lm-eval's own)
+    # lm-eval scores: one stem, a file per role of SCORE_FILES (record, per-item rows, lm-eval's own)
     score="results/scores/{study}/{model}/{method}/seed{seed}/{checkpoint}",
     pretrained_score="results/scores/{study}/{model}/pretrained",
     family_figure="results/figures/family/{family}_{dataset}.png",
@@ -83,6 +88,7 @@ path = SimpleNamespace(
     study_figure="results/figures/{study}/{model}_{kind}.png",
     table="results/tables/{table}",
     metrics="results/metrics/{name}",
+    findings="results/findings.md",
 )
 
 
@@ -102,7 +108,7 @@ def _others(names):
 
 wildcard_constraints:
     dataset=_alternatives(config["datasets"]),
-    corpus=_alternatives(CORPUS_PACKAGES),
+    corpus=_alternatives(CORPORA),
     model=_alternatives(config["models"]),
     family=_alternatives(config["families"]),
     pair=_alternatives(config["pairs"]),
@@ -118,16 +124,16 @@ wildcard_constraints:
 
 def dataset_inputs(name):
     """What reading a dataset needs: its built corpus, the user's files, or its fetched text (hub)."""
-    spec = config["datasets"][name]
-    if spec["source"] in CORPUS_PACKAGES:
-        return {"corpus": fill(path.corpus, corpus=spec["source"])}
-    if spec["source"] == "files":
-        return {"files": local_files(spec["files"])}
+    spec = DATASETS[name]
+    if spec.source in CORPORA:
+        return {"corpus": fill(path.corpus, corpus=spec.source)}
+    if spec.source == "files":
+        return {"files": local_files(spec.files)}
     return {"corpus": fill(path.hub_dataset, dataset=name)}  # its text, fetched
 
 
 def get_deb(wildcards):
-    return str(find_deb(CORPUS_PACKAGES[wildcards.corpus], DEB_DIR))
+    return str(find_deb(CORPORA[wildcards.corpus].package, DEB_DIR))
 
 
 # --------------------------------------------------------------------------- models
@@ -135,13 +141,13 @@ def get_deb(wildcards):
 
 def get_model_inputs(wildcards):
     """What a model's handle is made from: a pre-training run, or the tokenizer of an init model."""
-    spec = config["models"][wildcards.model]
-    if spec["source"] == "pretrain":
+    spec = MODELS[wildcards.model]
+    if spec.source == "pretrain":
         return {"pretrained": fill(path.pretrain_run.final, model=wildcards.model)}
-    if spec["source"] == "init" and config["models"][spec["of"]]["source"] == "pretrain":
+    if spec.source == "init" and MODELS[spec.of].source == "pretrain":
         return {"tokenizer": path.tokenizer}
-    if spec["source"] == "init":  # the architecture and tokenizer of a hub model
-        return {"base": fill(path.handle, model=spec["of"])}
+    if spec.source == "init":  # the architecture and tokenizer of a hub model
+        return {"base": fill(path.handle, model=spec.of)}
     return {}
 
 
@@ -159,8 +165,8 @@ def pretrain_tokenizer_inputs(wildcards):
 
 def get_model_arch(wildcards):
     """Architecture of a pretrain model, or of the model an init model is the start of."""
-    spec = config["models"][wildcards.model]
-    return config["models"][spec["of"]].get("arch") if spec["source"] == "init" else spec.get("arch")
+    spec = MODELS[wildcards.model]
+    return MODELS[spec.of].arch if spec.source == "init" else spec.arch
 
 
 # --------------------------------------------------------------------------- geometry
@@ -195,12 +201,12 @@ def series_inputs(wildcards):
     """A hub series: the geometry of each revision's model; a pretrain series: its run's
     checkpoint geometry and checkpoint index."""
     spec = config["series"][wildcards.series]
-    if config["models"][spec["model"]]["source"] == "pretrain":
+    if MODELS[spec["model"]].source == "pretrain":
         return {
             "run_geometry": fill(path.pretrain_geometry, model=spec["model"], dataset=spec["dataset"]),
             "index": fill(path.pretrain_run.index, model=spec["model"]),
         }
-    models = [f"{wildcards.series}.{point['label']}" for point in spec["checkpoints"]]
+    models = [series_model_name(wildcards.series, point["label"]) for point in spec["checkpoints"]]
     return {"geometry": expand(path.geometry, model=models, dataset=spec["dataset"])}
 
 
@@ -227,9 +233,10 @@ def all_geometry():
 # --------------------------------------------------------------------------- training studies
 
 
-def launcher(study):
-    """More than one GPU per run: the same script under `accelerate launch` (DDP, a process per GPU)."""
-    gpus = config[study]["gpus_per_run"]
+def launcher(section):
+    """How every training run starts (``section``: pretrain or a study): the one training script,
+    under `accelerate launch` (DDP, a process per GPU) when a run has more than one GPU."""
+    gpus = config[section]["gpus_per_run"]
     start = f"{sys.executable} -m accelerate.commands.launch --multi_gpu --num_processes {gpus}" if gpus > 1 else sys.executable
     return f"{start} {workflow.basedir}/workflow_scripts/train_run.py"
 
@@ -280,7 +287,7 @@ def get_eval_tasks(wildcards):
     return evaluation_tasks(config, wildcards.model)
 
 
-def score_files(study, checkpoints=("selected",), suffix=".json"):
+def score_files(study, checkpoints=("selected",), suffix=SCORE_FILES["record"]):
     """The score records (or, by ``suffix``, another of a score's files) of the given checkpoints
     of every run of a study; for mid-training, also of each model before it."""
     files = []
@@ -295,7 +302,7 @@ def findings_score_inputs(wildcards):
     """Tables 2 and 4, and Table 2's score metrics (they flag tasks at chance), where the config scores."""
     if not config["evaluation"]["tasks"]:
         return {"score_tables": []}
-    tables = (["table2"] if config["midtrain"]["models"] else []) + (["table4"] if config["scratch"]["models"] else [])
+    tables = [table for table in score_tables(config) if table in ("table2", "table4")]
     inputs = {"score_tables": expand(f"{path.table}.csv", table=tables)}
     if config["midtrain"]["models"]:
         inputs["scores_metrics"] = fill(path.metrics, name="scores.json")

@@ -38,7 +38,7 @@ rule evaluate_pretrained:
         unpack(eval_task_inputs),
         handle=path.handle,
     output:
-        multiext(path.pretrained_score, record=".json", samples=".samples.jsonl.gz", lm_eval=".lm_eval.json"),
+        multiext(path.pretrained_score, **SCORE_FILES),
     log:
         "logs/evaluate/{study}/{model}/pretrained.log",
     benchmark:
@@ -61,7 +61,7 @@ rule evaluate_checkpoint:
         index=path.study_run.index,
         handle=path.handle,  # its size sets the GPUs
     output:
-        multiext(path.score, record=".json", samples=".samples.jsonl.gz", lm_eval=".lm_eval.json"),
+        multiext(path.score, **SCORE_FILES),
     wildcard_constraints:
         # with every checkpoint scored, the selected one is picked from those (pick_selected_score)
         checkpoint=STEP_PATTERN if config["evaluation"]["checkpoints"] == "all" else f"selected|{STEP_PATTERN}",
@@ -90,10 +90,10 @@ if config["evaluation"]["checkpoints"] == "all":
             index=path.study_run.index,
             scores=lambda wildcards: expand(
                 f"{path.score}{{suffix}}", **wildcards, checkpoint=study_checkpoints(config, wildcards.study)[1:],
-                suffix=[".json", ".samples.jsonl.gz", ".lm_eval.json"],
+                suffix=list(SCORE_FILES.values()),
             ),
         output:
-            multiext(fill(path.score, checkpoint="selected"), record=".json", samples=".samples.jsonl.gz", lm_eval=".lm_eval.json"),
+            multiext(fill(path.score, checkpoint="selected"), **SCORE_FILES),
         log:
             "logs/pick_selected_score/{study}/{model}/{method}/seed{seed}.log",
         benchmark:
@@ -105,7 +105,7 @@ if config["evaluation"]["checkpoints"] == "all":
 rule table2:
     input:
         scores=score_files("midtrain"),
-        samples=score_files("midtrain", suffix=".samples.jsonl.gz"),
+        item_rows=score_files("midtrain", suffix=SCORE_FILES["item_rows"]),
     output:
         multiext(fill(path.table, table="table2"), csv=".csv", markdown=".md", latex=".tex"),
         html=report(
@@ -156,7 +156,7 @@ rule table3:
 rule table4:
     input:
         scores=score_files("scratch"),
-        samples=score_files("scratch", suffix=".samples.jsonl.gz"),
+        item_rows=score_files("scratch", suffix=SCORE_FILES["item_rows"]),
         trajectories=expand(path.trajectory, study="scratch", model=config["scratch"]["models"]),
     output:
         multiext(fill(path.table, table="table4"), csv=".csv", markdown=".md", latex=".tex"),

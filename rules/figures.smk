@@ -107,21 +107,21 @@ rule study_figures:
     output:
         grid=report(
             fill(path.study_figure, kind="condensation"),
-            caption="../report/midtrain_grid.rst",
+            caption="../report/study_grid.rst",
             category="Training studies",
             subcategory="{study}",
             labels={"model": "{model}", "figure": "condensation by checkpoint (Fig. 6)"},
         ),
         trajectory=report(
             fill(path.study_figure, kind="trajectory"),
-            caption="../report/midtrain_trajectory.rst",
+            caption="../report/study_trajectory.rst",
             category="Training studies",
             subcategory="{study}",
             labels={"model": "{model}", "figure": "depth trend over training"},
         ),
         losses=report(
             fill(path.study_figure, kind="losses"),
-            caption="../report/midtrain_losses.rst",
+            caption="../report/study_losses.rst",
             category="Training studies",
             subcategory="{study}",
             labels={"model": "{model}", "figure": "losses"},
@@ -148,7 +148,7 @@ rule findings:
         effects=[f"{path.effects}.csv".format(study=s, model=m) for s in studies(config) for m in config[s]["models"]],
     output:
         markdown=report(
-            "results/findings.md",
+            path.findings,
             caption="../report/findings.rst",
             category="Findings",
             labels={"page": "the paper's claims, checked"},

@@ -66,13 +66,18 @@ rule pretrain:
         "logs/pretrain/{model}.log",
     benchmark:
         "logs/benchmarks/pretrain/{model}.tsv"
+    params:
+        python=sys.executable,
+        launcher=launcher("pretrain"),
     threads: 1
     resources:
-        gpu=1,
+        gpu=lookup(dpath="pretrain/gpus_per_run", within=config),
         mem_mb=8000,
         runtime=240,
-    script:
-        "../workflow_scripts/pretrain.py"
+    shell:
+        # as rule train_study_run: GPUs of its own (condensation/runtime/gpus.py), then the run
+        "{params.python} -m condensation.runtime.gpus {resources.gpu} -- {params.launcher} --plan {input.plan}"
+        " --tokenizer {input.tokenizer} --blocks {input.blocks} --threads {threads} > {log} 2>&1"
 
 
 rule measure_pretraining:

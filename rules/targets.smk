@@ -34,13 +34,7 @@ def score_targets():
     metrics, Table 4 of pre-training from scratch, and the scores over training if asked for."""
     if not config["evaluation"]["tasks"]:
         return []
-    tables = []
-    grid = config["midtrain"]["ablation"]
-    if config["midtrain"]["models"]:
-        tables += ["table2", "table3"] if grid["weights"] and grid["taus"] else ["table2"]
-    if config["scratch"]["models"]:
-        tables.append("table4")
-    targets = expand(f"{path.table}.{{ext}}", table=tables, ext=["csv", "md", "tex", "html"])
+    targets = expand(f"{path.table}.{{ext}}", table=score_tables(config), ext=["csv", "md", "tex", "html"])
     if config["midtrain"]["models"]:
         targets += expand(path.metrics, name=["scores.json", "scores.csv"])
     if config["evaluation"]["checkpoints"] == "all":
@@ -49,4 +43,4 @@ def score_targets():
 
 
 def all_targets():
-    return observation_targets() + study_targets() + score_targets() + ["results/findings.md"]
+    return observation_targets() + study_targets() + score_targets() + [path.findings]

@@ -58,8 +58,8 @@ rule train_study_run:
         mem_mb=32000,
         runtime=480,
     shell:
-        # GPUs of its own on a machine that runs jobs itself (condensation/gpus.py), then the run
-        "{params.python} -m condensation.gpus {resources.gpu} -- {params.launcher} --plan {input.plan}"
+        # GPUs of its own on a machine that runs jobs itself (condensation/runtime/gpus.py), then the run
+        "{params.python} -m condensation.runtime.gpus {resources.gpu} -- {params.launcher} --plan {input.plan}"
         " --handle {input.handle} --blocks {input.blocks} --threads {threads} > {log} 2>&1"
 
 

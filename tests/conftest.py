@@ -112,7 +112,7 @@ class StandInHub:
 def stand_in_hub(tmp_path_factory) -> StandInHub:
     """The stand-in Hugging Face Hub of configs/paper.yaml, built once and served for the session;
     client processes get HF_ENDPOINT and fresh HF_HOME / HF_HUB_CACHE / HF_DATASETS_CACHE."""
-    from condensation.stand_in_hub import build, client_env, serve
+    from stand_in_hub import build, client_env, serve
 
     root = tmp_path_factory.mktemp("stand-in-hub") / "tree"
     summary = build(root)

@@ -1,4 +1,4 @@
-"""Tokenise and pack a training dataset into blocks (rules pack_pretraining_data, pack_midtrain_data)."""
+"""Tokenise and pack a training dataset into blocks (rules pack_pretraining_data, pack_study_data)."""
 
 from condensation.stages import logged
 from condensation.stages.data import pack_training_data

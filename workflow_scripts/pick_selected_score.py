@@ -8,5 +8,5 @@ with logged(snakemake.log[0]):
     pick_selected_score(
         index_path=snakemake.input.index,
         record_paths=[path for path in snakemake.input.scores if path.endswith(".json") and not path.endswith(".lm_eval.json")],
-        out_paths={"record": output.record, "samples": output.samples, "lm_eval": output.lm_eval},
+        out_paths={role: getattr(output, role) for role in ("record", "item_rows", "lm_eval")},
     )

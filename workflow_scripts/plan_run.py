@@ -1,8 +1,8 @@
 """run.json of one training run (rules plan_pretrain, plan_study_run)."""
 
 from condensation.stages import logged
-from condensation.stages.training import plan_study_run
 from condensation.stages.models import plan_pretrain
+from condensation.stages.training import plan_study_run
 
 params, wildcards = snakemake.params, snakemake.wildcards
 with logged(snakemake.log[0]):

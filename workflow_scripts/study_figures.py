@@ -1,10 +1,10 @@
 """Fig. 6, the depth trend over training, and the loss curves of one model (rule study_figures)."""
 
 from condensation.stages import logged
-from condensation.stages.figures import midtrain_figures
+from condensation.stages.figures import study_figures
 
 with logged(snakemake.log[0]):
-    midtrain_figures(
+    study_figures(
         model=snakemake.wildcards.model,
         label=snakemake.params.label,
         trajectory_path=snakemake.input.trajectory,

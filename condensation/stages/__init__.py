@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from ..gpus import claim_gpus
+from condensation.runtime.gpus import claim_gpus
 
 log = logging.getLogger("condensation")
 
@@ -43,7 +43,7 @@ def go_offline() -> None:
 def logged(log_path: str | Path | None, offline: bool = True, gpus: int = 0) -> Iterator[None]:
     """Send this stage's logging, stdout and stderr to ``log_path`` (Snakemake's ``log:``);
     with ``offline`` (every stage but the fetch stages), forbid downloads first; with ``gpus``,
-    claim that many of this machine's GPUs (:func:`condensation.gpus.claim_gpus`)."""
+    claim that many of this machine's GPUs (:func:`condensation.runtime.gpus.claim_gpus`)."""
     if offline:
         go_offline()
     if log_path is not None or not sys.stderr.isatty():  # a log file (ours, or the rule's redirection)

@@ -7,36 +7,34 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import corpus, data, models
-from ..config import SamplingConfig
+from condensation import models
+from condensation.config.specs import DatasetSpec, SamplingConfig
+from condensation.data import corpus, packing, text
 
 log = logging.getLogger("condensation")
-
-
-CORPUS_READERS = {"austen": corpus.austen_novels, "python_docs": corpus.python_docs}
 
 
 def build_corpus(*, source: str, deb_path: str | Path, out_dir: str | Path) -> None:
     """Unpack a Debian package into a scratch directory and export its texts, one file each."""
     with tempfile.TemporaryDirectory() as scratch:
         corpus.unpack_deb(deb_path, scratch)
-        documents = CORPUS_READERS[source](scratch)
+        documents = corpus.CORPORA[source].read(scratch)
     corpus.export_documents(documents, out_dir)
     log.info("exported %d documents (%d characters) to %s", len(documents), sum(map(len, documents.values())), out_dir)
 
 
 def fetch_dataset(*, name: str, spec: Mapping[str, Any], out_dir: str | Path) -> None:
     """Download a hub dataset's text into ``out_dir`` (this stage runs where the network is)."""
-    rows = data.fetch_hub_dataset(name, spec, out_dir)
+    rows = text.fetch_hub_dataset(DatasetSpec.from_config(name, spec), out_dir)
     log.info("%s: %d rows of %s", name, rows, spec["path"])
 
 
 def sample_dataset(
     *, name: str, spec: Mapping[str, Any], sampling: SamplingConfig, out_path: str | Path, corpus_dir: str | Path | None
 ) -> None:
-    rows = data.load_rows(name, spec, corpus_dir)
-    samples = data.sample_sequences(rows, sampling)
-    data.write_samples(
+    rows = text.load_rows(DatasetSpec.from_config(name, spec), corpus_dir)
+    samples = text.sample_sequences(rows, sampling)
+    text.write_samples(
         out_path,
         samples,
         dataset=name,
@@ -65,6 +63,6 @@ def pack_training_data(
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(str(source))
-    batches = data.iter_rows(dataset, spec, corpus_dir)
-    num_train, num_val = data.pack_token_blocks(batches, tokenizer, block_size, validation_fraction, out_path)
+    batches = text.iter_rows(DatasetSpec.from_config(dataset, spec), corpus_dir)
+    num_train, num_val = packing.pack_token_blocks(batches, tokenizer, block_size, validation_fraction, out_path)
     log.info("packed %d train + %d validation blocks of %d tokens", num_train, num_val, block_size)

@@ -7,10 +7,14 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .. import data, evaluation, models
-from ..checkpointing import RunDir, parse_step, step_name
-from ..io import atomic_path, read_json, write_json, write_manifest
-from ..tasks import build_local_tasks
+from condensation import models
+from condensation.config.specs import DatasetSpec
+from condensation.data import text
+from condensation.evaluation import harness
+from condensation.evaluation.score_files import item_rows_path, lm_eval_path
+from condensation.evaluation.tasks import build_local_tasks
+from condensation.runtime.io import atomic_path, read_json, write_json, write_manifest
+from condensation.runtime.run_dir import RunDir, parse_step, step_name
 
 # the table modules (pandas, scipy: 2 s) are imported by the table stages only; scoring and
 # picking a score are jobs of their own that need neither.
@@ -22,7 +26,8 @@ def build_eval_tasks(*, corpus_dirs: Sequence[str | Path], specs: Mapping[str, M
     """The offline multiple-choice tasks, from held-out documents of the built corpora
     (``data/corpus/<corpus>`` directories)."""
     # each corpus read once, through the same (manifest-checked) reader as the datasets
-    documents = {Path(path).name: data.read_local_documents({"source": Path(path).name}, path) for path in corpus_dirs}
+    corpora = [DatasetSpec.from_config(Path(path).name, {"source": Path(path).name}) for path in corpus_dirs]
+    documents = {spec.dataset: text.read_local_documents(spec, path) for spec, path in zip(corpora, corpus_dirs)}
     with atomic_path(out_dir) as tmp:
         for name, spec in specs.items():
             task_spec = {key: value for key, value in spec.items() if key != "corpus"}
@@ -34,7 +39,7 @@ def build_eval_tasks(*, corpus_dirs: Sequence[str | Path], specs: Mapping[str, M
 def fetch_eval_tasks(*, tasks: Sequence[str], out_path: str | Path) -> None:
     """Download the datasets of the lm-eval tasks into the cache (this stage runs where the
     network is), after checking every name."""
-    evaluation.fetch_task_data(tasks, out_path)
+    harness.fetch_task_data(tasks, out_path)
 
 
 def _task_paths(task_dir: str | Path | None, hub_tasks_path: str | Path | None) -> list[Path] | None:
@@ -42,7 +47,7 @@ def _task_paths(task_dir: str | Path | None, hub_tasks_path: str | Path | None) 
     fetch_eval_tasks recorded (indexing only those saves over 10 s a job); None: the full index."""
     paths = [Path(task_dir)] if task_dir is not None else []
     if hub_tasks_path is not None:
-        paths += evaluation.builtin_task_directories(hub_tasks_path)
+        paths += harness.builtin_task_directories(hub_tasks_path)
     return paths or None
 
 
@@ -53,8 +58,8 @@ def evaluate_pretrained(
     """Scores of a model before mid-training: Table 2's `pretrained` row."""
     handle = models.ModelHandle.load(handle_path)
     record = {"model": handle.name, "method": "pretrained", "seed": None, "checkpoint": "pretrained", "step": None, "val_loss": None}
-    evaluation.score_checkpoint(
-        handle, tasks=tasks, settings=evaluation.EvalSettings(**settings), include_path=_task_paths(task_dir, hub_tasks_path), record=record,
+    harness.score_checkpoint(
+        handle, tasks=tasks, settings=harness.EvalSettings(**settings), include_path=_task_paths(task_dir, hub_tasks_path), record=record,
         out_path=out_path, job="pretrained", threads=threads,
     )
 
@@ -75,8 +80,8 @@ def evaluate_checkpoint(
         "model": model, "method": method, "seed": seed, "checkpoint": path.name, "step": info["step"],
         "val_loss": info.get("val_loss"), "selected_by": "lowest validation loss" if checkpoint == "selected" else None,
     }
-    evaluation.score_checkpoint(
-        handle, tasks=tasks, settings=evaluation.EvalSettings(**settings), include_path=_task_paths(task_dir, hub_tasks_path), record=record,
+    harness.score_checkpoint(
+        handle, tasks=tasks, settings=harness.EvalSettings(**settings), include_path=_task_paths(task_dir, hub_tasks_path), record=record,
         out_path=out_path, job=checkpoint, threads=threads,
     )
 
@@ -86,7 +91,7 @@ def pick_selected_score(*, index_path: str | Path, record_paths: Sequence[str | 
     copied from those of its step among ``record_paths``, instead of scoring it a second time."""
     step_record = next(Path(p) for p in record_paths if Path(p).stem == step_name(RunDir(Path(index_path).parent).selected_step()))
     for kind, out_path in out_paths.items():
-        source = {"record": step_record, "samples": evaluation.samples_path(step_record), "lm_eval": evaluation.lm_eval_path(step_record)}[kind]
+        source = {"record": step_record, "item_rows": item_rows_path(step_record), "lm_eval": lm_eval_path(step_record)}[kind]
         if kind == "record":
             write_json(out_path, read_json(source) | {"selected_by": "lowest validation loss"})
         else:
@@ -100,9 +105,9 @@ def table2(
 ) -> None:
     """Table 2 (every method on every mid-trained model, against ``reference``) as CSV, Markdown,
     LaTeX and HTML, and the same scores as DVC metrics and a DVC plot of the averages."""
-    from .. import tables
+    from condensation.reporting import table2
 
-    tables.write_table2(
+    table2.write_table2(
         score_paths=score_paths, tasks=tasks, methods=methods, reference=reference, metric=metric, labels=labels,
         stem=stem, metrics_path=metrics_path, plot_path=plot_path,
     )
@@ -113,9 +118,9 @@ def table3(
     models: Sequence[str], stem: str | Path,
 ) -> None:
     """Table 3: the average score of the dispersion loss over its weight x temperature grid."""
-    from .. import tables
+    from condensation.reporting import table3
 
-    tables.write_table3(score_paths=score_paths, tasks=tasks, metric=metric, grid=grid, models=models, stem=stem)
+    table3.write_table3(score_paths=score_paths, tasks=tasks, metric=metric, grid=grid, models=models, stem=stem)
 
 
 def table4(
@@ -124,7 +129,7 @@ def table4(
 ) -> None:
     """Table 4: models pre-trained from scratch with each method, their scores and condensation
     (``trajectory_paths``: each model's trajectory table, in the order of ``models``)."""
-    from ..table4 import write_table4
+    from condensation.reporting.table4 import write_table4
 
     write_table4(
         score_paths=score_paths, tasks=tasks, methods=methods, metric=metric, labels=labels,
@@ -134,6 +139,6 @@ def table4(
 
 def scores_by_step(*, score_paths: Sequence[str | Path], metric: str, out_path: str | Path) -> None:
     """Every scored checkpoint: the task scores (percent) over mid-training, mean and std over seeds."""
-    from .. import tables
+    from condensation.reporting import score_tables
 
-    tables.write_scores_by_step(score_paths=score_paths, metric=metric, out_path=out_path)
+    score_tables.write_scores_by_step(score_paths=score_paths, metric=metric, out_path=out_path)

@@ -1,7 +1,7 @@
 """Stages of rules/figures.smk: the paper's figures from stored geometry and training logs.
 
 Depth trends are computed here with :func:`~condensation.geometry.depth_trend` under the
-configured :class:`~condensation.config.TrendConfig`, exactly as the trend tables compute them,
+configured :class:`~condensation.config.specs.TrendConfig`, exactly as the trend tables compute them,
 and handed to the figures.
 """
 
@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import pandas as pd
 
-from .. import geometry, models
-from ..checkpointing import RunDir, parse_step
-from ..config import TrendConfig
+from condensation import geometry, models
+from condensation.config.specs import TrendConfig
+from condensation.runtime.run_dir import RunDir, parse_step
 
 if TYPE_CHECKING:  # matplotlib loads only when a figure is drawn
-    from ..figures import Checkpoint, FamilyEntry
+    from condensation.reporting.figures.runs import Checkpoint
+    from condensation.reporting.figures.trends import FamilyEntry
 
 log = logging.getLogger("condensation")
 
@@ -28,7 +29,7 @@ def _entries(
     labels: Mapping[str, str], trend: TrendConfig,
 ) -> list[FamilyEntry]:
     """One FamilyEntry per model; without ``handle_paths`` the entries carry no size."""
-    from ..figures import FamilyEntry
+    from condensation.reporting.figures.trends import FamilyEntry
 
     handle_paths = [None] * len(model_names) if handle_paths is None else handle_paths
     entries = []
@@ -43,7 +44,7 @@ def family_figure(
     *, family: str, dataset: str, model_names: Sequence[str], geometry_paths: Sequence[str | Path],
     handle_paths: Sequence[str | Path], labels: Mapping[str, str], trend: TrendConfig, out_path: str | Path,
 ) -> None:
-    from ..figures import plot_family_trend
+    from condensation.reporting.figures.trends import plot_family_trend
 
     entries = _entries(model_names, geometry_paths, handle_paths, labels, trend)
     plot_family_trend(entries, out_path, title=f"{family} on {dataset}")
@@ -56,8 +57,8 @@ def paired_figure(
 ) -> None:
     """Fig. 3 layout, and its numbers as a table (``member`` 0 = first row, 1 = second).
     ``geometry_paths`` and ``handle_paths`` list the first members, then the second members."""
-    from ..figures import plot_paired_trend
-    from ..tables import write_trend_table
+    from condensation.reporting.figures.trends import plot_paired_trend
+    from condensation.reporting.trend_tables import write_trend_table
 
     names = list(first) + list(second)
     entries = _entries(names, geometry_paths, handle_paths, labels, trend)
@@ -76,7 +77,7 @@ def dataset_figure(
     labels: Mapping[str, str], trend: TrendConfig, out_path: str | Path,
 ) -> None:
     """``geometry_paths`` is dataset-major: every model of the first dataset, then the next."""
-    from ..figures import plot_dataset_robustness
+    from condensation.reporting.figures.trends import plot_dataset_robustness
 
     n = len(model_names)
     if len(geometry_paths) != n * len(datasets):
@@ -88,14 +89,18 @@ def dataset_figure(
     plot_dataset_robustness(rows, out_path, title=f"{family} across datasets")
 
 
-def midtrain_figures(
+def study_figures(
     *, model: str, label: str, trajectory_path: str | Path, loss_path: str | Path, methods: Sequence[str],
     grid_methods: Sequence[str], grid_dirs: Sequence[str | Path], trend: TrendConfig,
     grid_figure: str | Path, trajectory_figure: str | Path, loss_figure: str | Path,
 ) -> None:
     """The paper's Fig. 6 (heatmaps per method and checkpoint), the depth trend over training and
     the losses of ``methods`` (the ablation runs are Table 3's, not these figures')."""
-    from ..figures import plot_condensation_grid, plot_loss_curves, plot_trajectory
+    from condensation.reporting.figures.runs import (
+        plot_condensation_grid,
+        plot_loss_curves,
+        plot_trajectory,
+    )
 
     rows = {method: _checkpoints(directory, trend) for method, directory in zip(grid_methods, grid_dirs, strict=True)}
     colour_order = list(methods) + [m for m in grid_methods if m not in methods]  # same colours in every figure
@@ -118,7 +123,7 @@ def midtrain_figures(
 
 def _checkpoints(directory: str | Path, trend: TrendConfig) -> list[Checkpoint]:
     """Every ``step-*.npz`` of one run's checkpoint geometry, with its depth trend."""
-    from ..figures import Checkpoint
+    from condensation.reporting.figures.runs import Checkpoint
 
     checkpoints = []
     for path in sorted(Path(directory).glob("step-*.npz")):
@@ -135,8 +140,8 @@ def series_figure(
     """Fig. 4: one model at successive points of its training (``points``: label and training
     tokens, in order), its depth trend over training beside a heatmap per checkpoint; and the
     numbers as a table."""
-    from ..figures import FamilyEntry, plot_family_trend
-    from ..tables import write_trend_table
+    from condensation.reporting.figures.trends import FamilyEntry, plot_family_trend
+    from condensation.reporting.trend_tables import write_trend_table
 
     entries = []
     for (label, tokens), geometry_path in zip(points, geometry_paths, strict=True):
@@ -163,8 +168,8 @@ def findings(
 ) -> None:
     """The findings page: each of the paper's claims against what this run measured
     (``uncounted_trend_tables``: the stems of trend tables of groups that do not compare sizes)."""
-    from .. import findings as claims
-    from ..io import read_json
+    from condensation.reporting import findings as claims
+    from condensation.runtime.io import read_json
 
     pairs = {name: (pair_labels[name], table) for name, table in claims.read_tables(pair_tables).items()}
     study_effects = {

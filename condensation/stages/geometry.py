@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from .. import data, geometry, models
-from ..config import ExtractionConfig, SamplingConfig, TrendConfig
-from ..io import atomic_path, write_json
-from ..progress import ProgressLog
+from condensation import geometry, models
+from condensation.config.specs import ExtractionConfig, SamplingConfig, TrendConfig
+from condensation.data import packing, text
+from condensation.runtime.io import atomic_path, write_json
+from condensation.runtime.progress import ProgressLog
 
 if TYPE_CHECKING:  # pandas and the table module load in the table stages only, not in extraction jobs
     import pandas as pd
@@ -32,7 +33,7 @@ def measure(
         raise ValueError(
             f"model '{handle.name}' accepts at most {limit} positions, fewer than sampling.seq_len={sampling.seq_len}"
         )
-    input_ids = data.tokenize_exactly(tokenizer, texts, sampling.seq_len, where=f"{meta.get('dataset')}: ")
+    input_ids = packing.tokenize_exactly(tokenizer, texts, sampling.seq_len, where=f"{meta.get('dataset')}: ")
     started = time.perf_counter()
     progress = ProgressLog(input_ids.shape[0], "seq", every=1, every_seconds=0, label=f"{handle.name} on {meta.get('dataset')}")
     stats = geometry.extract_cosine_statistics(
@@ -61,7 +62,7 @@ def extract(
     import torch
 
     torch.set_num_threads(threads)
-    texts = data.read_samples(samples_path)
+    texts = text.read_samples(samples_path)
     stats = measure(models.ModelHandle.load(handle_path), texts, sampling, extraction, {"dataset": Path(samples_path).stem})
     stats.save(out_path)
 
@@ -96,10 +97,10 @@ def trend_table(
     handle_paths: Sequence[str | Path], labels: Mapping[str, str], trend: TrendConfig,
     csv_path: str | Path, markdown_path: str | Path,
 ) -> None:
-    from .. import tables
+    from condensation.reporting import trend_tables
 
     table = trend_rows(model_names, geometry_paths, handle_paths, labels, trend)
-    tables.write_trend_table(table, family=family, dataset=dataset, csv_path=csv_path, markdown_path=markdown_path)
+    trend_tables.write_trend_table(table, family=family, dataset=dataset, csv_path=csv_path, markdown_path=markdown_path)
 
 
 def trend_metrics(

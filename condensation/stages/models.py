@@ -1,4 +1,5 @@
-"""Stages of rules/models.smk: tokenizer, from-scratch pre-training, model handles."""
+"""Stages of rules/models.smk: the pre-training tokenizer and run plan, model handles. (The
+pre-training itself runs through ``stages.training.train_run``, as every training run does.)"""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import data, models
-from ..settings import RunPlan, plan_run
+from condensation import models
+from condensation.config.specs import DatasetSpec, ModelSpec
+from condensation.config.training import plan_run
+from condensation.data import text
 
 log = logging.getLogger("condensation")
 
@@ -20,28 +23,12 @@ def prepare_tokenizer(
     if handle_path is not None:
         models.save_tokenizer(models.load_tokenizer(models.ModelHandle.load(handle_path)), out_dir)
     else:
-        models.train_bpe_tokenizer(data.load_rows(dataset, spec, corpus_dir), vocab_size, out_dir)
+        models.train_bpe_tokenizer(text.load_rows(DatasetSpec.from_config(dataset, spec), corpus_dir), vocab_size, out_dir)
 
 
 def plan_pretrain(*, model: str, arch: Mapping[str, int], train: Mapping[str, Any], seed: int, out_path: str | Path) -> None:
     """``run.json`` of a from-scratch run: the GPT2 shape, the training settings, cross-entropy only."""
     plan_run("pretrain", model, train, seed, arch=arch).save(out_path)
-
-
-def pretrain_model(*, plan_path: str | Path, tokenizer_dir: str | Path, blocks_path: str | Path, threads: int = 1) -> None:
-    """Pre-train a GPT2-shaped model from scratch with plain cross-entropy, in the plan's directory."""
-    import torch
-    from transformers import AutoTokenizer
-
-    from ..train import train
-
-    torch.set_num_threads(threads)
-    plan = RunPlan.load(plan_path)
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    model = models.build_gpt2(plan.arch, tokenizer, seed=plan.train.seed)
-    train_blocks, val_blocks = data.read_blocks(blocks_path)
-    result = train(model, train_blocks, val_blocks, plan.train, Path(plan_path).parent, tokenizer=tokenizer)
-    log.info("pre-trained %s: %s", plan.model, result)
 
 
 def prepare_model(
@@ -54,13 +41,14 @@ def prepare_model(
     An ``init`` model is the seeded random initialisation either of a pretrain model's GPT2
     shape (with the pre-training tokenizer) or of a hub model's architecture (with its tokenizer).
     """
-    source = spec["source"]
+    spec = ModelSpec.from_config(name, spec)
+    source = spec.source
     if source == "hub":
-        handle = models.prepare_hub(name, spec["id"], spec.get("revision"), spec.get("trust_remote_code", False))
+        handle = models.prepare_hub(name, spec.id, spec.revision, spec.trust_remote_code)
     elif source == "local":
-        handle = models.prepare_local(name, spec["path"], spec.get("trust_remote_code", False))
+        handle = models.prepare_local(name, spec.path, spec.trust_remote_code)
     elif source == "gguf":
-        handle = models.convert_gguf(name, spec["path"], weights_dir)
+        handle = models.convert_gguf(name, spec.path, weights_dir)
     elif source == "pretrain":
         handle = models.prepare_local(name, str(pretrained_dir))
     elif source == "init" and base_handle_path is not None:

@@ -7,11 +7,12 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .. import data, models
-from ..checkpointing import RunDir, step_name
-from ..config import ExtractionConfig, SamplingConfig, TrendConfig
-from ..io import atomic_path, write_json, write_manifest
-from ..settings import OBJECTIVES, RunPlan, plan_run
+from condensation import models
+from condensation.config.specs import ExtractionConfig, SamplingConfig, TrendConfig
+from condensation.config.training import RunPlan, plan_run
+from condensation.data import packing, text
+from condensation.runtime.io import atomic_path, write_json, write_manifest
+from condensation.runtime.run_dir import RunDir, step_name
 
 # torch, pandas and the measuring modules are imported by the stages that use them: planning a
 # run is a job of its own, and importing them would triple its time.
@@ -26,31 +27,46 @@ def plan_study_run(
     plan_run(study, model, train, seed, method=method).save(out_path)
 
 
-def train_run(*, plan_path: str | Path, handle_path: str | Path, blocks_path: str | Path, threads: int = 1) -> None:
-    """Train a model (trained before, or an ``init`` model's random weights) with CE, CE + an
-    auxiliary loss, or CE with a baseline, as its plan says, in the plan's directory."""
+def train_run(
+    *, plan_path: str | Path, blocks_path: str | Path, handle_path: str | Path | None = None,
+    tokenizer_dir: str | Path | None = None, threads: int = 1,
+) -> None:
+    """Train one run as its plan says, in the plan's directory: pre-training from scratch (plan
+    ``kind`` pretrain: a GPT2 of the plan's shape with the tokenizer in ``tokenizer_dir``) or a
+    study's run (the model of ``handle_path``: trained before, or an ``init`` model's random
+    weights) with CE, CE + an auxiliary loss, or CE with a baseline."""
     import functools
 
     import torch
 
-    from ..losses import auxiliary_loss
-    from ..train import train
+    from condensation.training.baselines import make_baseline
+    from condensation.training.loop import train
+    from condensation.training.losses import auxiliary_loss
 
     torch.set_num_threads(threads)
     plan = RunPlan.load(plan_path)
-    handle = models.ModelHandle.load(handle_path)
-    tokenizer = models.load_tokenizer(handle)
-    # float32 master weights on the CPU; the loop moves them to the device and runs bf16 autocast.
-    model = models.load_model(handle, dtype="float32", device="cpu", causal_lm=True)
-    method = plan.method
+    model, tokenizer = _starting_model(plan, handle_path, tokenizer_dir)
+    method, options = plan.method, plan.method.as_dict()
     aux_loss = functools.partial(auxiliary_loss, config=method.loss) if method.loss is not None else None
-    baseline = OBJECTIVES[method.objective].load()(method.baseline) if method.baseline is not None else None
-    train_blocks, val_blocks = data.read_blocks(blocks_path)
+    baseline = make_baseline(options.pop("objective"), **options) if method.baseline is not None else None
+    train_blocks, val_blocks = packing.read_blocks(blocks_path)
     result = train(
         model, train_blocks, val_blocks, plan.train, Path(plan_path).parent,
         aux_loss=aux_loss, tokenizer=tokenizer, baseline=baseline,
     )
-    log.info("trained %s (%s) with %s: %s", handle.name, plan.kind, method.as_dict(), result)
+    log.info("trained %s (%s) with %s: %s", plan.model, plan.kind, plan.method.as_dict(), result)
+
+
+def _starting_model(plan: RunPlan, handle_path: str | Path | None, tokenizer_dir: str | Path | None) -> tuple[Any, Any]:
+    """The model a run starts from, and its tokenizer."""
+    if plan.kind == "pretrain":
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        return models.build_gpt2(plan.arch, tokenizer, seed=plan.train.seed), tokenizer
+    handle = models.ModelHandle.load(handle_path)
+    # float32 master weights on the CPU; the loop moves them to the device and runs bf16 autocast.
+    return models.load_model(handle, dtype="float32", device="cpu", causal_lm=True), models.load_tokenizer(handle)
 
 
 def measure_checkpoints(
@@ -62,11 +78,11 @@ def measure_checkpoints(
     import pandas as pd
     import torch
 
-    from .. import geometry
-    from .geometry import measure
+    from condensation import geometry
+    from condensation.stages.geometry import measure
 
     torch.set_num_threads(threads)
-    texts = data.read_samples(samples_path)
+    texts = text.read_samples(samples_path)
     run = RunDir(Path(index_path).parent)
     rows = []
     with atomic_path(out_dir) as tmp:
@@ -90,7 +106,7 @@ def study_tables(
     and each method's condensation against CE's with its spread over seeds."""
     import pandas as pd
 
-    from ..table4 import write_condensation_effects
+    from condensation.reporting.condensation_effects import write_condensation_effects
 
     trajectories, losses = [], []
     for (method, seed), log_path, geometry_dir in zip(runs, log_paths, geometry_dirs, strict=True):

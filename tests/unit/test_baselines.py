@@ -14,7 +14,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
-from condensation.baselines import (
+from condensation.config.training import TrainConfig
+from condensation.training.baselines import (
     ActiveForgetting,
     ActiveForgettingConfig,
     NoisyEmbedding,
@@ -22,7 +23,7 @@ from condensation.baselines import (
     TrainingBaseline,
     make_baseline,
 )
-from condensation.train import TrainConfig, train
+from condensation.training.loop import train
 
 VOCAB, BLOCK, HIDDEN = 97, 16, 32
 REPO = Path(__file__).resolve().parents[2]
@@ -349,7 +350,7 @@ DDP_RUN = textwrap.dedent(
     sys.path[:0] = [{repo!r}, {tests!r}]
     import torch
     torch.set_num_threads(1)
-    from condensation.train import train
+    from condensation.training.loop import train
     from test_baselines import BASELINES, TRAIN_BLOCKS, VAL_BLOCKS, make_model, short_config
     # torchrun's variable: a PartialState made before train()'s Accelerator would see one process.
     out, rank = Path(sys.argv[1]), int(os.environ["RANK"])

@@ -17,20 +17,22 @@ import pytest
 import torch
 from accelerate import Accelerator
 
-from condensation.checkpointing import (
+from condensation.runtime.io import write_json
+from condensation.runtime.run_dir import (
     PROGRESS_NAME,
     STEP_PATTERN,
-    CheckpointManager,
     RunDir,
-    TrainState,
-    capture_rng_state,
-    check_resume_identity,
     parse_step,
-    restore_rng_state,
     select_step,
     step_name,
 )
-from condensation.io import write_json
+from condensation.training.checkpointing import (
+    CheckpointManager,
+    TrainState,
+    capture_rng_state,
+    check_resume_identity,
+    restore_rng_state,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -85,7 +87,7 @@ def test_stale_temporaries_are_removed(tmp_path):
 
 
 def test_the_module_imports_without_torch():
-    code = "import sys, condensation.checkpointing; print(sorted({'torch', 'numpy', 'accelerate'} & set(sys.modules)))"
+    code = "import sys, condensation.training.checkpointing; print(sorted({'torch', 'numpy', 'accelerate'} & set(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert done.stdout.strip() == "[]"
 

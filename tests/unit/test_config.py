@@ -3,8 +3,8 @@
 import pytest
 import yaml
 
-from condensation.config import ConfigError, load_config, validate_config
-from condensation.plan import ablation_grid, evaluation_tasks, study_runs
+from condensation.config.plan import ablation_grid, evaluation_tasks, study_runs
+from condensation.config.validate import ConfigError, load_config, validate_config
 
 MINIMAL = {"datasets": {"austen": {"source": "austen"}}, "models": {"m": {"source": "hub", "id": "gpt2"}}}
 

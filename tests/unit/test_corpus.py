@@ -1,4 +1,4 @@
-"""Tests for condensation.corpus: the R lazy-load container (index, record compression) on
+"""Tests for condensation.data.corpus: the R lazy-load container (index, record compression) on
 databases built with rdata's writer, the reST stripper, paragraphs, atomic export, and
 (integration) the real Debian packages."""
 
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import rdata
 
-from condensation import corpus
-from condensation.corpus import (
+from condensation.data import corpus
+from condensation.data.corpus import (
     austen_novels,
     export_documents,
     paragraphs,

@@ -5,19 +5,17 @@ import json
 import numpy as np
 import pytest
 
-from condensation.config import SamplingConfig
-from condensation.data import (
+from condensation.config.specs import DatasetSpec, SamplingConfig
+from condensation.data.packing import pack_token_blocks, read_blocks, tokenize_exactly
+from condensation.data.text import (
     DatasetError,
     fetch_hub_dataset,
     load_rows,
-    pack_token_blocks,
-    read_blocks,
     read_samples,
     sample_sequences,
-    tokenize_exactly,
     write_samples,
 )
-from condensation.io import CorruptArtifactError
+from condensation.runtime.io import CorruptArtifactError
 
 ROWS = [f"row {i} " + "word " * (i % 7 + 1) for i in range(200)]
 
@@ -57,21 +55,21 @@ def test_too_little_text_is_a_clear_error():
 def test_empty_local_dataset_is_a_clear_error(tmp_path):
     (tmp_path / "blank.txt").write_text("\n\n   \n")
     with pytest.raises(DatasetError, match="dataset 'blank' has no non-empty text rows"):
-        load_rows("blank", {"source": "files", "files": [str(tmp_path / "*.txt")]})
+        load_rows(DatasetSpec.from_config("blank", {"source": "files", "files": [str(tmp_path / "*.txt")]}))
 
 
 def test_missing_files_are_a_clear_error(tmp_path):
     with pytest.raises(DatasetError, match="no file matches"):
-        load_rows("x", {"source": "files", "files": [str(tmp_path / "missing*.txt")]})
+        load_rows(DatasetSpec.from_config("x", {"source": "files", "files": [str(tmp_path / "missing*.txt")]}))
 
 
 def test_local_rows_are_paragraphs_and_exclude_drops_documents(tmp_path):
     (tmp_path / "a.txt").write_text("First paragraph\nwrapped.\n\nSecond one.\n")
     (tmp_path / "b.txt").write_text("Held out.\n")
     spec = {"source": "files", "files": [str(tmp_path / "*.txt")], "exclude": ["b"]}
-    assert load_rows("x", spec) == ["First paragraph wrapped.", "Second one."]
+    assert load_rows(DatasetSpec.from_config("x", spec)) == ["First paragraph wrapped.", "Second one."]
     with pytest.raises(DatasetError, match="unknown documents"):
-        load_rows("x", {**spec, "exclude": ["c"]})
+        load_rows(DatasetSpec.from_config("x", {**spec, "exclude": ["c"]}))
 
 
 def test_tokenize_exactly_cuts_every_sequence_to_seq_len(tiny_model_dir):
@@ -134,10 +132,10 @@ def test_hub_source_is_fetched_once_then_read_from_its_own_copy(tmp_path):
     rows = [{"review": f"review number {i} " * 3, "label": i % 2} for i in range(5)] + [{"review": "  ", "label": 0}]
     (folder / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     spec = {"source": "hub", "path": str(folder), "name": None, "split": "train", "field": "review"}
-    assert fetch_hub_dataset("reviews", spec, tmp_path / "fetched") == 6
-    loaded = load_rows("reviews", spec, tmp_path / "fetched")
+    assert fetch_hub_dataset(DatasetSpec.from_config("reviews", spec), tmp_path / "fetched") == 6
+    loaded = load_rows(DatasetSpec.from_config("reviews", spec), tmp_path / "fetched")
     assert loaded == [r["review"] for r in rows[:5]]  # blank rows dropped, order kept
     with pytest.raises(DatasetError, match=r"dataset 'reviews' has no column 'text' \(columns: \['review', 'label'\]\)"):
-        fetch_hub_dataset("reviews", {**spec, "field": "text"}, tmp_path / "other")
+        fetch_hub_dataset(DatasetSpec.from_config("reviews", {**spec, "field": "text"}), tmp_path / "other")
     with pytest.raises(DatasetError, match="has not been fetched"):
-        load_rows("reviews", spec)
+        load_rows(DatasetSpec.from_config("reviews", spec))

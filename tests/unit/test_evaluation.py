@@ -11,17 +11,19 @@ from pathlib import Path
 import pytest
 from test_tasks import synthetic_novel, write_tiny_tasks
 
-from condensation.evaluation import (
+from condensation.evaluation.harness import (
     EvalSettings,
     UnknownTaskError,
-    lm_eval_path,
     model_cache_prefix,
-    read_samples,
-    samples_path,
     score_checkpoint,
     score_model,
     task_directories,
-    write_samples,
+)
+from condensation.evaluation.score_files import (
+    item_rows_path,
+    lm_eval_path,
+    read_item_rows,
+    write_item_rows,
 )
 from condensation.models import ModelHandle
 
@@ -85,8 +87,8 @@ def test_score_model_runs_local_tasks_and_groups(tiny_lm, task_dir, tmp_path, mo
 
     # Per-item rows: the group's items keep their subtask, and every item appears once per request.
     path = tmp_path / "scores.samples.jsonl.gz"
-    write_samples(path, run.samples)
-    samples = read_samples(path)
+    write_item_rows(path, run.samples)
+    samples = read_item_rows(path)
     check_samples_against_scores(samples, scores, "acc")
     group = samples[samples["task"] == "tiny_group"]
     assert group.groupby("subtask")["doc_id"].apply(sorted).to_dict() == {"tiny_cloze": list(range(12)), "tiny_next": list(range(12))}
@@ -122,7 +124,7 @@ def test_the_directories_of_built_in_tasks_define_them_and_all_their_members():
     task, group, tag and member the names reach (mmlu: a group of groups of tags of subjects)."""
     from lm_eval.tasks import TaskManager
 
-    from condensation.evaluation import _task_manager
+    from condensation.evaluation.harness import _task_manager
 
     names = ["anli_r2", "truthfulqa_mc2", "arc_easy", "mmlu"]
     full = TaskManager()
@@ -156,8 +158,8 @@ ROWS = [
 
 def test_samples_round_trip_with_key_columns_first(tmp_path):
     path = tmp_path / "x.samples.jsonl.gz"
-    write_samples(path, ROWS)
-    frame = read_samples(path)
+    write_item_rows(path, ROWS)
+    frame = read_item_rows(path)
     assert list(frame.columns) == ["task", "subtask", "doc_id", "filter", "num_fewshot", "target", "acc", "loglikelihoods"]
     assert frame.to_dict("records") == ROWS
     assert frame["acc"].dtype == "float64"
@@ -165,15 +167,15 @@ def test_samples_round_trip_with_key_columns_first(tmp_path):
         assert [json.loads(line) for line in lines] == ROWS
     # The bytes depend on the rows only (no time stamp or file name in the gzip header).
     again = tmp_path / "elsewhere" / "y.samples.jsonl.gz"
-    write_samples(again, ROWS)
+    write_item_rows(again, ROWS)
     assert again.read_bytes() == path.read_bytes()
-    write_samples(again, [])
-    assert list(read_samples(again).columns) == ["task", "subtask", "doc_id", "filter", "num_fewshot", "target"]
+    write_item_rows(again, [])
+    assert list(read_item_rows(again).columns) == ["task", "subtask", "doc_id", "filter", "num_fewshot", "target"]
 
 
 def test_sidecar_paths_sit_beside_the_record():
     record = Path("results/scores/m/dispersion/seed0/selected.json")
-    assert samples_path(record) == Path("results/scores/m/dispersion/seed0/selected.samples.jsonl.gz")
+    assert item_rows_path(record) == Path("results/scores/m/dispersion/seed0/selected.samples.jsonl.gz")
     assert lm_eval_path(record) == Path("results/scores/m/dispersion/seed0/selected.lm_eval.json")
 
 
@@ -208,7 +210,7 @@ def test_model_cache_prefix_follows_model_content(tmp_path):
 
 @pytest.mark.slow
 def test_score_checkpoint_writes_record_samples_and_lm_eval_results(tiny_model_dir, task_dir, tmp_path):
-    from condensation.tables import load_scores
+    from condensation.evaluation.scores import load_scores
 
     handle = ModelHandle(name="tiny", location=str(tiny_model_dir))
     record = {"model": "tiny", "method": "pretrained", "seed": None, "checkpoint": "pretrained", "step": None, "val_loss": None}
@@ -222,7 +224,7 @@ def test_score_checkpoint_writes_record_samples_and_lm_eval_results(tiny_model_d
     assert written["metric"] == "acc" and written["limit"] == 6 and written["seconds"] > 0
     assert set(written["scores"]) == {"tiny_cloze", "tiny_next"} and written["scores"]["tiny_next"]["num_fewshot"] == 1
     assert all(entry["num_items"] == 6 for entry in written["scores"].values())
-    check_samples_against_scores(read_samples(samples_path(out_path)), written["scores"], "acc")
+    check_samples_against_scores(read_item_rows(item_rows_path(out_path)), written["scores"], "acc")
     lm_eval_results = json.loads(lm_eval_path(out_path).read_text())
     assert lm_eval_results["lm_eval_version"] == written["lm_eval_version"]
     assert {task for part in lm_eval_results["runs"] for task in part["results"]} == {"tiny_cloze", "tiny_next"}

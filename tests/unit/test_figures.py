@@ -10,11 +10,17 @@ import matplotlib.image as mpimg  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from condensation import figures as F  # noqa: E402
-from condensation.config import TrendConfig  # noqa: E402
-from condensation.geometry import (  # noqa: E402
-    NUM_BINS, CosineStatistics, TrendStatistics, depth_trend, trend_layer_means, trend_statistics,
+from condensation.config.specs import TrendConfig  # noqa: E402
+from condensation.geometry import (
+    NUM_BINS,
+    CosineStatistics,
+    TrendStatistics,
+    depth_trend,
+    trend_layer_means,
+    trend_statistics,
 )
+from condensation.reporting.figures import runs, style, trends  # noqa: E402
+from condensation.reporting.figures.heatmaps import HeatmapOptions, heatmap_ylim  # noqa: E402
 
 EDGES = np.linspace(-1.0, 1.0, NUM_BINS + 1)
 MIDS = (EDGES[:-1] + EDGES[1:]) / 2
@@ -77,11 +83,11 @@ def assert_png(path) -> np.ndarray:
 CONVENTIONS = TrendConfig(include_embedding_layer=True, include_diagonal=True)
 
 
-def entry(label: str, stats: CosineStatistics, size: float | None = None) -> F.FamilyEntry:
-    return F.FamilyEntry(label, stats, size, depth_trend(stats, CONVENTIONS))
+def entry(label: str, stats: CosineStatistics, size: float | None = None) -> trends.FamilyEntry:
+    return trends.FamilyEntry(label, stats, size, depth_trend(stats, CONVENTIONS))
 
 
-def family(n: int = 3) -> list[F.FamilyEntry]:
+def family(n: int = 3) -> list[trends.FamilyEntry]:
     makers = [condensing, dispersed, condensing]
     return [entry(f"m{i}", makers[i % 3](5 + 2 * i), size=10 ** (6 + i) * 4.2) for i in range(n)]
 
@@ -95,7 +101,7 @@ def line(ax, label: str) -> np.ndarray:
 
 
 def deeper_panel(fig):
-    return next(ax for ax in fig.axes if ax.get_title() == F.DEEPER_TITLE)
+    return next(ax for ax in fig.axes if ax.get_title() == trends.DEEPER_TITLE)
 
 
 def error_bars(ax) -> list[np.ndarray]:
@@ -119,12 +125,12 @@ def intervals(entries) -> np.ndarray:
 
 def test_heatmap_ylim_keeps_default_when_mass_inside():
     stats = condensing()
-    assert F.heatmap_ylim(stats.hist_of_mean, stats.bin_edges) == (-0.25, 1.0)
+    assert heatmap_ylim(stats.hist_of_mean, stats.bin_edges) == (-0.25, 1.0)
 
 
 def test_heatmap_ylim_extends_below_for_mass_at_minus_point_eight():
     stats = negative()
-    lo, hi = F.heatmap_ylim(stats.hist_of_mean, stats.bin_edges)
+    lo, hi = heatmap_ylim(stats.hist_of_mean, stats.bin_edges)
     assert hi == 1.0
     assert lo <= -0.8 - 2 * 0.04  # the whole bump (width 0.04) stays in view
     assert lo >= -1.0
@@ -134,9 +140,9 @@ def test_heatmap_ylim_extends_below_for_mass_at_minus_point_eight():
 def test_heatmap_ylim_single_histogram_and_counts():
     counts = np.zeros(NUM_BINS)
     counts[5] = 10.0  # cosine around -0.92
-    assert F.heatmap_ylim(counts, EDGES)[0] == pytest.approx(-0.95)
+    assert heatmap_ylim(counts, EDGES)[0] == pytest.approx(-0.95)
     counts[0] = 1.0
-    assert F.heatmap_ylim(counts, EDGES)[0] == pytest.approx(-1.0)
+    assert heatmap_ylim(counts, EDGES)[0] == pytest.approx(-1.0)
 
 
 def test_heatmap_ylim_ignores_negligible_tail_and_empty_layers():
@@ -144,24 +150,24 @@ def test_heatmap_ylim_ignores_negligible_tail_and_empty_layers():
     hist[0, 100] = 1.0
     hist[0, 10] = 1e-5  # 0.001 % of the layer's mass: not worth a wider axis
     hist[1, 90] = 1.0  # layer 2 stays empty
-    assert F.heatmap_ylim(hist, EDGES) == (-0.25, 1.0)
+    assert heatmap_ylim(hist, EDGES) == (-0.25, 1.0)
 
 
 def test_heatmap_ylim_extends_upwards_and_validates():
     hist = np.zeros((1, NUM_BINS))
     hist[0, 70] = 1.0  # bin [0.094, 0.109]: the top rounds outward to 0.15
-    assert F.heatmap_ylim(hist, EDGES, default=(-0.25, 0.0)) == (-0.25, pytest.approx(0.15))
+    assert heatmap_ylim(hist, EDGES, default=(-0.25, 0.0)) == (-0.25, pytest.approx(0.15))
     with pytest.raises(ValueError, match="edges"):
-        F.heatmap_ylim(hist, EDGES[:-1])
+        heatmap_ylim(hist, EDGES[:-1])
     with pytest.raises(ValueError, match="low < high"):
-        F.heatmap_ylim(hist, EDGES, default=(1.0, -0.25))
+        heatmap_ylim(hist, EDGES, default=(1.0, -0.25))
 
 
 @pytest.mark.parametrize(
     "n, text", [(4.2e6, "4.2M"), (124e6, "124M"), (1.1e9, "1.1B"), (350e3, "350K"), (12, "12")]
 )
 def test_format_param_count(n, text):
-    assert F.format_param_count(n) == text
+    assert style.format_param_count(n) == text
 
 
 # --------------------------------------------------------------------------------------------
@@ -172,7 +178,7 @@ def test_format_param_count(n, text):
 @pytest.mark.parametrize("histogram", ["mean", "pooled"])
 def test_family_trend_writes_png(tmp_path, histogram):
     path = tmp_path / "sub" / "family.png"  # parent directory is created
-    fig = F.plot_family_trend(family(3), path, "family", heatmaps=F.HeatmapOptions(histogram=histogram))
+    fig = trends.plot_family_trend(family(3), path, "family", heatmaps=HeatmapOptions(histogram=histogram))
     assert_png(path)
     heatmaps = heatmap_axes(fig)
     assert len(heatmaps) == 3
@@ -189,7 +195,7 @@ def test_family_trend_shows_the_deeper_layers_with_their_intervals(tmp_path):
     error bars are the intervals over sequences."""
     entries = [entry(f"MLP {w}", make_stats(np.linspace(0.0, top, 5)), size=1e6 * (i + 1))
                for i, (w, top) in enumerate([(32, 0.33), (512, 0.29), (2048, 0.25)])]
-    fig = F.plot_family_trend(entries, tmp_path / "widths.png", "widths")
+    fig = trends.plot_family_trend(entries, tmp_path / "widths.png", "widths")
     assert_png(tmp_path / "widths.png")
     np.testing.assert_allclose(line(fig.axes[0], "Spearman ρ"), [1.0, 1.0, 1.0])
     panel = deeper_panel(fig)
@@ -207,19 +213,19 @@ def test_family_trend_without_per_sequence_means_draws_points_and_says_why(tmp_p
     entries = [entry("old", make_stats(np.linspace(0, 0.3, 5), per_sequence=False)),
                entry("new", make_stats(np.linspace(0, 0.2, 5)))]
     assert np.isnan(entries[0].trend.last_half_ci).all()
-    fig = F.plot_family_trend(entries, tmp_path / "old.png", "old file")
+    fig = trends.plot_family_trend(entries, tmp_path / "old.png", "old file")
     assert_png(tmp_path / "old.png")
     panel = deeper_panel(fig)
     np.testing.assert_allclose(panel.lines[0].get_ydata(), [np.mean([0.15, 0.225, 0.3]), np.mean([0.1, 0.15, 0.2])])
     (bars,) = error_bars(panel)
     np.testing.assert_allclose(bars, [[1.0, *entries[1].trend.last_half_ci]])  # only the new one
-    assert [t.get_text() for t in panel.texts] == [F.NO_INTERVAL_NOTE]
+    assert [t.get_text() for t in panel.texts] == [trends.NO_INTERVAL_NOTE]
 
 
 def test_family_trend_wraps_many_models_and_negative_mass(tmp_path):
     entries = family(7) + [entry("negative", negative())]
     path = tmp_path / "wrapped.png"
-    fig = F.plot_family_trend(entries, path, "eight models")
+    fig = trends.plot_family_trend(entries, path, "eight models")
     assert_png(path)
     heatmaps = heatmap_axes(fig)
     # balanced rows: 4 + 4, not 6 + 2
@@ -234,15 +240,15 @@ def test_family_trend_wraps_many_models_and_negative_mass(tmp_path):
 def test_family_trend_overwrites_atomically(tmp_path):
     path = tmp_path / "f.png"
     path.write_bytes(b"old")
-    F.plot_family_trend(family(2), path, "again")
+    trends.plot_family_trend(family(2), path, "again")
     assert_png(path)
 
 
 def test_family_trend_shows_the_trends_it_is_given(tmp_path):
     """The figure draws the entries' trends; it never recomputes them from the layer means."""
     given = [TrendStatistics(0.3, -0.2, {}), TrendStatistics(float("nan"), float("nan"), {})]
-    entries = [F.FamilyEntry(f"m{i}", condensing(), None, t) for i, t in enumerate(given)]
-    fig = F.plot_family_trend(entries, tmp_path / "given.png", "given")
+    entries = [trends.FamilyEntry(f"m{i}", condensing(), None, t) for i, t in enumerate(given)]
+    fig = trends.plot_family_trend(entries, tmp_path / "given.png", "given")
     rho_axis = fig.axes[0]
     np.testing.assert_array_equal(line(rho_axis, "Spearman ρ"), [0.3, np.nan])
     np.testing.assert_array_equal(line(fig.axes[1], "Kendall τ"), [-0.2, np.nan])
@@ -253,7 +259,7 @@ def test_paired_trend_writes_png(tmp_path):
     pairs = [(entry(f"m{i}", condensing(5 + i), size=1e6 * (i + 1)), entry(f"m{i}", dispersed(5 + i)))
              for i in range(3)]
     path = tmp_path / "paired.png"
-    fig = F.plot_paired_trend(pairs, path, "distillation", row_labels=("teacher-free", "distilled"))
+    fig = trends.plot_paired_trend(pairs, path, "distillation", row_labels=("teacher-free", "distilled"))
     assert_png(path)
     heatmaps = heatmap_axes(fig)
     assert len(heatmaps) == 6
@@ -279,7 +285,7 @@ def test_dataset_robustness_writes_png(tmp_path):
     grid["code"]["large"] = negative(9)
     rows = {d: [entry(m, grid[d][m]) for m in models] for d in datasets}
     path = tmp_path / "datasets.png"
-    fig = F.plot_dataset_robustness(rows, path, "datasets")
+    fig = trends.plot_dataset_robustness(rows, path, "datasets")
     assert_png(path)
     heatmaps = heatmap_axes(fig)
     assert len(heatmaps) == 6
@@ -304,13 +310,13 @@ def test_dataset_robustness_writes_png(tmp_path):
 def test_family_trend_errors(tmp_path):
     path = tmp_path / "x.png"
     with pytest.raises(ValueError, match="no entries"):
-        F.plot_family_trend([], path, "t")
+        trends.plot_family_trend([], path, "t")
     with pytest.raises(ValueError, match="duplicate"):
-        F.plot_family_trend([entry("a", condensing()), entry("a", dispersed())], path, "t")
+        trends.plot_family_trend([entry("a", condensing()), entry("a", dispersed())], path, "t")
     with pytest.raises(ValueError, match="histogram"):
-        F.plot_family_trend(family(1), path, "t", heatmaps=F.HeatmapOptions(histogram="median"))
+        trends.plot_family_trend(family(1), path, "t", heatmaps=HeatmapOptions(histogram="median"))
     with pytest.raises(ValueError, match="vmax"):
-        F.plot_family_trend(family(1), path, "t", heatmaps=F.HeatmapOptions(vmax=0))
+        trends.plot_family_trend(family(1), path, "t", heatmaps=HeatmapOptions(vmax=0))
     assert not path.exists()
 
 
@@ -318,13 +324,13 @@ def test_paired_trend_errors(tmp_path):
     path = tmp_path / "x.png"
     a, b = entry("a", condensing()), entry("b", dispersed())
     with pytest.raises(ValueError, match="no pairs"):
-        F.plot_paired_trend([], path, "t")
+        trends.plot_paired_trend([], path, "t")
     with pytest.raises(ValueError, match="pair 0"):
-        F.plot_paired_trend([(a,)], path, "t")
+        trends.plot_paired_trend([(a,)], path, "t")
     with pytest.raises(ValueError, match="exactly two"):
-        F.plot_paired_trend([(a, b)], path, "t", row_labels=("only",))
+        trends.plot_paired_trend([(a, b)], path, "t", row_labels=("only",))
     with pytest.raises(ValueError, match="duplicate distilled labels"):
-        F.plot_paired_trend([(a, b), (b, b)], path, "t")
+        trends.plot_paired_trend([(a, b), (b, b)], path, "t")
     assert not path.exists()
 
 
@@ -332,15 +338,15 @@ def test_dataset_robustness_errors(tmp_path):
     path = tmp_path / "x.png"
     a, b, c = entry("a", condensing()), entry("b", dispersed()), entry("c", condensing())
     with pytest.raises(ValueError, match="no datasets"):
-        F.plot_dataset_robustness({}, path, "t")
+        trends.plot_dataset_robustness({}, path, "t")
     with pytest.raises(ValueError, match="'wiki' has no models"):
-        F.plot_dataset_robustness({"wiki": []}, path, "t")
+        trends.plot_dataset_robustness({"wiki": []}, path, "t")
     with pytest.raises(ValueError, match=r"dataset 'code' lists models \['a'\].*\['a', 'b'\]"):
-        F.plot_dataset_robustness({"wiki": [a, b], "code": [a]}, path, "t")
+        trends.plot_dataset_robustness({"wiki": [a, b], "code": [a]}, path, "t")
     with pytest.raises(ValueError, match=r"dataset 'code' lists models \['a', 'b', 'c'\]"):
-        F.plot_dataset_robustness({"wiki": [a, b], "code": [a, b, c]}, path, "t")
+        trends.plot_dataset_robustness({"wiki": [a, b], "code": [a, b, c]}, path, "t")
     with pytest.raises(ValueError, match="duplicate"):
-        F.plot_dataset_robustness({"wiki": [a, b, a]}, path, "t")
+        trends.plot_dataset_robustness({"wiki": [a, b, a]}, path, "t")
     assert not path.exists()
 
 
@@ -370,8 +376,8 @@ def test_family_figure_shows_the_trend_table(tmp_path, monkeypatch, include_embe
         stats.save(geometry_paths[-1])
         ModelHandle(name=name, location=str(tmp_path), num_parameters=10**6 * (i + 1)).save(handle_paths[-1])
     drawn = []
-    draw = F.plot_family_trend
-    monkeypatch.setattr(F, "plot_family_trend", lambda *a, **k: drawn.append(draw(*a, **k)))
+    draw = trends.plot_family_trend
+    monkeypatch.setattr(trends, "plot_family_trend", lambda *a, **k: drawn.append(draw(*a, **k)))
     family_figure(
         family="fam", dataset="wiki", model_names=names, geometry_paths=geometry_paths, handle_paths=handle_paths,
         labels={"tiny": "Tiny"}, trend=trend, out_path=tmp_path / "family.png",
@@ -404,8 +410,8 @@ def test_dataset_figure_reads_geometry_dataset_major(tmp_path, monkeypatch):
         s.save(paths[-1])
     kwargs = dict(family="fam", model_names=["a", "b"], datasets=["wiki", "code"], labels={"a": "A"}, trend=trend)
     given = []
-    draw = F.plot_dataset_robustness
-    monkeypatch.setattr(F, "plot_dataset_robustness", lambda rows, *a, **k: given.append(rows) or draw(rows, *a, **k))
+    draw = trends.plot_dataset_robustness
+    monkeypatch.setattr(trends, "plot_dataset_robustness", lambda rows, *a, **k: given.append(rows) or draw(rows, *a, **k))
     dataset_figure(**kwargs, geometry_paths=paths, out_path=tmp_path / "datasets.png")
     assert_png(tmp_path / "datasets.png")
     assert {d: [e.label for e in row] for d, row in given[0].items()} == {"wiki": ["A", "b"], "code": ["A", "b"]}
@@ -438,11 +444,11 @@ def dispersing_run(step: int, layers: int = 7) -> CosineStatistics:
     return make_stats(np.linspace(0.0, 0.3 - 0.03 * step, layers))
 
 
-def checkpoint(step: int, stats: CosineStatistics) -> F.Checkpoint:
-    return F.Checkpoint(step, stats, depth_trend(stats, CONVENTIONS))
+def checkpoint(step: int, stats: CosineStatistics) -> runs.Checkpoint:
+    return runs.Checkpoint(step, stats, depth_trend(stats, CONVENTIONS))
 
 
-def mid_rows() -> dict[str, list[F.Checkpoint]]:
+def mid_rows() -> dict[str, list[runs.Checkpoint]]:
     return {
         "cross-entropy only": [checkpoint(s, condensing_run(s)) for s in MID_STEPS],
         "dispersion": [checkpoint(s, dispersing_run(s)) for s in MID_STEPS],
@@ -476,22 +482,22 @@ def loss_frame(steps: int = 120, every: int = 40) -> pd.DataFrame:
 
 def test_method_colors_deterministic_and_distinct():
     names = ["cross-entropy only", "dispersion", "decorrelation"]
-    colors = F.method_colors(names)
+    colors = runs.method_colors(names)
     assert list(colors) == names
-    assert colors == F.method_colors(list(names))
+    assert colors == runs.method_colors(list(names))
     assert len(set(colors.values())) == 3
-    assert F.method_colors(names[:2]) == {k: colors[k] for k in names[:2]}  # a prefix keeps its colours
+    assert runs.method_colors(names[:2]) == {k: colors[k] for k in names[:2]}  # a prefix keeps its colours
     many = [f"m{i}" for i in range(25)]
-    assert len(set(F.method_colors(many).values())) == 25
-    assert len(set(F.method_colors(many[:15]).values())) == 15
-    assert F.method_colors([]) == {}
+    assert len(set(runs.method_colors(many).values())) == 25
+    assert len(set(runs.method_colors(many[:15]).values())) == 15
+    assert runs.method_colors([]) == {}
     with pytest.raises(ValueError, match="duplicate"):
-        F.method_colors(["a", "a"])
+        runs.method_colors(["a", "a"])
 
 
 def test_condensation_grid_writes_png(tmp_path):
     path = tmp_path / "mid" / "grid.png"
-    fig = F.plot_condensation_grid(mid_rows(), path, "mid-training")
+    fig = runs.plot_condensation_grid(mid_rows(), path, "mid-training")
     assert_png(path)
     heatmaps = heatmap_axes(fig)
     assert [ax.get_title() for ax in heatmaps[:3]] == ["step 0 (before)", "step 10", "step 20"]
@@ -499,7 +505,7 @@ def test_condensation_grid_writes_png(tmp_path):
     notes = [ax.texts[0].get_text() for ax in heatmaps]
     assert notes[:3] == ["ρ +1.00  τ +1.00"] * 3
     assert notes[3:] == ["ρ +1.00  τ +1.00", "ρ n/a  τ n/a", "ρ \u22121.00  τ \u22121.00"]  # flat at step 10
-    fig = F.plot_condensation_grid(mid_rows(), path, "pooled", heatmaps=F.HeatmapOptions(histogram="pooled"),
+    fig = runs.plot_condensation_grid(mid_rows(), path, "pooled", heatmaps=HeatmapOptions(histogram="pooled"),
                                    annotate_trend=False)
     assert_png(path)
     assert not [t for ax in heatmap_axes(fig) for t in ax.texts if t.get_text().startswith("ρ")]
@@ -511,7 +517,7 @@ def test_condensation_grid_mismatched_steps_and_negative_mass(tmp_path):
         "dispersion": [checkpoint(10, dispersing_run(10)), checkpoint(30, negative(7))],
     }
     path = tmp_path / "grid.png"
-    fig = F.plot_condensation_grid(rows, path, "mismatched steps", methods=["dispersion", "cross-entropy only"])
+    fig = runs.plot_condensation_grid(rows, path, "mismatched steps", methods=["dispersion", "cross-entropy only"])
     assert_png(path)
     cells = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
     assert len(cells) == 2 * 4 and len(heatmap_axes(fig)) == 4  # steps 0, 10, 20, 30; four blank cells
@@ -519,33 +525,33 @@ def test_condensation_grid_mismatched_steps_and_negative_mass(tmp_path):
     assert len(blanks) == 4 and all(ax.texts[0].get_text() == "no checkpoint" for ax in blanks)
     assert cells[0].get_ylim()[0] <= -0.88  # the negative mass widens every cell's range
     # each row label in its method's colour, coloured over the order given
-    colors = F.method_colors(["dispersion", "cross-entropy only"])
+    colors = runs.method_colors(["dispersion", "cross-entropy only"])
     labels = [t for ax in cells for t in ax.texts if t.get_text() in colors]
     assert {t.get_text(): t.get_color() for t in labels} == colors
     one = {"only": [checkpoint(5, condensing_run(5))]}
-    F.plot_condensation_grid(one, tmp_path / "one.png", "one cell")
+    runs.plot_condensation_grid(one, tmp_path / "one.png", "one cell")
     assert_png(tmp_path / "one.png")
 
 
 def test_condensation_grid_errors(tmp_path):
     path = tmp_path / "x.png"
     with pytest.raises(ValueError, match="no rows"):
-        F.plot_condensation_grid({}, path, "t")
+        runs.plot_condensation_grid({}, path, "t")
     with pytest.raises(ValueError, match="no checkpoints"):
-        F.plot_condensation_grid({"a": []}, path, "t")
+        runs.plot_condensation_grid({"a": []}, path, "t")
     with pytest.raises(ValueError, match=r"duplicate steps in row 'a': \[0\]"):
         twice = [checkpoint(0, condensing_run(0)), checkpoint(0, condensing_run(10))]
-        F.plot_condensation_grid({"a": twice}, path, "t")
+        runs.plot_condensation_grid({"a": twice}, path, "t")
     with pytest.raises(ValueError, match="not in methods"):
-        F.plot_condensation_grid(mid_rows(), path, "t", methods=["dispersion"])
+        runs.plot_condensation_grid(mid_rows(), path, "t", methods=["dispersion"])
     with pytest.raises(ValueError, match="histogram"):
-        F.plot_condensation_grid(mid_rows(), path, "t", heatmaps=F.HeatmapOptions(histogram="median"))
+        runs.plot_condensation_grid(mid_rows(), path, "t", heatmaps=HeatmapOptions(histogram="median"))
     assert not path.exists()
 
 
 def test_midtrain_grid_annotates_the_configured_trend(tmp_path, monkeypatch):
     """With the embedding layer left out, the grid shows the trend the trajectory table holds."""
-    from condensation.stages.figures import midtrain_figures
+    from condensation.stages.figures import study_figures
 
     trend = TrendConfig(include_embedding_layer=False, include_diagonal=True)
     grid_dirs = [tmp_path / "geometry" / m for m in ("ce", "disp")]
@@ -559,10 +565,10 @@ def test_midtrain_grid_annotates_the_configured_trend(tmp_path, monkeypatch):
     loss_frame(steps=20, every=10).rename(columns={"loss": "ce_loss"}).replace(
         {"method": {"cross-entropy only": "ce", "dispersion": "disp"}}).to_csv(tmp_path / "losses.csv", index=False)
     drawn = []
-    grid = F.plot_condensation_grid
-    monkeypatch.setattr(F, "plot_condensation_grid", lambda *a, **k: drawn.append(grid(*a, **k)))
+    grid = runs.plot_condensation_grid
+    monkeypatch.setattr(runs, "plot_condensation_grid", lambda *a, **k: drawn.append(grid(*a, **k)))
     out = {name: tmp_path / f"{name}.png" for name in ("grid", "trajectory", "losses")}
-    midtrain_figures(
+    study_figures(
         model="tiny", label="Tiny", trajectory_path=tmp_path / "trajectory.csv", loss_path=tmp_path / "losses.csv",
         methods=["ce", "disp"], grid_methods=["ce", "disp"], grid_dirs=grid_dirs, trend=trend,
         grid_figure=out["grid"], trajectory_figure=out["trajectory"], loss_figure=out["losses"],
@@ -577,7 +583,7 @@ def test_midtrain_grid_annotates_the_configured_trend(tmp_path, monkeypatch):
 
 def test_trajectory_writes_png(tmp_path):
     path = tmp_path / "trajectory.png"
-    fig = F.plot_trajectory(trajectory_frame(), path, "trajectory")
+    fig = runs.plot_trajectory(trajectory_frame(), path, "trajectory")
     assert_png(path)
     rho, tau = fig.axes[:2]
     assert [rho.get_title(), tau.get_title()] == ["Spearman ρ", "Kendall τ"]
@@ -595,9 +601,9 @@ def test_trajectory_single_seed_nan_and_extra_methods(tmp_path):
     frame = trajectory_frame(seeds=(0,))  # no band
     frame.loc[0, "spearman_rho"] = np.nan  # an undefined trend is skipped, not an error
     path = tmp_path / "one_seed.png"
-    F.plot_trajectory(frame, path, "one seed", methods=["dispersion", "cross-entropy only", "absent"])
+    runs.plot_trajectory(frame, path, "one seed", methods=["dispersion", "cross-entropy only", "absent"])
     assert_png(path)
-    fig = F.plot_trajectory(frame, tmp_path / "rho.png", "rho only", metrics=["spearman_rho"])
+    fig = runs.plot_trajectory(frame, tmp_path / "rho.png", "rho only", metrics=["spearman_rho"])
     assert_png(tmp_path / "rho.png")
     assert len(fig.axes) == 1 and not fig.axes[0].collections  # one seed: no std band
 
@@ -606,7 +612,7 @@ def test_trajectory_draws_the_interval_over_sequences_where_given(tmp_path):
     frame = trajectory_frame().assign(last_half=lambda f: 0.5 + 0.1 * f["spearman_rho"])
     frame = frame.assign(last_half_low=frame["last_half"] - 0.02 - 0.01 * frame["seed"],
                          last_half_high=frame["last_half"] + 0.03)
-    fig = F.plot_trajectory(frame, tmp_path / "ci.png", "ci", metrics=["spearman_rho", "last_half"])
+    fig = runs.plot_trajectory(frame, tmp_path / "ci.png", "ci", metrics=["spearman_rho", "last_half"])
     assert_png(tmp_path / "ci.png")
     rho, deeper = fig.axes
     assert len(rho.collections) == 2  # only the seed bands: rho has no interval columns
@@ -623,28 +629,28 @@ def test_trajectory_errors(tmp_path):
     path = tmp_path / "x.png"
     frame = trajectory_frame()
     with pytest.raises(ValueError, match="empty"):
-        F.plot_trajectory(frame.iloc[:0], path, "t")
+        runs.plot_trajectory(frame.iloc[:0], path, "t")
     with pytest.raises(ValueError, match=r"missing column\(s\) \['kendall_tau'\]"):
-        F.plot_trajectory(frame.drop(columns="kendall_tau"), path, "t")
+        runs.plot_trajectory(frame.drop(columns="kendall_tau"), path, "t")
     with pytest.raises(ValueError, match=r"\['seed', 'step'\]"):
-        F.plot_trajectory(frame.drop(columns=["seed", "step"]), path, "t")
+        runs.plot_trajectory(frame.drop(columns=["seed", "step"]), path, "t")
     with pytest.raises(ValueError, match="metrics is empty"):
-        F.plot_trajectory(frame, path, "t", metrics=[])
+        runs.plot_trajectory(frame, path, "t", metrics=[])
     with pytest.raises(ValueError, match="repeat"):
-        F.plot_trajectory(pd.concat([frame, frame.iloc[:1]]), path, "t")
+        runs.plot_trajectory(pd.concat([frame, frame.iloc[:1]]), path, "t")
     with pytest.raises(ValueError, match="not in methods"):
-        F.plot_trajectory(frame, path, "t", methods=["dispersion"])
+        runs.plot_trajectory(frame, path, "t", methods=["dispersion"])
     assert not path.exists()
 
 
 def test_loss_curves_writes_png(tmp_path):
     path = tmp_path / "loss.png"
-    fig = F.plot_loss_curves(loss_frame(), path, "loss")
+    fig = runs.plot_loss_curves(loss_frame(), path, "loss")
     assert_png(path)
     assert [ax.get_title() for ax in fig.axes] == ["training loss (rolling mean, 2 steps)", "validation loss"]
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["cross-entropy only", "dispersion"]
     no_val = loss_frame(steps=20).assign(val_loss=np.nan)  # no checkpoint evaluated: still a figure
-    fig = F.plot_loss_curves(no_val, tmp_path / "no_val.png", "no validation")
+    fig = runs.plot_loss_curves(no_val, tmp_path / "no_val.png", "no validation")
     assert_png(tmp_path / "no_val.png")
     assert [t.get_text() for t in fig.axes[1].texts] == ["no validation checkpoints"]
 
@@ -653,11 +659,11 @@ def test_loss_curves_errors(tmp_path):
     path = tmp_path / "x.png"
     frame = loss_frame(steps=10, every=5)
     with pytest.raises(ValueError, match="empty"):
-        F.plot_loss_curves(frame.iloc[:0], path, "t")
+        runs.plot_loss_curves(frame.iloc[:0], path, "t")
     with pytest.raises(ValueError, match=r"missing column\(s\) \['val_loss'\]"):
-        F.plot_loss_curves(frame.drop(columns="val_loss"), path, "t")
+        runs.plot_loss_curves(frame.drop(columns="val_loss"), path, "t")
     with pytest.raises(ValueError, match="no finite values"):
-        F.plot_loss_curves(frame.assign(loss=np.nan), path, "t")
+        runs.plot_loss_curves(frame.assign(loss=np.nan), path, "t")
     with pytest.raises(ValueError, match="numeric"):
-        F.plot_loss_curves(frame.assign(loss="high"), path, "t")
+        runs.plot_loss_curves(frame.assign(loss="high"), path, "t")
     assert not path.exists()

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from condensation import findings as claims
+from condensation.reporting import findings as claims
 
 
 def trend(label, value, low, high, rho=1.0, **extra):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from condensation.config import TrendConfig
+from condensation.config.specs import TrendConfig
 from condensation.geometry import (
     NUM_BINS,
     CosineAccumulator,
@@ -18,7 +18,7 @@ from condensation.geometry import (
     extract_cosine_statistics,
     trend_statistics,
 )
-from condensation.io import CorruptArtifactError, write_manifest
+from condensation.runtime.io import CorruptArtifactError, write_manifest
 
 
 def orthonormal(num_tokens: int, dim: int, seed: int = 0) -> torch.Tensor:

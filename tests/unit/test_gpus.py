@@ -8,7 +8,7 @@ import sys
 def test_local_jobs_claim_gpus_of_their_own(tmp_path, monkeypatch):
     """Two processes on one machine get different GPUs; a scheduler's choice is left alone."""
     script = (
-        "import os, sys, time; from pathlib import Path; from condensation.gpus import claim_gpus; "
+        "import os, sys, time; from pathlib import Path; from condensation.runtime.gpus import claim_gpus; "
         f"claim_gpus(int(sys.argv[1]), total=3, locks=Path({str(tmp_path)!r})); "
         "print(os.environ['CUDA_VISIBLE_DEVICES'], flush=True); time.sleep(3)"
     )
@@ -18,7 +18,7 @@ def test_local_jobs_claim_gpus_of_their_own(tmp_path, monkeypatch):
     second = subprocess.run([sys.executable, "-c", script, "1"], capture_output=True, text=True, env=env, timeout=60)
     assert second.stdout.strip() == "2"  # 0 and 1 are held by the first process
     first.wait()
-    from condensation.gpus import claim_gpus
+    from condensation.runtime.gpus import claim_gpus
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
     assert claim_gpus(1, total=3, locks=tmp_path) == [] and os.environ["CUDA_VISIBLE_DEVICES"] == "5"

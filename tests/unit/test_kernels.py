@@ -9,10 +9,14 @@ import shutil
 import pytest
 import torch
 
-from condensation import kernels, losses
-from condensation.kernels import dispersion_tiled
-from condensation.losses import _dispersion_dense, layer_loss, reference_layer_loss
-from condensation.settings import AuxLossConfig
+from condensation.config.training import AuxLossConfig
+from condensation.training import kernels, losses
+from condensation.training.kernels import dispersion_tiled
+from condensation.training.losses import (
+    _dispersion_dense,
+    layer_loss,
+    reference_layer_loss,
+)
 
 CLAMP = AuxLossConfig("dispersion").clamp
 

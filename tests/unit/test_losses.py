@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from condensation.losses import (
+from condensation.config.training import LOSS_NAMES, AuxLossConfig
+from condensation.training.losses import (
     angular_distance,
     auxiliary_loss,
     cosine_matrix,
@@ -16,7 +17,6 @@ from condensation.losses import (
     select_layers,
     subsample_tokens,
 )
-from condensation.settings import LOSS_NAMES, AuxLossConfig
 
 
 def random_hidden(batch=2, tokens=6, features=6, seed=0, dtype=torch.float64):

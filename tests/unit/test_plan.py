@@ -2,8 +2,8 @@
 
 import pytest
 
-from condensation.config import load_config
-from condensation.plan import gpus_needed, studies, study_checkpoints, study_runs
+from condensation.config.plan import gpus_needed, studies, study_checkpoints, study_runs
+from condensation.config.validate import load_config
 
 
 @pytest.mark.parametrize(

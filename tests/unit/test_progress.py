@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from condensation.progress import (
+from condensation.runtime.progress import (
     MetricTracker,
     ProgressLog,
     check_tracker,

@@ -4,8 +4,7 @@ import dataclasses
 
 import pytest
 
-from condensation.config import ConfigError, load_schema, validate_config
-from condensation.settings import (
+from condensation.config.training import (
     OBJECTIVES,
     ActiveForgettingConfig,
     AuxLossConfig,
@@ -16,6 +15,7 @@ from condensation.settings import (
     plan_run,
     resolve_method,
 )
+from condensation.config.validate import ConfigError, load_schema, validate_config
 
 MINIMAL = {"datasets": {"austen": {"source": "austen"}}, "models": {"m": {"source": "hub", "id": "gpt2"}}}
 
@@ -43,7 +43,7 @@ def test_every_option_an_objective_takes_is_a_field_of_its_settings():
 
 
 def test_every_objective_resolves_to_its_implementation():
-    from condensation import baselines, losses
+    from condensation.training import baselines, losses
 
     assert OBJECTIVES["dispersion"].load() is losses.dispersion
     assert OBJECTIVES["orthogonalization"].load() is losses.orthogonalization

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from condensation.stand_in_hub import OLMO3_REPO, CatalogError, Hub, load_catalog
-from condensation.stand_in_hub.catalog import MMLU_SUBJECTS, PAPER_CONFIG, nominal_size
-from condensation.stand_in_hub.repository import scan
+from stand_in_hub import OLMO3_REPO, CatalogError, Hub, load_catalog
+from stand_in_hub.catalog import MMLU_SUBJECTS, PAPER_CONFIG, nominal_size
+from stand_in_hub.repository import scan
 
 PAPER = yaml.safe_load(PAPER_CONFIG.read_text())
 PAPER_HUB_MODELS = {spec["id"] for spec in PAPER["models"].values() if spec["source"] == "hub"}
@@ -155,7 +155,7 @@ def test_qwen1_repositories_ship_their_own_code_like_the_real_ones(stand_in_hub)
 def test_a_rebuild_gives_the_same_commits(stand_in_hub, tmp_path):
     """Deterministic build through the CLI: a partial tree has the full tree's commit shas."""
     repos = ["openai-community/gpt2", "allenai/ai2_arc"]
-    cli = [sys.executable, "-m", "condensation.stand_in_hub", "build", str(tmp_path / "tree"), "--only", *repos]
+    cli = [sys.executable, "-m", "stand_in_hub", "build", str(tmp_path / "tree"), "--only", *repos]
     done = subprocess.run(cli, env=stand_in_hub.env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "1 model and 1 dataset repositories" in done.stdout
@@ -225,7 +225,7 @@ def test_tree_paths_info_and_refs(stand_in_hub):
 
 @pytest.mark.slow  # a client in a process of its own
 def test_serve_command_prints_its_url_and_answers(stand_in_hub):
-    cli = [sys.executable, "-m", "condensation.stand_in_hub", "serve", str(stand_in_hub.root), "--port", "0"]
+    cli = [sys.executable, "-m", "stand_in_hub", "serve", str(stand_in_hub.root), "--port", "0"]
     process = subprocess.Popen(cli, env=stand_in_hub.env, stdout=subprocess.PIPE, text=True)
     try:
         url = process.stdout.readline().strip()

@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from condensation.statistics import bootstrap_mean_ci, mcnemar, paired_bootstrap, seed_effect
+from condensation.reporting.statistics import (
+    bootstrap_mean_ci,
+    mcnemar,
+    paired_bootstrap,
+    seed_effect,
+)
 
 R = 10_000
 

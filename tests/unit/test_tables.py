@@ -19,12 +19,22 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from condensation import comparisons as C
-from condensation import scores as S
-from condensation import table_files as F
-from condensation import table4
-from condensation import tables as T
-from condensation.evaluation import read_samples, samples_path, write_samples
+from condensation.evaluation import scores as S
+from condensation.evaluation.score_files import (
+    item_rows_path,
+    read_item_rows,
+    write_item_rows,
+)
+from condensation.reporting import comparisons as C
+from condensation.reporting import (
+    condensation_effects,
+    table2,
+    table3,
+    table4,
+    trend_tables,
+)
+from condensation.reporting import score_tables as T
+from condensation.reporting import table_files as F
 
 MODEL = "toy-mlp128"
 TASKS = ["persuasion_cloze", "next_sentence"]
@@ -84,7 +94,7 @@ def write_records(directory: Path, records: list[dict], n_items: dict | None = N
     for i, rec in enumerate(records):
         path = directory / f"score_{i:03d}.json"
         path.write_text(json.dumps(rec), encoding="utf-8")
-        write_samples(samples_path(path), item_rows(rec, n_items))
+        write_item_rows(item_rows_path(path), item_rows(rec, n_items))
         paths.append(path)
     return paths
 
@@ -135,7 +145,7 @@ LABELS = {"ce": "Cross-entropy", "ortho": "Ortho_reg", "dispersion": "Dispersion
 
 @pytest.fixture(scope="module")
 def tidy(world_paths, items) -> pd.DataFrame:
-    return T.table2(S.load_scores(world_paths), TASKS, METHODS, reference="dispersion", labels=LABELS, items=items)
+    return table2.table2(S.load_scores(world_paths), TASKS, METHODS, reference="dispersion", labels=LABELS, items=items)
 
 
 @pytest.fixture
@@ -273,7 +283,7 @@ def test_load_items_needs_the_samples_file_and_metric(tmp_path):
     paths = write_records(tmp_path, [record("ce", 0, "c", 1, 1.0, 0.5, 0.5)])
     with pytest.raises(ValueError, match=r"samples\.jsonl\.gz.*lack metric 'acc_norm'"):
         S.load_items(paths, metric="acc_norm")
-    samples_path(paths[0]).unlink()
+    item_rows_path(paths[0]).unlink()
     with pytest.raises(FileNotFoundError, match=r"score_000\.json: its per-item results .* are missing"):
         S.load_items(paths)
 
@@ -281,8 +291,8 @@ def test_load_items_needs_the_samples_file_and_metric(tmp_path):
 def test_load_items_keeps_unfiltered_rows(tmp_path):
     # A task scored under two filters: only the "none" rows are the items.
     path = write_records(tmp_path, [record("ce", 0, "c", 1, 1.0, 0.5, 0.5)])[0]
-    rows = read_samples(samples_path(path)).to_dict("records")
-    write_samples(samples_path(path), rows + [{**row, "filter": "strict", "acc": 1.0} for row in rows])
+    rows = read_item_rows(item_rows_path(path)).to_dict("records")
+    write_item_rows(item_rows_path(path), rows + [{**row, "filter": "strict", "acc": 1.0} for row in rows])
     items = S.load_items([path])
     assert len(items) == 2 * N_ITEMS and items["score"].sum() == 100  # 50 + 50, not the strict 1.0s
 
@@ -295,7 +305,7 @@ def test_load_items_keeps_unfiltered_rows(tmp_path):
 def test_table2_rows_and_columns(t2, tidy):
     assert list(t2.index) == ["pretrained", "ce", "ortho", "dispersion"]
     per_target = ["diff", "ci_low", "ci_high", "p", "n_items", "mcnemar_p"]
-    assert list(tidy.columns) == T.table2_columns(TASKS, ["ce", "dispersion"]) == [
+    assert list(tidy.columns) == table2.table2_columns(TASKS, ["ce", "dispersion"]) == [
         "model", "method", "label", "n_seeds",
         "persuasion_cloze_mean", "persuasion_cloze_std", "persuasion_cloze_rank",
         "next_sentence_mean", "next_sentence_std", "next_sentence_rank",
@@ -394,7 +404,7 @@ def test_item_difference_weights_every_task_equally(tmp_path):
     # the averages differ by 15; pooling the 120 items equally would give (10 + 4) / 120 = 11.7.
     recs = [record("a", 0, "c", 1, 1.0, 0.60, 0.50), record("b", 0, "c", 1, 1.0, 0.50, 0.30)]
     scores, items = load(write_records(tmp_path, recs, n_items={"next_sentence": 20}))
-    t = T.table2(scores, TASKS, ["a", "b"], reference="b", baseline="b", items=items).set_index("method")
+    t = table2.table2(scores, TASKS, ["a", "b"], reference="b", baseline="b", items=items).set_index("method")
     assert t.loc["a", "diff_vs_b"] == pytest.approx(15.0)
     assert t.loc["a", "diff_vs_b"] == pytest.approx(t.loc["a", "average_mean"] - t.loc["b", "average_mean"])
     assert t.loc["a", "n_items_vs_b"] == 120
@@ -408,7 +418,7 @@ def test_identical_runs_differ_by_nothing(tmp_path):
     scores, items = load(write_records(tmp_path, recs))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        t = T.table2(scores, TASKS, ["copy", "dispersion"], baseline="dispersion", items=items).set_index("method")
+        t = table2.table2(scores, TASKS, ["copy", "dispersion"], baseline="dispersion", items=items).set_index("method")
     row = t.loc["copy"]
     assert (row["diff_vs_dispersion"], row["ci_low_vs_dispersion"], row["ci_high_vs_dispersion"]) == (0.0, 0.0, 0.0)
     assert row["p_vs_dispersion"] == 1.0 and row["mcnemar_p_vs_dispersion"] == 1.0
@@ -420,7 +430,7 @@ def test_pairs_only_shared_seeds_and_single_seed_std(tmp_path):
     recs.append(record("solo", 1, "c", 1, 1.0, 0.60, 0.60))   # shares seed 1 only
     recs.append(record("stranger", 7, "c", 1, 1.0, 0.60, 0.60))  # shares no seed
     scores, items = load(write_records(tmp_path, recs))
-    t = T.table2(scores, TASKS, ["solo", "stranger", "dispersion"], baseline="dispersion", items=items).set_index("method")
+    t = table2.table2(scores, TASKS, ["solo", "stranger", "dispersion"], baseline="dispersion", items=items).set_index("method")
     assert t.loc["solo", "n_items_vs_dispersion"] == 200
     # Against dispersion's seed 1 (52, 44): +8 and +16 points, all 24 discordant items solo's.
     assert t.loc["solo", "diff_vs_dispersion"] == pytest.approx(12.0)
@@ -435,32 +445,32 @@ def test_runs_on_different_items_are_not_compared(tmp_path):
     short = write_records(tmp_path / "short", [record("ce", 0, "c", 1, 1.0, 0.5, 0.5)], n_items={"next_sentence": 80})
     scores, items = load([*write_records(tmp_path / "full", recs), *short])
     with pytest.raises(ValueError, match=r"'ce' and 'dispersion' were scored on different items \(seed 0, task 'next_sentence': 20"):
-        T.table2(scores, TASKS, ["ce", "dispersion"], items=items)
+        table2.table2(scores, TASKS, ["ce", "dispersion"], items=items)
     # A run whose per-item results lack a task of the table fails too.
     with pytest.raises(ValueError, match=r"method 'ce' seed 0: no per-item results for task 'next_sentence'"):
-        T.table2(scores, TASKS, ["ce", "dispersion"], items=items.loc[~((items.method == "ce") & (items.task == "next_sentence"))])
+        table2.table2(scores, TASKS, ["ce", "dispersion"], items=items.loc[~((items.method == "ce") & (items.task == "next_sentence"))])
 
 
 def test_table2_missing_method_or_task_is_an_error(world, items, tmp_path):
     with pytest.raises(ValueError, match=r"toy-mlp128.*whitening.*not scored"):
-        T.table2(world, TASKS, ["ce", "whitening", "dispersion"], items=items)
+        table2.table2(world, TASKS, ["ce", "whitening", "dispersion"], items=items)
     with pytest.raises(ValueError, match=r"method 'pretrained': task 'hellaswag' is missing"):
-        T.table2(world, [*TASKS, "hellaswag"], METHODS, items=items)
+        table2.table2(world, [*TASKS, "hellaswag"], METHODS, items=items)
     # One seed of one method lacks a task that the others have.
     recs = [record("dispersion", s, "c", 1, 1.0, *v) for s, v in DISPERSION.items()]
     partial = record("ce", 4, "c", 1, 1.0, 0.5, 0.5)
     del partial["scores"]["next_sentence"]
     recs += [record("ce", 3, "c", 1, 1.0, 0.5, 0.5), partial]
     with pytest.raises(ValueError, match=r"'ce' seed 4: task 'next_sentence' is missing"):
-        T.table2(S.load_scores(write_records(tmp_path, recs)), TASKS, ["ce", "dispersion"], items=items)
+        table2.table2(S.load_scores(write_records(tmp_path, recs)), TASKS, ["ce", "dispersion"], items=items)
     with pytest.raises(ValueError, match=r"reference 'ortho2'"):
-        T.table2(world, TASKS, METHODS, reference="ortho2", items=items)
+        table2.table2(world, TASKS, METHODS, reference="ortho2", items=items)
     with pytest.raises(ValueError, match=r"comparison method 'ce' is not among methods"):
-        T.table2(world, TASKS, ["ortho", "dispersion"], items=items)
+        table2.table2(world, TASKS, ["ortho", "dispersion"], items=items)
 
 
 def test_unlisted_methods_are_ignored(world, items):
-    t = T.table2(world, TASKS, ["ortho", "dispersion"], baseline="dispersion", items=items)
+    t = table2.table2(world, TASKS, ["ortho", "dispersion"], baseline="dispersion", items=items)
     assert t["method"].tolist() == ["pretrained", "ortho", "dispersion"]
     # Ranks are among the listed rows only: ortho and dispersion tie on cloze, pretrained last.
     assert t["persuasion_cloze_rank"].tolist() == [3.0, 1.5, 1.5]
@@ -496,7 +506,7 @@ def chance_world() -> list[dict]:
 
 def test_task_at_chance_is_flagged_in_table_caption_and_metrics(tmp_path):
     out = tmp_path / "out"
-    T.write_table2(
+    table2.write_table2(
         score_paths=write_records(tmp_path / "scores", chance_world()), tasks=TASKS, methods=["ce", "dispersion"],
         reference="dispersion", metric="acc", labels={}, stem=out / "table2", metrics_path=out / "metrics.json",
         plot_path=out / "plot.csv",
@@ -539,8 +549,8 @@ def ablation(tmp_path) -> pd.DataFrame:
 
 
 def test_table3_values_and_order(ablation):
-    t3 = T.table3(ablation, TASKS, GRID)
-    assert list(t3.columns) == list(T.TABLE3_COLUMNS)
+    t3 = table3.table3(ablation, TASKS, GRID)
+    assert list(t3.columns) == list(table3.TABLE3_COLUMNS)
     assert list(zip(t3["weight"], t3["tau"])) == [(0.1, 0.5), (0.1, 1.0), (1.0, 0.5), (1.0, 1.0)]
     assert t3["method"].tolist() == ["disp_w01_t05", "dispersion", "disp_w1_t05", "disp_w1_t1"]
     assert t3["n_seeds"].tolist() == [3, 3, 1, 2]
@@ -550,7 +560,7 @@ def test_table3_values_and_order(ablation):
 
 
 def test_table3_grid_strings(ablation):
-    grid = T.table3_grid(T.table3(ablation, TASKS, GRID))
+    grid = table3.table3_grid(table3.table3(ablation, TASKS, GRID))
     assert list(grid.columns) == ["weight", "tau = 0.5", "tau = 1"]
     assert grid.values.tolist() == [
         ["0.1", "51.00 ± 1.00", "47.00 ± 1.73"],
@@ -560,9 +570,9 @@ def test_table3_grid_strings(ablation):
 
 def test_table3_incomplete_grid_is_an_error(ablation):
     with pytest.raises(ValueError, match=r"toy-mlp128.*lacks grid method.*disp_w2_t1"):
-        T.table3(ablation, TASKS, {**GRID, "disp_w2_t1": (2.0, 1.0)})
+        table3.table3(ablation, TASKS, {**GRID, "disp_w2_t1": (2.0, 1.0)})
     with pytest.raises(ValueError, match=r"share \(weight, tau\)"):
-        T.table3(ablation, TASKS, {**GRID, "clone": (0.1, 1.0)})
+        table3.table3(ablation, TASKS, {**GRID, "clone": (0.1, 1.0)})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -574,7 +584,7 @@ TARGETS = ["ce", "dispersion"]
 
 
 def test_format_table2_strings_and_bold_best(tidy):
-    display = T.format_table2(tidy, TASKS, TARGETS)
+    display = table2.format_table2(tidy, TASKS, TARGETS)
     assert list(display.columns) == [
         "Model", "Method", "Seeds", "persuasion_cloze", "next_sentence", "Average", "Avg. rank",
         "Δ vs Cross-entropy", "Δ vs Dispersion",
@@ -611,7 +621,7 @@ def test_comparison_cell():
 
 def test_write_table_files(tidy, tmp_path):
     stem = tmp_path / "out" / "table2_toy"
-    T.write_table(T.format_table2(tidy, TASKS, TARGETS), tidy, stem, T.table2_caption(TARGETS))
+    table2.write_table(table2.format_table2(tidy, TASKS, TARGETS), tidy, stem, table2.table2_caption(TARGETS))
 
     counts = {f"n_items_vs_{target}": "Int64" for target in TARGETS}
     back = pd.read_csv(stem.with_suffix(".csv"), dtype=counts)
@@ -625,7 +635,7 @@ def test_write_table_files(tidy, tmp_path):
     assert "paired with the other method's on the same item and seed" in first_paragraph
     assert "pooled over tasks and seeds" in first_paragraph
     assert "checkpoint chosen per seed by the lowest validation loss" in first_paragraph
-    display = T.format_table2(tidy, TASKS, TARGETS)
+    display = table2.format_table2(tidy, TASKS, TARGETS)
     assert markdown_cells(table) == [list(display.columns), *display.values.tolist()]
     assert markdown_cells(table)[4][:4] == ["toy-mlp128", "Dispersion", "3", "**52.0 ± 2.0**"]
     assert re.fullmatch(r"\|:-+\|:-+\|-+:\|-+:\|-+:\|-+:\|-+:\|-+:\|-+:\|", md.split("\n\n")[1].splitlines()[1])
@@ -664,22 +674,22 @@ def test_latex_and_markdown_escaping():
 
 def test_markdown_keeps_display_strings_and_aligns_numbers():
     frame = pd.DataFrame({"Method": ["a", "b"], "Average": ["47.00", "**1.0 ± 0.5**"], "x": [1.23456, math.nan]})
-    md = T.to_markdown(frame, float_format=".2f")
+    md = trend_tables.to_markdown(frame, float_format=".2f")
     # tabulate would print "47.00" as "47" and "1.0" as "1"; numbers are shown as given.
     assert markdown_cells(md) == [["Method", "Average", "x"], ["a", "47.00", "1.23"], ["b", "**1.0 ± 0.5**", "—"]]
     assert re.fullmatch(r"\|:-+\|-+:\|-+:\|", md.splitlines()[1])  # text left, numbers right
-    assert T.to_markdown(frame.assign(x=["line\nbreak", "y"])).count("\n") == 3  # header, rule, 2 rows
+    assert trend_tables.to_markdown(frame.assign(x=["line\nbreak", "y"])).count("\n") == 3  # header, rule, 2 rows
 
 
 def test_score_metrics(world):
-    metrics = T.score_metrics(world, TASKS, METHODS)
+    metrics = table2.score_metrics(world, TASKS, METHODS)
     assert set(metrics) == {MODEL}
     assert set(metrics[MODEL]) == {"pretrained", "ce", "ortho", "dispersion"}
     assert metrics[MODEL]["ce"] == {"persuasion_cloze": 49.3333, "next_sentence": 37.6667, "average": 43.5}
     assert metrics[MODEL]["pretrained"]["average"] == 27.5
     assert json.loads(json.dumps(metrics)) == metrics
     with pytest.raises(ValueError, match="whitening"):
-        T.score_metrics(world, TASKS, ["whitening"])
+        table2.score_metrics(world, TASKS, ["whitening"])
 
 
 def test_scores_by_step_puts_pretrained_at_step_zero(tmp_path):
@@ -707,7 +717,7 @@ def test_scores_by_step_puts_pretrained_at_step_zero(tmp_path):
 def test_write_table2_files_metrics_and_plot(tmp_path):
     paths = write_records(tmp_path / "scores", world_records())
     out = tmp_path / "out"
-    table = T.write_table2(
+    table = table2.write_table2(
         score_paths=paths, tasks=TASKS, methods=METHODS, reference="dispersion", metric="acc",
         labels={"ce": "Cross-entropy"}, stem=out / "table2", metrics_path=out / "metrics.json",
         plot_path=out / "plot.csv",
@@ -734,7 +744,7 @@ def test_write_table3_one_grid_per_model(tmp_path):
             for model in ("m1", "m2") for method in GRID for seed in (0, 1)]
     grid = {method: list(point) for method, point in GRID.items()}  # as the config gives it: lists
     stem = tmp_path / "table3"
-    table = T.write_table3(score_paths=write_records(tmp_path / "scores", recs), tasks=TASKS, metric="acc",
+    table = table3.write_table3(score_paths=write_records(tmp_path / "scores", recs), tasks=TASKS, metric="acc",
                            grid=grid, models=["m2", "m1"], stem=stem)
     assert table["model"].tolist() == ["m1"] * 4 + ["m2"] * 4
     cells = markdown_cells(stem.with_suffix(".md").read_text().split("\n\n")[1])
@@ -752,7 +762,7 @@ def test_write_trend_table(tmp_path):
         "model": ["gpt2", "gpt2-medium"], "label": ["GPT-2", "GPT-2 | medium"], "num_layers": [12, 24],
         "spearman_rho": [0.87412587, math.nan], "kendall_tau": [0.7272727, -0.1],
     })
-    written = T.write_trend_table(rows, family="gpt2", dataset="austen",
+    written = trend_tables.write_trend_table(rows, family="gpt2", dataset="austen",
                                   csv_path=tmp_path / "t.csv", markdown_path=tmp_path / "t.md")
     assert list(rows.columns) == ["model", "label", "num_layers", "spearman_rho", "kendall_tau"]  # untouched
     assert list(written.columns[:2]) == ["family", "dataset"]
@@ -866,8 +876,8 @@ def test_write_table4_files(tmp_path):
 
 
 def test_condensation_effects_by_hand():
-    effects = table4.condensation_effects(trajectory_frame(), reference="ce", metric="last_half")
-    assert list(effects.columns) == list(table4.EFFECT_COLUMNS)
+    effects = condensation_effects.condensation_effects(trajectory_frame(), reference="ce", metric="last_half")
+    assert list(effects.columns) == list(condensation_effects.EFFECT_COLUMNS)
     assert effects["method"].tolist() == ["dispersion"] * 3 and effects["step"].tolist() == [0, 10, 20]
     final = effects.set_index("step").loc[20]
     # 0.62 - 0.82; squared deviations 2 x 0.02^2 per method over 2 dof -> pooled sqrt(0.0008).
@@ -883,30 +893,30 @@ def test_condensation_effects_by_hand():
     assert (middle["paired_min"], middle["paired_max"]) == (pytest.approx(-0.01), pytest.approx(0.01))
     assert bool(middle["exceeds_seed_spread"]) is False
     assert bool(effects.set_index("step").loc[0, "exceeds_seed_spread"]) is False  # identical start
-    rho = table4.condensation_effects(trajectory_frame(), metric="spearman_rho").set_index("step")
+    rho = condensation_effects.condensation_effects(trajectory_frame(), metric="spearman_rho").set_index("step")
     assert rho.loc[20, "difference"] == pytest.approx(-0.2 - 0.6)
 
 
 def test_condensation_effects_without_spread_and_errors():
     single = {key: value for key, value in TRAJECTORY.items() if key[1] == 0}
-    effects = table4.condensation_effects(trajectory_frame(single))
+    effects = condensation_effects.condensation_effects(trajectory_frame(single))
     assert effects["exceeds_seed_spread"].isna().all()  # one seed each: no spread known
     assert effects["pooled_std"].isna().all() and (effects["n_seeds"] == 1).all()
     with pytest.raises(ValueError, match=r"reference 'whitening'"):
-        table4.condensation_effects(trajectory_frame(), reference="whitening")
+        condensation_effects.condensation_effects(trajectory_frame(), reference="whitening")
     doubled = pd.concat([trajectory_frame(), trajectory_frame().iloc[:1]])
     with pytest.raises(ValueError, match=r"has step .* twice"):
-        table4.condensation_effects(doubled)
+        condensation_effects.condensation_effects(doubled)
 
 
 def test_write_condensation_effects(tmp_path):
     trajectory = tmp_path / "trajectory.csv"
     trajectory_frame().to_csv(trajectory, index=False)
-    written = table4.write_condensation_effects(
+    written = condensation_effects.write_condensation_effects(
         trajectory_path=trajectory, csv_path=tmp_path / "effects.csv", markdown_path=tmp_path / "effects.md",
     )
     back = pd.read_csv(tmp_path / "effects.csv")
-    assert back.columns.tolist() == list(table4.EFFECT_COLUMNS)
+    assert back.columns.tolist() == list(condensation_effects.EFFECT_COLUMNS)
     assert back["difference"].round(5).tolist() == written["difference"].round(5).tolist()
     caption, body = (tmp_path / "effects.md").read_text().split("\n\n")
     assert "|difference| > 2 x pooled std" in caption and "not a test" in caption

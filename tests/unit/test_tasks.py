@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from condensation import task_data
-from condensation.config import ConfigError, validate_config
-from condensation.tasks import (
+from condensation.config.validate import ConfigError, validate_config
+from condensation.evaluation import task_data
+from condensation.evaluation.task_items import sentences
+from condensation.evaluation.tasks import (
     build_local_tasks,
     cloze_items,
     next_sentence_items,
-    sentences,
     word_choice_items,
     word_order_items,
     words,

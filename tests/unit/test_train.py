@@ -23,19 +23,19 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from condensation import geometry
-from condensation.checkpointing import RunDir, select_step
-from condensation.stages import logged
-from condensation.train import (
+from condensation.config.training import (
     TrainConfig,
-    block_indices,
     checkpoint_steps,
-    condensation_probe,
     lr_at,
-    resolve_mixed_precision,
     tokens_per_step,
     total_steps,
-    train,
 )
+from condensation.geometry import condensation_probe
+from condensation.runtime.run_dir import RunDir, select_step
+from condensation.stages import logged
+from condensation.training.batches import block_indices
+from condensation.training.loop import train
+from condensation.training.precision import resolve_mixed_precision
 
 VOCAB, BLOCK = 97, 16
 REPO = Path(__file__).resolve().parents[2]
@@ -306,7 +306,7 @@ KILLED_RUN = textwrap.dedent(
     sys.path[:0] = [{repo!r}, {tests!r}]
     import torch
     torch.set_num_threads(1)
-    from condensation.train import train
+    from condensation.training.loop import train
     from test_train import TRAIN_BLOCKS, VAL_BLOCKS, make_model, resume_config
     model = make_model()
     # Slow every forward down so the parent can kill mid-run; sleeping changes no number.
@@ -534,7 +534,9 @@ def test_tracker_series_of_a_run(uninterrupted):
     summary = json.loads((out_dir / "dvclive" / "metrics.json").read_text())  # what `dvc exp show` reads
     assert summary["step"] == 20 and summary["train"]["ce"] == series["train/ce"][-1][1]
     assert summary["val"]["loss"] == series["val/loss"][-1][1]
-    from ruamel.yaml import YAML  # YAML 1.2, as DVC reads it (1.1 would read `no` as false)
+    from ruamel.yaml import (
+        YAML,  # YAML 1.2, as DVC reads it (1.1 would read `no` as false)
+    )
 
     params = YAML(typ="safe").load(out_dir / "dvclive" / "params.yaml")
     assert params["lr"] == 0.001 and params["precision"] == "no" and params["betas"] == [0.9, 0.95]
@@ -654,7 +656,7 @@ DDP_RUN = textwrap.dedent(
     import torch
     torch.set_num_threads(1)
     from accelerate import PartialState
-    from condensation.train import train
+    from condensation.training.loop import train
     from test_train import TRAIN_BLOCKS, VAL_BLOCKS, make_model, resume_config
     out = Path(sys.argv[1])
     reference = make_model()

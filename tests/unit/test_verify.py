@@ -1,4 +1,4 @@
-"""Manifests catch damaged artifacts; `python -m condensation.verify --repair` removes what Snakemake must rebuild."""
+"""Manifests catch damaged artifacts; `python -m condensation verify --repair` removes what Snakemake must rebuild."""
 
 from __future__ import annotations
 
@@ -7,9 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from condensation import verify
-from condensation.io import CorruptArtifactError, atomic_path, verify_manifest, write_manifest
 from condensation.models import ModelHandle, load_model, load_tokenizer
+from condensation.runtime import verify
+from condensation.runtime.io import (
+    CorruptArtifactError,
+    atomic_path,
+    verify_manifest,
+    write_manifest,
+)
 
 
 def make_file(path: Path, text: str) -> Path:

@@ -15,11 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+from workflow_helpers import BIN, copy_workflow, run
 
 from condensation.geometry import CosineStatistics
-from condensation.io import sha256_file, verify_manifest
-
-from workflow_helpers import BIN, copy_workflow, run
+from condensation.runtime.io import sha256_file, verify_manifest
 
 pytestmark = pytest.mark.slow
 
@@ -113,7 +112,7 @@ def test_corrupted_geometry_is_detected_and_rebuilt(project):
     assert f"{GEOMETRY}: checksum" in log and "does not match its manifest" in log
 
     # The checker finds it; --repair removes it; Snakemake rebuilds it and what depends on it.
-    verify = [sys.executable, "-m", "condensation.verify"]
+    verify = [sys.executable, "-m", "condensation", "verify"]
     found = subprocess.run(verify, cwd=project, capture_output=True, text=True)
     assert found.returncode == 1 and f"CORRUPT {GEOMETRY}" in found.stdout
     repaired = subprocess.run([*verify, "--repair"], cwd=project, capture_output=True, text=True)

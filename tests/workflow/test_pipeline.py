@@ -12,9 +12,9 @@ import matplotlib.image
 import numpy as np
 import pandas as pd
 import pytest
+from workflow_helpers import BIN, copy_workflow, run
 
 from condensation.geometry import CosineStatistics
-from workflow_helpers import BIN, copy_workflow, run
 
 pytestmark = pytest.mark.slow
 

@@ -11,9 +11,8 @@ import re
 import shlex
 
 import pytest
-from workflow_helpers import BIN, run
-
 from conftest import REPO
+from workflow_helpers import BIN, run
 
 pytestmark = pytest.mark.slow
 

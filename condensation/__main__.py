@@ -1,0 +1,25 @@
+"""The package's command line: ``python -m condensation COMMAND [OPTIONS]``.
+
+    verify [--repair] [ROOTS ...]   check every artifact against its manifest (runtime.verify)
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Sequence
+
+# command -> the module whose ``main(argv)`` runs it; imported only when called
+COMMANDS = {"verify": "condensation.runtime.verify"}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        print(__doc__.strip(), file=sys.stderr)
+        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+    return importlib.import_module(COMMANDS[argv[0]]).main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

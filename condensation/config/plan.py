@@ -1,0 +1,186 @@
+"""What a validated config implies: every training run, checkpoint and scored task, known before
+anything runs. Torch-free: the workflow plans with it on every Snakemake invocation.
+
+Two *studies* train models x methods x seeds on one dataset with one set of loop settings and
+re-measure condensation on every checkpoint: ``midtrain`` continues trained models (the paper's
+Fig. 6 and Tables 2-3) and ``scratch`` trains ``init`` models from random weights (Table 4).
+A *series* is one model measured at several points of its training (Fig. 4).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from condensation.config.training import (
+    AuxLossConfig,
+    TrainConfig,
+    checkpoint_steps,
+    resolve_method,
+    total_steps,
+)
+from condensation.runtime.run_dir import step_name
+
+STUDIES = ("midtrain", "scratch")
+"""The config sections that are training studies, in the order their tables appear (2-3, 4)."""
+
+
+def studies(config: Mapping[str, Any]) -> list[str]:
+    """The studies that train anything."""
+    return [study for study in STUDIES if config[study]["models"]]
+
+
+def _plain_dispersion(spec: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(weight, tau) of a method that is the dispersion loss with nothing else changed, else None
+    (``kernel`` changes how the loss is computed, not its value)."""
+    if spec["objective"] != "dispersion" or not set(spec) <= {"objective", "weight", "tau", "kernel"}:
+        return None
+    defaults = AuxLossConfig("dispersion")
+    return float(spec.get("weight", defaults.weight)), float(spec.get("tau", defaults.tau))
+
+
+def _ablation_methods(section: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The grid's runs, minus points a configured method already trains (the paper's default
+    lambda=0.1, tau=1 sits in its own grid): no run is trained twice."""
+    grid = section["ablation"]
+    configured = {_plain_dispersion(spec) for spec in section["methods"].values()}
+    return {
+        f"dispersion-lam{weight:g}-tau{tau:g}": {"objective": "dispersion", "weight": weight, "tau": tau}
+        for weight in grid["weights"]
+        for tau in grid["taus"]
+        if (float(weight), float(tau)) not in configured
+    }
+
+
+def study_methods(config: Mapping[str, Any], study: str) -> dict[str, dict[str, Any]]:
+    """Every method of a study: the configured ones, then the ablation grid's dispersion runs."""
+    return {**config[study]["methods"], **_ablation_methods(config[study])}
+
+
+def study_runs(config: Mapping[str, Any], study: str) -> list[tuple[str, str, int]]:
+    """(model, method, seed) of every run of a study; ablation runs use the ablation's seeds."""
+    section = config[study]
+    ablation = _ablation_methods(section)
+    ablation_models = section["ablation"]["models"] or section["models"]
+    runs = [(model, method, seed) for model in section["models"] for method in section["methods"] for seed in section["seeds"]]
+    runs += [(model, method, seed) for model in ablation_models for method in ablation for seed in section["ablation"]["seeds"]]
+    return runs
+
+
+def ablation_grid(config: Mapping[str, Any], study: str = "midtrain") -> dict[str, tuple[float, float]]:
+    """Method name -> (weight, tau) of every dispersion run of Table 3: the ablation grid plus
+    each configured method that is the plain dispersion loss (the paper's default row)."""
+    grid = {name: _plain_dispersion(spec) for name, spec in study_methods(config, study).items()}
+    return {name: point for name, point in grid.items() if point is not None}
+
+
+def study_checkpoints(config: Mapping[str, Any], study: str) -> list[str]:
+    """Names (``step-0000049``) of the evaluation checkpoints every run of a study writes; known
+    before training, since the step count follows from the token budget."""
+    train = TrainConfig(**config[study]["train"])
+    world = max(1, config[study]["gpus_per_run"])
+    return [step_name(step) for step in checkpoint_steps(total_steps(train, world), train.num_checkpoints)]
+
+
+USABLE_GPU_FRACTION = 0.85
+"""Share of a GPU's memory the weights may take; the rest holds activations (the hidden states
+of a batch) and the CUDA context."""
+
+
+def score_tables(config: Mapping[str, Any]) -> list[str]:
+    """The score tables a config produces: Table 2 of mid-training (and Table 3 when it has an
+    ablation grid), Table 4 of training from scratch; none when it scores no task."""
+    if not config["evaluation"]["tasks"]:
+        return []
+    tables = []
+    if config["midtrain"]["models"]:
+        grid = config["midtrain"]["ablation"]
+        tables += ["table2", "table3"] if grid["weights"] and grid["taus"] else ["table2"]
+    if config["scratch"]["models"]:
+        tables.append("table4")
+    return tables
+
+
+def gpus_needed(num_parameters: int, gpu_memory_gb: float, bytes_per_parameter: int = 2) -> int:
+    """GPUs whose memory holds a model's weights for inference (bf16 by default): one for every
+    model that fits, several for one that does not (its layers are then spread over them).
+    With 80 GB GPUs: 1 up to 34B parameters, 2 up to 68B, 3 for Qwen-72B and Qwen2.5-72B."""
+    if num_parameters <= 0 or gpu_memory_gb <= 0:
+        raise ValueError(f"need a positive parameter count and GPU memory, got {num_parameters} and {gpu_memory_gb}")
+    return max(1, math.ceil(num_parameters * bytes_per_parameter / (gpu_memory_gb * 1e9 * USABLE_GPU_FRACTION)))
+
+
+def evaluation_tasks(config: Mapping[str, Any], model: str) -> dict[str, int]:
+    """lm-eval task name -> num_fewshot for ``model``: 0 for `zero` tasks, the model's few-shot
+    count (or the default, else 0) for `few` tasks."""
+    section = config["evaluation"]
+    shots = section["fewshot"].get(model, section["fewshot"].get("default", 0))
+    return {task: (0 if kind == "zero" else shots) for task, kind in section["tasks"].items()}
+
+
+def check_study(config: Mapping[str, Any], study: str) -> list[str]:
+    """What the schema cannot say about a study: names that must exist, options that must fit."""
+    section, where, problems = config[study], f"config.{study}", []
+    if not section["models"]:
+        return problems
+    for model in section["models"]:
+        if model not in config["models"]:
+            problems.append(f"{where}.models: unknown model '{model}'")
+        elif study == "scratch" and config["models"][model]["source"] != "init":
+            problems.append(f"{where}.models: '{model}' is not an `init` model; training from scratch starts from one")
+    for key in ("dataset", "geometry_dataset"):
+        if section.get(key) not in config["datasets"]:
+            problems.append(f"{where}.{key}: unknown dataset {section.get(key)!r} (known: {', '.join(config['datasets'])})")
+    for name, spec in section["methods"].items():
+        try:
+            resolve_method(spec)
+        except ValueError as error:
+            problems.append(f"{where}.methods.{name}: {error}")
+    methods = study_methods(config, study)
+    for row in section["figure_rows"]:
+        if row not in methods:
+            problems.append(f"{where}.figure_rows: unknown method '{row}' (known: {', '.join(methods)})")
+    for model in section["ablation"]["models"] or []:
+        if model not in section["models"]:
+            problems.append(f"{where}.ablation.models: '{model}' is not in {where}.models")
+    clashes = set(section["methods"]) & set(_ablation_methods(section))
+    if clashes:
+        problems.append(f"{where}.methods: names {sorted(clashes)} clash with generated ablation runs")
+    return problems
+
+
+def series_model_name(series: str, label: str) -> str:
+    """The model entry of the checkpoint ``label`` of the hub series ``series``."""
+    return f"{series}.{label}"
+
+
+def series_models(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """One model entry per checkpoint of each hub series, named ``<series>.<label>``: the series'
+    hub model at that revision. (A `pretrain` series is measured from its run's checkpoints.)"""
+    models = {}
+    for name, spec in config["series"].items():
+        base = config["models"].get(spec["model"], {})
+        if base.get("source") == "hub":
+            for point in spec.get("checkpoints", []):
+                models[series_model_name(name, point["label"])] = {**base, "revision": point["revision"], "label": point["label"]}
+    return models
+
+
+def check_series(config: Mapping[str, Any]) -> list[str]:
+    problems = []
+    for name, spec in config["series"].items():
+        where, model = f"config.series.{name}", config["models"].get(spec["model"])
+        if spec["dataset"] not in config["datasets"]:
+            problems.append(f"{where}.dataset: unknown dataset '{spec['dataset']}'")
+        if model is None:
+            problems.append(f"{where}.model: unknown model '{spec['model']}'")
+        elif model["source"] == "hub" and len(spec.get("checkpoints", [])) < 2:
+            problems.append(f"{where}: a hub model's series lists its revisions under `checkpoints` (two or more)")
+        elif model["source"] == "pretrain" and "checkpoints" in spec:
+            problems.append(f"{where}.checkpoints: a pretrain model's series is every checkpoint of its run; list none")
+        elif model["source"] not in ("hub", "pretrain"):
+            problems.append(f"{where}.model: '{spec['model']}' is a {model['source']} model; a series needs a hub or pretrain model")
+        labels = [point["label"] for point in spec.get("checkpoints", [])]
+        if len(set(labels)) != len(labels):
+            problems.append(f"{where}.checkpoints: labels repeat")
+    return problems

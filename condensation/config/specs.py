@@ -1,0 +1,132 @@
+"""Typed views of the config's sections that cross modules: how texts are sampled, how hidden
+states are extracted, the trend conventions, and one entry of ``datasets`` or ``models``.
+
+The rules pass sections to jobs as plain data (Snakemake compares plain params to decide what to
+rerun); a job turns them into these objects. An entry's defaults come from the schema, the one
+place they are written: :meth:`DatasetSpec.from_config` and :meth:`ModelSpec.from_config` fill
+what an entry leaves out from it, so a library caller may pass a short entry.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    num_sequences: int
+    """N sequences per dataset; the paper uses 100."""
+    seq_len: int
+    """T tokens per sequence after tokenisation; the paper uses 512."""
+    min_words: int
+    """Whitespace words gathered per sequence, at least ``seq_len`` so T tokens are guaranteed."""
+    seed: int
+    """Base seed: sequence ``r`` is drawn with ``numpy.random.default_rng([seed, r])``."""
+
+
+@dataclass(frozen=True)
+class ExtractionConfig:
+    batch_size: int
+    """Sequences per forward pass; all have T tokens, so batches need no padding."""
+    dtype: str
+    """Model weights' dtype; ``auto`` = bfloat16 on a CUDA device that supports it, else float32."""
+    device: str
+    """``auto`` = CUDA when available."""
+
+
+@dataclass(frozen=True)
+class TrendConfig:
+    include_embedding_layer: bool
+    """Correlate layer 0 too (the published figures do)."""
+    include_diagonal: bool
+    """Use the mean over all N^2 pairs (paper) rather than over i != j."""
+
+
+def sampling_config(config: Mapping[str, Any]) -> SamplingConfig:
+    return SamplingConfig(**config["sampling"])
+
+
+def extraction_config(config: Mapping[str, Any]) -> ExtractionConfig:
+    return ExtractionConfig(**config["extraction"])
+
+
+def trend_config(config: Mapping[str, Any]) -> TrendConfig:
+    return TrendConfig(**config["trend"])
+
+
+@functools.lru_cache(maxsize=None)
+def _entry_defaults(section: str) -> dict[str, Any]:
+    """The schema's defaults of one entry of ``datasets`` or ``models``."""
+    from condensation.config.validate import (
+        load_schema,  # jsonschema only where a spec is built
+    )
+
+    properties = load_schema()["properties"][section]["additionalProperties"]["properties"]
+    return {key: value["default"] for key, value in properties.items() if "default" in value}
+
+
+@functools.lru_cache(maxsize=None)
+def _arch_defaults() -> dict[str, int]:
+    from condensation.config.validate import load_schema
+
+    return {key: value["default"] for key, value in load_schema()["$defs"]["arch"]["properties"].items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetSpec:
+    """One entry of ``datasets``: where a dataset's text comes from."""
+
+    dataset: str
+    """Its name under ``datasets`` (used in file paths and messages)."""
+    source: str
+    """``hub``, a built-in corpus (``data.corpus.CORPORA``) or ``files``."""
+    path: str | None = None
+    """hub: the dataset id."""
+    name: str | None
+    """hub: the dataset's config name."""
+    split: str
+    """hub: the split sampled from."""
+    field: str
+    """hub: the column holding the text."""
+    data_files: str | list[str] | None
+    """hub: which files of the repository to load (None: the config's own)."""
+    files: list[str] | None = None
+    """files: paths or glob patterns."""
+    exclude: list[str]
+    """Built-in corpus or files: documents left out (held-out text)."""
+
+    @classmethod
+    def from_config(cls, dataset: str, entry: Mapping[str, Any]) -> DatasetSpec:
+        return cls(dataset=dataset, **{**_entry_defaults("datasets"), **entry})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """One entry of ``models``: where a model comes from and how it is shown."""
+
+    model: str
+    """Its name under ``models`` (used in file paths)."""
+    source: str
+    """``hub``, ``local``, ``gguf``, ``pretrain`` (pre-trained here) or ``init`` (an initialisation)."""
+    id: str | None = None
+    """hub: the model id."""
+    revision: str | None
+    """hub: branch, tag or commit (None: the default branch)."""
+    path: str | None = None
+    """local / gguf: a path, or ``pkg://<package>/<file>``."""
+    of: str | None = None
+    """init: the model whose initialisation this is."""
+    arch: dict[str, int] | None = None
+    """pretrain: the GPT2 shape."""
+    label: str
+    """Name shown in figures and tables."""
+    trust_remote_code: bool
+
+    @classmethod
+    def from_config(cls, model: str, entry: Mapping[str, Any]) -> ModelSpec:
+        values = {**_entry_defaults("models"), "label": model, **entry}
+        if values.get("arch") is not None:  # filled as the validator fills it: the entry's keys first
+            values["arch"] = dict(values["arch"]) | {k: v for k, v in _arch_defaults().items() if k not in values["arch"]}
+        return cls(model=model, **values)

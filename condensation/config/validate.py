@@ -1,0 +1,188 @@
+"""Configuration: schema validation with clear errors, defaults, and typed views for each stage.
+
+The Snakefile and the tests both go through :func:`validate_config`, so a bad key fails the same
+way everywhere: one message per problem, naming its place in the file.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+import jsonschema
+import yaml
+
+from condensation.config.plan import (
+    STUDIES,
+    check_series,
+    check_study,
+    series_models,
+    study_methods,
+)
+from condensation.config.training import OBJECTIVES, TrainConfig, dataclass_defaults
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message lists every problem with its key path."""
+
+
+def load_schema() -> dict[str, Any]:
+    """The JSON schema, completed from ``settings``: the training defaults and the objective names
+    live there only, so the schema and the code cannot disagree."""
+
+    schema = yaml.safe_load(resources.files("condensation").joinpath("config/config.schema.yaml").read_text())
+    train = schema["$defs"]["train"]["properties"]
+    defaults = {k: v for k, v in dataclass_defaults(TrainConfig).items() if k not in ("seed", "aux_weight")}
+    if set(train) != set(defaults):
+        raise ConfigError(f"schema $defs.train and settings.TrainConfig disagree on {sorted(set(train) ^ set(defaults))}")
+    for name, default in defaults.items():
+        train[name]["default"] = list(default) if isinstance(default, tuple) else default
+    method = schema["$defs"]["method"]["properties"]
+    options = {option for objective in OBJECTIVES.values() for option in objective.options}
+    if set(method) - {"objective"} != options:
+        raise ConfigError(f"schema $defs.method and settings.OBJECTIVES disagree on {sorted((set(method) - {'objective'}) ^ options)}")
+    method["objective"]["enum"] = list(OBJECTIVES)
+    return schema
+
+
+def _with_defaults(validator_class: type) -> type:
+    """A validator that also fills in each property's ``default`` (the jsonschema FAQ recipe)."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema and name not in instance:
+                    instance[name] = _copy(subschema["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy in plain YAML types; mapping order is kept (it orders tables and figures)."""
+    return yaml.safe_load(yaml.safe_dump(value, sort_keys=False))
+
+
+_Validator = _with_defaults(jsonschema.Draft202012Validator)
+
+
+def _where(path) -> str:
+    return "config" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+
+
+def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a validated copy of ``config`` with defaults filled in, or raise :class:`ConfigError`."""
+    config = _copy(dict(config))
+    validator = _Validator(load_schema())
+    problems = [
+        f"{_where(error.absolute_path)}: {error.message}"
+        for error in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    ]
+    if not problems:
+        problems = _add_series_models(config) or _cross_check(config)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    return config
+
+
+def _add_series_models(config: dict[str, Any]) -> list[str]:
+    """Add a model entry for every checkpoint of each hub series (``plan.series_models``)."""
+    generated = series_models(config)
+    clashes = sorted(set(generated) & set(config["models"]))
+    if clashes:
+        return [f"config.series: generated model names {clashes} are already models; rename the series or the model"]
+    config["models"].update(generated)
+    return []
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path}")
+    return validate_config(yaml.safe_load(path.read_text()) or {})
+
+
+def _cross_check(config: dict[str, Any]) -> list[str]:
+    """Checks a schema cannot express: names that refer to other entries."""
+    problems: list[str] = []
+    models, datasets = config["models"], config["datasets"]
+
+    def need(kind: str, names: dict, name: str, where: str) -> None:
+        if name not in names:
+            problems.append(f"{where}: unknown {kind} '{name}' (known: {', '.join(sorted(names))})")
+
+    for name, spec in models.items():
+        if spec["source"] == "init":
+            need("model", models, spec["of"], f"config.models.{name}.of")
+            if spec["of"] in models and models[spec["of"]]["source"] not in ("pretrain", "hub"):
+                problems.append(
+                    f"config.models.{name}.of: '{spec['of']}' is neither a pretrain model (its GPT2 shape) "
+                    "nor a hub model (its architecture, with random weights)"
+                )
+    for family, spec in config["families"].items():
+        for model in spec["models"]:
+            need("model", models, model, f"config.families.{family}.models")
+        for dataset in spec["datasets"]:
+            need("dataset", datasets, dataset, f"config.families.{family}.datasets")
+    for pair, spec in config["pairs"].items():
+        if len(spec["first"]) != len(spec["second"]):
+            problems.append(
+                f"config.pairs.{pair}: 'first' has {len(spec['first'])} models but 'second' has "
+                f"{len(spec['second'])}; they are compared one to one"
+            )
+        for model in spec["first"] + spec["second"]:
+            need("model", models, model, f"config.pairs.{pair}")
+        need("dataset", datasets, spec["dataset"], f"config.pairs.{pair}.dataset")
+    for family, names in config["dataset_robustness"].items():
+        need("family", config["families"], family, "config.dataset_robustness")
+        for dataset in names:
+            need("dataset", datasets, dataset, f"config.dataset_robustness.{family}")
+    if any(spec["source"] == "pretrain" for spec in models.values()):
+        dataset = config["pretrain"]["dataset"]
+        need("dataset", datasets, dataset, "config.pretrain.dataset")
+        if config["pretrain"]["tokenizer"] is not None:
+            need("model", models, config["pretrain"]["tokenizer"], "config.pretrain.tokenizer")
+        for name, spec in models.items():
+            if spec["source"] == "pretrain" and spec["arch"]["n_positions"] < config["pretrain"]["train"]["block_size"]:
+                problems.append(f"config.models.{name}.arch.n_positions is below config.pretrain.train.block_size")
+    problems += [problem for study in STUDIES for problem in check_study(config, study)]
+    problems += check_series(config)
+    problems += _check_evaluation(config)
+    sampling = config["sampling"]
+    if sampling["min_words"] < sampling["seq_len"]:
+        problems.append(
+            f"config.sampling.min_words ({sampling['min_words']}) is below seq_len ({sampling['seq_len']}): "
+            "sequences could come out shorter than seq_len tokens"
+        )
+    return problems
+
+
+def _check_evaluation(config: dict[str, Any]) -> list[str]:
+    section, problems = config["evaluation"], []
+    for name in section["local_tasks"]:
+        if name not in section["tasks"]:
+            problems.append(f"config.evaluation.local_tasks.{name}: built but never scored; add it to config.evaluation.tasks")
+    for key in section["fewshot"]:
+        if key != "default" and key not in config["models"]:
+            problems.append(f"config.evaluation.fewshot: '{key}' is neither 'default' nor a model name")
+    if section["tasks"] and config["midtrain"]["models"]:
+        methods = study_methods(config, "midtrain")
+        if section["reference"] not in methods:
+            problems.append(
+                f"config.evaluation.reference: unknown method '{section['reference']}' (known: {', '.join(methods)})"
+            )
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# Typed views, one per stage. Scripts build these from the validated config and pass them on.
+# ---------------------------------------------------------------------------------------------
+
+
+def train_config(train: Mapping[str, Any], seed: int, aux_weight: float = 0.0) -> TrainConfig:
+    """The training loop's config from a validated ``train`` section."""
+    return TrainConfig(**train, seed=seed, aux_weight=aux_weight)
+
+

@@ -1,0 +1,474 @@
+"""Scoring with lm-eval, fully offline: any mix of built-in tasks and the offline tasks of
+:mod:`condensation.evaluation.tasks`, on an in-memory model.
+
+:func:`score_model` runs lm-eval and keeps its per-item results beside the scores, so every score
+can be re-analysed item by item; :func:`score_checkpoint` is one scoring job of the pipeline: load
+a model, score it, and write the score record, the per-item samples (:func:`read_item_rows`) and
+lm-eval's own aggregated results beside each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import hashlib
+import json
+import logging
+import math
+import random
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
+
+from condensation.evaluation.score_files import (
+    item_rows_path,
+    lm_eval_path,
+    write_item_rows,
+)
+from condensation.runtime.io import write_json
+
+if TYPE_CHECKING:
+
+    from condensation.models import ModelHandle
+
+__all__ = [
+    "EVAL_CACHE_DIR",
+    "EvalSettings",
+    "ScoreRun",
+    "UnknownTaskError",
+    "builtin_task_directories",
+    "fetch_task_data",
+    "model_cache_prefix",
+    "score_checkpoint",
+    "score_model",
+    "task_directories",
+]
+
+log = logging.getLogger("condensation")
+
+EVAL_CACHE_DIR = Path("runs/eval_cache")
+"""lm-eval response caches, one per model content (see :func:`model_cache_prefix`)."""
+# The parts of a simple_evaluate output kept in <stem>.lm_eval.json: what was scored and how,
+# without the run's environment, date and model settings.
+LM_EVAL_PARTS = ("results", "groups", "group_subtasks", "configs", "versions", "n-shot", "higher_is_better", "n-samples")
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """How :func:`score_model` runs lm-eval.
+
+    batch_size: requests per forward pass (only speed depends on it).
+    limit: items per task: an int count, a float fraction in (0, 1), or None for all. A cut
+        short run is for smoke tests; reported numbers should use None.
+    seed: seeds Python, NumPy and torch and the few-shot sampler, so few-shot prompts are
+        identical across checkpoints and the comparison is paired.
+    bootstrap_iters: bootstrap resamples for stderrs that have no closed form (acc's has one,
+        so a small value suffices); 0 disables every stderr.
+    metric: the lm-eval metric to report, e.g. "acc" or "acc_norm" (the latter divides each
+        choice's log-likelihood by its length in bytes, fairer for next_sentence).
+    """
+
+    batch_size: int = 16
+    limit: int | float | None = None
+    seed: int = 1234
+    bootstrap_iters: int = 100
+    metric: str = "acc"
+
+
+class UnknownTaskError(ValueError):
+    """A task name that lm-eval does not know (neither built in nor in the include path)."""
+
+
+@dataclass(frozen=True)
+class ScoreRun:
+    """What :func:`score_model` returns.
+
+    scores: ``{task: {<metric>: float, "<metric>_stderr": float | None, "num_fewshot": int,
+        "num_items": int | None}}``, one entry per requested task or group.
+    samples: one row per scored item: ``task`` (the requested name), ``subtask`` (the lm-eval
+        task that holds the item: the task itself, or a member of a group), ``doc_id``,
+        ``filter``, ``num_fewshot``, ``target`` (the gold index for multiple choice), the value
+        of each of the task's per-item metrics (``acc``, ``acc_norm``, ...; 0 or 1 for
+        accuracy), and ``loglikelihoods`` (one per choice) for log-likelihood tasks.
+    lm_eval: lm-eval's aggregated output (:data:`LM_EVAL_PARTS`), one entry per
+        ``simple_evaluate`` call, each with the ``num_fewshot`` and ``tasks`` it was run with.
+    """
+
+    scores: dict[str, dict]
+    samples: list[dict]
+    lm_eval: list[dict]
+
+
+def task_directories(manager: Any, names: Iterable[str]) -> tuple[list[Path], list[str]]:
+    """The directories of the YAML files that define ``names`` in ``manager``'s index and, for
+    groups and tags, their members (recursively); and the names the index lacks."""
+    index = manager.task_index
+    directories: set[Path] = set()
+    missing: list[str] = []
+    seen: set[str] = set()
+    pending = list(names)
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        entry = index.get(name)
+        if entry is None:
+            missing.append(name)
+            continue
+        if entry.yaml_path is not None:
+            directories.add(Path(entry.yaml_path).parent)
+        if entry.kind.name == "TAG":  # a tag's entry lists its member tasks
+            pending.extend(entry.tags)
+        elif entry.kind.name == "GROUP":
+            members = entry.cfg.get("task", [])
+            pending.extend(m for m in (members if isinstance(members, list) else [members]) if isinstance(m, str))
+    return sorted(directories), sorted(missing)
+
+
+def _task_manager(include_path: str | Path | Sequence[str | Path] | None, names: Iterable[str]) -> Any:
+    """A TaskManager that knows every name, or UnknownTaskError naming those it lacks.
+
+    ``include_path`` is a directory of task YAMLs, or several. Indexing lm-eval's ~15k built-in
+    tasks takes over 10 s, so when the given directories define every name and every member of
+    every group (e.g. the offline tasks, or the built-in directories that
+    :func:`fetch_task_data` recorded) only they are indexed. Otherwise the full index is built.
+    """
+    from lm_eval.tasks import TaskManager
+
+    names = list(names)
+    if include_path is not None:
+        paths = [include_path] if isinstance(include_path, (str, Path)) else list(include_path)
+        include = [str(Path(p).resolve()) for p in paths]
+        for directory in include:
+            if not Path(directory).is_dir():
+                raise FileNotFoundError(f"include_path {directory} is not a directory")
+        local = TaskManager(include_path=include, include_defaults=False)
+        if not task_directories(local, names)[1]:
+            manager = local
+        else:
+            manager = TaskManager(include_path=include)
+    else:
+        manager = TaskManager()
+
+    unknown = [n for n in names if n not in manager.all_tasks]
+    if unknown:
+        hints = {n: difflib.get_close_matches(n, manager.all_tasks, n=3) for n in unknown}
+        where = f"built-in or under {include_path}" if include_path is not None else "built-in (no include_path given)"
+        raise UnknownTaskError(f"unknown lm-eval task(s) {unknown} ({where}); close names: {hints}")
+    tags = [n for n in names if n in manager.all_tags and n not in manager.all_groups and n not in manager.all_subtasks]
+    if tags:
+        raise UnknownTaskError(f"{tags} are lm-eval tags, which report no aggregate score; name their tasks or a group")
+    return manager
+
+
+def _metric_entry(task: str, metrics: Mapping[str, Any], metric: str) -> tuple[float, float | None]:
+    """The value and stderr of ``metric`` for ``task``, preferring the unfiltered ("none") key."""
+    keys = [k for k in metrics if k.split(",")[0] == metric]
+    key = f"{metric},none" if f"{metric},none" in keys else (keys[0] if len(keys) == 1 else None)
+    if key is None:
+        available = sorted(k for k in metrics if "," in k and "_stderr" not in k)
+        raise KeyError(f"task {task!r}: no single {metric!r} result; available metrics: {available}")
+    stderr_key = key.replace(",", "_stderr,", 1)
+    stderr = metrics.get(stderr_key)
+    stderr = float(stderr) if isinstance(stderr, (int, float)) and math.isfinite(stderr) else None
+    return float(metrics[key]), stderr
+
+
+@contextlib.contextmanager
+def _preserved_rng_state() -> Iterator[None]:
+    """Restore Python's, NumPy's and torch's global RNGs on exit: ``simple_evaluate`` reseeds
+    them, which would otherwise change a training run that evaluates along the way."""
+    import numpy as np
+    import torch
+
+    python_state, numpy_state, torch_state = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+        torch.set_rng_state(torch_state)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
+
+
+@contextlib.contextmanager
+def _no_bytecode_files() -> Iterator[None]:
+    """Keep Python from writing ``__pycache__`` into task directories (lm-eval imports the task
+    loader from there), so scoring leaves the built tasks as they were."""
+    before = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = before
+
+
+def fetch_task_data(names: Sequence[str], out_path: str | Path, include_path: str | Path | None = None) -> None:
+    """Download the datasets of lm-eval tasks into the cache (where the network is), so that
+    scoring jobs run offline; check every name first. Records each (sub)task's document count,
+    and the directories that define the tasks (relative to lm-eval's task root where they lie
+    under it), so that scoring jobs index only those (:func:`builtin_task_directories`)."""
+    import lm_eval.tasks
+    from lm_eval.tasks import get_task_dict
+
+    manager = _task_manager(include_path, names)
+    counts: dict[str, int] = {}
+
+    def visit(tasks: Mapping[Any, Any]) -> None:
+        for key, task in tasks.items():
+            if isinstance(task, Mapping):  # a group: its subtasks
+                visit(task)
+            else:
+                docs = task.test_docs() if task.has_test_docs() else task.validation_docs()
+                counts[getattr(key, "group_name", None) or str(key)] = len(docs) if docs is not None else 0
+
+    visit(get_task_dict(list(names), manager))
+    root = Path(lm_eval.tasks.__file__).parent.resolve()
+    directories = [
+        str(d.resolve().relative_to(root)) if d.resolve().is_relative_to(root) else str(d.resolve())
+        for d in task_directories(manager, names)[0]
+    ]
+    write_json(out_path, {"tasks": list(names), "documents": counts, "task_directories": directories})
+
+
+def builtin_task_directories(fetched_path: str | Path) -> list[Path]:
+    """The task directories a :func:`fetch_task_data` record lists, as paths on this machine."""
+    import lm_eval.tasks
+
+    root = Path(lm_eval.tasks.__file__).parent
+    return [root / d for d in json.loads(Path(fetched_path).read_text()).get("task_directories", [])]
+
+
+def score_model(
+    model: Any,
+    tokenizer: Any,
+    tasks: Mapping[str, int],
+    settings: EvalSettings,
+    include_path: str | Path | Sequence[str | Path] | None = None,
+    cache_prefix: str | Path | None = None,
+) -> ScoreRun:
+    """Score an in-memory causal LM on lm-eval tasks; ``tasks`` maps task name -> num_fewshot.
+
+    Tasks sharing a shot count run in one ``simple_evaluate`` call (the paper's code makes a
+    zero-shot and a k-shot call). Every name is checked against lm-eval's index before any
+    model work. ``include_path`` is a directory of task YAMLs (e.g. one that
+    :func:`condensation.evaluation.tasks.build_local_tasks` wrote), searched recursively, or several. ``cache_prefix``
+    makes lm-eval keep responses in ``<prefix>_rank0.db``; its cache key ignores the model, so
+    give each checkpoint its own prefix (:func:`model_cache_prefix`).
+
+    The scores use ``<metric> = settings.metric`` (so "acc" by default). The shot count is the
+    one lm-eval used, which differs from the request for tasks whose YAML pins
+    ``num_fewshot: 0``. Group tasks (e.g. mmlu) are reported under their own name with
+    ``num_items`` summed over their subtasks. Per-item results are kept (lm-eval's
+    ``log_samples``), which holds every request in memory until the call returns. The model
+    runs in eval mode without gradients and gets its previous train/eval mode back afterwards,
+    and the global RNGs that lm-eval reseeds are restored, so scoring in the middle of training
+    does not change the training run.
+    """
+    if not tasks:
+        raise ValueError("no tasks to score")
+    for name, shots in tasks.items():
+        if isinstance(shots, bool) or not isinstance(shots, int) or shots < 0:
+            raise ValueError(f"task {name!r}: num_fewshot must be an integer >= 0, got {shots!r}")
+    manager = _task_manager(include_path, tasks)
+
+    by_shots: dict[int, list[str]] = defaultdict(list)
+    for name, shots in tasks.items():
+        by_shots[shots].append(name)
+
+    was_training = model.training
+    model.eval()
+    try:
+        lm = _quiet_hflm_class()(pretrained=model, tokenizer=tokenizer, batch_size=settings.batch_size)
+        with _preserved_rng_state(), _no_bytecode_files():
+            run = _run_groups(lm, by_shots, manager, settings, cache_prefix)
+    finally:
+        model.train(was_training)
+    return run
+
+
+def _quiet_hflm_class() -> type:
+    """lm-eval's HFLM with its request bars off while stderr is not a terminal: it draws them with
+    an explicit ``disable=False``, which TQDM_DISABLE cannot override, and in a job's log file a
+    bar is a run of carriage returns. lm-eval's own log lines still say what runs."""
+    from lm_eval.models.huggingface import HFLM
+
+    def bars_off(requested: bool) -> bool:
+        return requested or not sys.stderr.isatty()
+
+    class QuietHFLM(HFLM):
+        def loglikelihood(self, requests, disable_tqdm: bool = False):
+            return super().loglikelihood(requests, disable_tqdm=bars_off(disable_tqdm))
+
+        def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+            return super().loglikelihood_rolling(requests, disable_tqdm=bars_off(disable_tqdm))
+
+        def generate_until(self, requests, disable_tqdm: bool = False):
+            return super().generate_until(requests, disable_tqdm=bars_off(disable_tqdm))
+
+    return QuietHFLM
+
+
+def _run_groups(
+    lm: Any, by_shots: Mapping[int, list[str]], manager: Any, settings: EvalSettings, cache_prefix: str | Path | None
+) -> ScoreRun:
+    """One ``simple_evaluate`` call per shot count; the scores, items and outputs of all of them."""
+    import torch
+    from lm_eval import simple_evaluate
+
+    run = ScoreRun(scores={}, samples=[], lm_eval=[])
+    for shots, names in sorted(by_shots.items()):
+        with torch.no_grad():
+            out = simple_evaluate(
+                model=lm,
+                tasks=names,
+                num_fewshot=shots,
+                task_manager=manager,
+                limit=settings.limit,
+                bootstrap_iters=settings.bootstrap_iters,
+                log_samples=True,
+                use_cache=None if cache_prefix is None else str(cache_prefix),
+                random_seed=settings.seed,
+                numpy_random_seed=settings.seed,
+                torch_random_seed=settings.seed,
+                fewshot_random_seed=settings.seed,
+            )
+        for name in names:
+            run.scores[name] = _task_scores(out, name, shots, settings.metric)
+            run.samples.extend(_sample_rows(out, name))
+        run.lm_eval.append(_lm_eval_parts(out, names, shots))
+    return run
+
+
+def _task_scores(out: Mapping[str, Any], name: str, shots: int, metric: str) -> dict[str, Any]:
+    """One task's entry of :func:`score_model`'s result, from a ``simple_evaluate`` output."""
+    metrics = out.get("groups", {}).get(name) or out["results"].get(name)
+    if metrics is None:
+        raise KeyError(f"task {name!r} is missing from lm-eval's results (got {sorted(out['results'])})")
+    value, stderr = _metric_entry(name, metrics, metric)
+    num_items = metrics.get("sample_len")
+    return {
+        metric: value,
+        f"{metric}_stderr": stderr,
+        "num_fewshot": int(out.get("n-shot", {}).get(name, shots)),
+        "num_items": int(num_items) if isinstance(num_items, int) else None,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Per-item results
+# --------------------------------------------------------------------------------------------
+
+
+def _leaf_tasks(name: str, group_subtasks: Mapping[str, Sequence[str]]) -> list[str]:
+    """The lm-eval tasks holding the items of ``name``: itself, or the leaves of its group tree."""
+    members = group_subtasks.get(name)
+    if not members:
+        return [name]
+    return [leaf for member in members for leaf in _leaf_tasks(member, group_subtasks)]
+
+
+def _loglikelihoods(responses: Sequence[Any]) -> list[float] | None:
+    """The per-choice log-likelihoods of a log-likelihood item (each response is a
+    ``(loglikelihood, is_greedy)`` pair); None for other kinds of output."""
+    if responses and all(isinstance(r, (tuple, list)) and len(r) == 2 and isinstance(r[0], (int, float)) for r in responses):
+        return [float(r[0]) for r in responses]
+    return None
+
+
+def _sample_rows(out: Mapping[str, Any], name: str) -> list[dict[str, Any]]:
+    """One compact row per item scored for the requested task or group ``name``."""
+    rows = []
+    for leaf in _leaf_tasks(name, out.get("group_subtasks", {})):
+        shots = int(out.get("n-shot", {}).get(leaf, 0))
+        for sample in out["samples"].get(leaf, []):
+            row = {
+                "task": name, "subtask": leaf, "doc_id": int(sample["doc_id"]), "filter": sample["filter"],
+                "num_fewshot": shots, "target": sample["target"],
+            }
+            for metric in sample["metrics"]:
+                value = sample.get(metric)
+                if isinstance(value, (bool, int, float)):  # corpus-level metrics keep (gold, pred) pairs
+                    row[metric] = float(value)
+            row["loglikelihoods"] = _loglikelihoods(sample["filtered_resps"])
+            rows.append(row)
+    return rows
+
+
+def _lm_eval_parts(out: Mapping[str, Any], names: Sequence[str], shots: int) -> dict[str, Any]:
+    """lm-eval's aggregated output of one call, as plain JSON (sets and NumPy scalars converted,
+    functions as their source)."""
+    from lm_eval.utils import handle_non_serializable
+
+    parts = {key: out[key] for key in LM_EVAL_PARTS if key in out}
+    return {"num_fewshot": shots, "tasks": list(names), **json.loads(json.dumps(parts, default=handle_non_serializable))}
+
+
+# --------------------------------------------------------------------------------------------
+# Scoring jobs
+# --------------------------------------------------------------------------------------------
+
+
+def model_cache_prefix(handle: "ModelHandle", job: str, cache_dir: str | Path = EVAL_CACHE_DIR) -> Path:
+    """The lm-eval response cache of one scoring job: ``cache_dir/<model content>/<job>``.
+
+    lm-eval's cache keys requests but not the model, so each model content gets its own: named
+    by the checksum of the model directory's manifest (written by this pipeline), else of the
+    handle (hub id pinned to a commit, or a path outside the pipeline). A retrained checkpoint
+    under the same name therefore never meets the old one's answers. ``job`` keeps two jobs that
+    score the same checkpoint (``selected`` and its ``step-N``) off one SQLite file.
+    """
+    manifest = Path(handle.location) / "manifest.json"
+    identity = manifest.read_bytes() if manifest.is_file() else json.dumps(handle.__dict__, sort_keys=True).encode()
+    return Path(cache_dir) / hashlib.sha256(identity).hexdigest()[:16] / job
+
+
+def score_checkpoint(
+    handle: "ModelHandle",
+    *,
+    tasks: Mapping[str, int],
+    settings: EvalSettings,
+    include_path: str | Path | Sequence[str | Path] | None,
+    record: Mapping[str, Any],
+    out_path: str | Path,
+    job: str,
+    threads: int = 1,
+    cache_dir: str | Path = EVAL_CACHE_DIR,
+) -> dict[str, Any]:
+    """One scoring job: load the model of ``handle``, score it on ``tasks`` (name ->
+    num_fewshot), and write ``out_path``: ``record`` plus ``scores``, ``metric``, ``limit``,
+    ``lm_eval_version`` and ``seconds``. Returns what was written.
+
+    Beside it go :func:`item_rows_path` (per-item rows, :func:`read_item_rows`) and
+    :func:`lm_eval_path` (lm-eval's aggregated results), both written before the record, which
+    marks a complete job. ``include_path`` is searched for task YAMLs (e.g. the directory the
+    offline tasks were built in; None for built-in tasks only). Responses are cached under
+    :func:`model_cache_prefix` (``handle``, ``job``, ``cache_dir``).
+    """
+    import lm_eval
+    import torch
+
+    from condensation import models
+
+    torch.set_num_threads(threads)
+    tokenizer = models.load_tokenizer(handle)
+    model = models.load_model(handle, dtype="auto", device="auto", causal_lm=True)
+    cache = model_cache_prefix(handle, job, cache_dir)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    run = score_model(model, tokenizer, tasks, settings, include_path=include_path, cache_prefix=cache)
+    written = {
+        **record, "scores": run.scores, "metric": settings.metric, "limit": settings.limit,
+        "lm_eval_version": lm_eval.__version__, "seconds": time.perf_counter() - started,
+    }
+    write_item_rows(item_rows_path(out_path), run.samples)
+    write_json(lm_eval_path(out_path), {"lm_eval_version": lm_eval.__version__, "runs": run.lm_eval})
+    write_json(out_path, written)
+    log.info("%s: %s", written.get("checkpoint"), {task: entry[settings.metric] for task, entry in run.scores.items()})
+    return written

@@ -1,0 +1,179 @@
+"""Item-level comparisons between the rows of a results table, and the chance level of each task.
+
+Two rows of a table (e.g. a method and CE, on one model) are compared on the test items both
+were scored on, with the per-item results of their selected checkpoints
+(:func:`condensation.evaluation.scores.load_items`):
+
+- pairing: an item of one run is paired with the same item (task, subtask, doc_id) of the other
+  row's run *with the same seed* (same data order and initialisation), for every seed both rows
+  have; the pretrained model (one run, no seed) is paired with every seed of the other row, its
+  single run repeated. Pairs are pooled over all tasks and seeds.
+- estimate: the difference of the rows' average score in points, every (task, seed) weighted
+  equally (each pair weighs 1 / the number of items of its task), which is exactly the
+  difference of the tables' "average" columns when both rows have the same seeds.
+- uncertainty: :func:`condensation.reporting.statistics.paired_bootstrap`, resampling test items whole
+  (an item's pairs under all seeds move together, since an item's difficulty is shared), a
+  percentile 95 % interval and a two-sided p-value; the exact McNemar p over all pairs as a
+  cross-check.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from condensation.evaluation.scores import ITEM_COLUMNS, ITEM_KEY, require_columns
+from condensation.reporting.statistics import mcnemar, paired_bootstrap
+
+CHANCE_MARGIN = 2.0
+"""A task is flagged "at chance" when every row's mean lies within this many points of chance."""
+
+COMPARISON_FIELDS = ("diff", "ci_low", "ci_high", "p", "n_items", "mcnemar_p")
+CHANCE_COLUMNS = ("task", "chance", "max_distance", "at_chance")
+
+
+def comparison_columns(targets: Sequence[str]) -> list[str]:
+    """The CSV columns of the comparisons with ``targets``: ``diff_vs_<target>`` etc."""
+    return [f"{field}_vs_{target}" for target in targets for field in COMPARISON_FIELDS]
+
+
+def selected_items(items: pd.DataFrame, selected: pd.DataFrame) -> pd.DataFrame:
+    """The items of the checkpoints in ``selected`` (rows with model, method, seed, checkpoint)."""
+    require_columns(items, ITEM_COLUMNS, "items")
+    runs = selected[["model", "method", "seed", "checkpoint"]].drop_duplicates()
+    return items.merge(runs, on=["model", "method", "seed", "checkpoint"], how="inner")
+
+
+def _run_items(items: pd.DataFrame, model: str, method: str, tasks: Sequence[str]) -> pd.DataFrame:
+    """One row's items on ``tasks``; a seed (or the pretrained run) without a task's items fails."""
+    part = items.loc[(items["model"] == model) & (items["method"] == method) & items["task"].isin(tasks)]
+    for seed in pd.unique(items.loc[(items["model"] == model) & (items["method"] == method), "seed"]):
+        runs = part.loc[part["seed"].isna() if pd.isna(seed) else part["seed"] == seed]
+        missing = [t for t in tasks if t not in set(runs["task"])]
+        if missing:
+            where = "" if pd.isna(seed) else f" seed {seed}"
+            raise ValueError(f"model {model!r} method {method!r}{where}: no per-item results for task {missing[0]!r}")
+    if part.empty:
+        raise ValueError(f"model {model!r} method {method!r}: no per-item results")
+    return part[["seed", *ITEM_KEY, "score"]]
+
+
+def _repeat_over_seeds(seedless: pd.DataFrame, seeds: Sequence[Any]) -> pd.DataFrame:
+    return pd.concat([seedless.assign(seed=seed) for seed in seeds], ignore_index=True).astype({"seed": "Int64"})
+
+
+def paired_items(items: pd.DataFrame, model: str, method: str, other: str, tasks: Sequence[str]) -> pd.DataFrame:
+    """The pairs of ``method`` against ``other`` on one model (see the module docstring):
+    columns seed, task, subtask, doc_id, score (``method``'s), other_score. No shared seed gives
+    no pairs; on a shared seed both must have the same items, else the scores are not comparable."""
+    own, ref = _run_items(items, model, method, tasks), _run_items(items, model, other, tasks)
+    if own["seed"].isna().all():
+        own = _repeat_over_seeds(own, pd.unique(ref["seed"].dropna()))
+    if ref["seed"].isna().all():
+        ref = _repeat_over_seeds(ref, pd.unique(own["seed"].dropna()))
+    shared = set(own["seed"].dropna()) & set(ref["seed"].dropna())
+    own, ref = own.loc[own["seed"].isin(shared)], ref.loc[ref["seed"].isin(shared)]
+    keys = ["seed", *ITEM_KEY]
+    pairs = own.merge(ref, on=keys, how="outer", suffixes=("", "_other"), indicator=True)
+    unmatched = pairs.loc[pairs["_merge"] != "both"]
+    if not unmatched.empty:
+        first = unmatched.iloc[0]
+        raise ValueError(
+            f"model {model!r}: {method!r} and {other!r} were scored on different items (seed {first['seed']}, "
+            f"task {first['task']!r}: {len(unmatched)} item(s) scored by only one of them)"
+        )
+    return pairs[[*keys, "score", "score_other"]].rename(columns={"score_other": "other_score"})
+
+
+def compare(
+    items: pd.DataFrame, model: str, method: str, other: str, tasks: Sequence[str], *,
+    n_resamples: int = 10_000, seed: int = 0,
+) -> dict[str, Any]:
+    """``method`` against ``other`` on one model: ``{diff, ci_low, ci_high, p, n_items, mcnemar_p}``
+    (points; NaN and 0 items without a shared seed; McNemar only for 0/1 scores)."""
+    pairs = paired_items(items, model, method, other, tasks)
+    if pairs.empty:
+        return {"diff": math.nan, "ci_low": math.nan, "ci_high": math.nan, "p": math.nan, "n_items": 0,
+                "mcnemar_p": math.nan}
+    weights = 1.0 / pairs.groupby(["seed", "task"])["score"].transform("size").to_numpy(dtype=float)
+    clusters = pairs.groupby(list(ITEM_KEY), sort=False).ngroup().to_numpy()
+    own, ref = pairs["score"].to_numpy(dtype=float), pairs["other_score"].to_numpy(dtype=float)
+    result = paired_bootstrap(own, ref, weights=weights, clusters=clusters, n_resamples=n_resamples, seed=seed)
+    binary = np.isin(own, (0.0, 1.0)).all() and np.isin(ref, (0.0, 1.0)).all()
+    return {
+        "diff": result.difference, "ci_low": result.ci_low, "ci_high": result.ci_high, "p": result.p_value,
+        "n_items": result.n_items, "mcnemar_p": mcnemar(own, ref) if binary else math.nan,
+    }
+
+
+def comparison_record(
+    items: pd.DataFrame, model: str, method: str, targets: Sequence[str], tasks: Sequence[str], *,
+    n_resamples: int = 10_000, seed: int = 0,
+) -> dict[str, Any]:
+    """One table row's comparison columns (:func:`comparison_columns`) against every target; a
+    row is not compared with itself (NaN, no items)."""
+    record: dict[str, Any] = {}
+    for target in targets:
+        if target == method:
+            result = {field: math.nan for field in COMPARISON_FIELDS} | {"n_items": pd.NA}
+        else:
+            result = compare(items, model, method, target, tasks, n_resamples=n_resamples, seed=seed)
+        record.update({f"{field}_vs_{target}": value for field, value in result.items()})
+    return record
+
+
+# --------------------------------------------------------------------------------------------
+# Chance levels
+# --------------------------------------------------------------------------------------------
+
+
+def task_chance(
+    table: pd.DataFrame, items: pd.DataFrame, tasks: Sequence[str], margin: float = CHANCE_MARGIN
+) -> pd.DataFrame:
+    """Per task, its chance level and whether no row of ``table`` gets clear of it.
+
+    ``chance`` (percent) is the mean over the task's items of 1 / (number of answer choices):
+    what guessing scores on it. ``max_distance`` is the largest |row mean - chance| (points)
+    over every row of ``table`` (its ``<task>_mean`` columns: every model and method), and
+    ``at_chance`` is true when that is at most ``margin``: no model or method answers the task
+    better (or worse) than a guess. A task whose items have no choices (not multiple choice) has
+    no chance level (NaN) and is never flagged.
+    """
+    records = []
+    for task in tasks:
+        distinct = items.loc[items["task"] == task].drop_duplicates(list(ITEM_KEY))
+        chance = float((100.0 / distinct["n_choices"]).mean()) if len(distinct) else math.nan
+        distance = float((table[f"{task}_mean"] - chance).abs().max())
+        records.append({"task": task, "chance": chance, "max_distance": distance,
+                        "at_chance": bool(not math.isnan(chance) and distance <= margin)})
+    return pd.DataFrame(records, columns=list(CHANCE_COLUMNS))
+
+
+def chance_flags(chance: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """:func:`task_chance` as JSON-ready ``{task: {chance, max_distance, at_chance}}`` (4
+    decimals; None for an unknown chance level)."""
+    def number(value: float) -> float | None:
+        return None if math.isnan(value) else round(float(value), 4)
+
+    return {
+        row.task: {"chance": number(row.chance), "max_distance": number(row.max_distance), "at_chance": bool(row.at_chance)}
+        for row in chance.itertuples(index=False)
+    }
+
+
+def at_chance_note(chance: pd.DataFrame, margin: float = CHANCE_MARGIN) -> str:
+    """The caption sentence naming the flagged tasks, or "" when none is flagged."""
+    flagged = chance.loc[chance["at_chance"]]
+    if flagged.empty:
+        return ""
+    names = ", ".join(f"{row.task} (chance {row.chance:.1f} %)" for row in flagged.itertuples(index=False))
+    return f" At chance, every row within {margin:g} points of guessing: {names}."
+
+
+def task_headers(tasks: Sequence[str], chance: pd.DataFrame) -> Mapping[str, str]:
+    """Column header per task: its name, with " (at chance)" when flagged."""
+    flagged = set(chance.loc[chance["at_chance"], "task"])
+    return {task: f"{task} (at chance)" if task in flagged else task for task in tasks}

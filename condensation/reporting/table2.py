@@ -1,0 +1,115 @@
+"""The paper's Table 2: every method's scores per task, their ranks, and each method against the
+baseline."""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping, Sequence
+
+import pandas as pd
+
+from condensation.evaluation.scores import select_checkpoints
+from condensation.reporting.comparisons import (
+    at_chance_note,
+    comparison_columns,
+    selected_items,
+    task_chance,
+    task_headers,
+)
+from condensation.reporting.score_tables import (
+    CHECKPOINT_RULE,
+    check_methods,
+    check_tasks,
+    compared_blocks,
+    comparison_caption,
+    comparison_targets,
+    format_comparisons,
+    format_scores,
+    load_selected,
+    model_rows,
+    score_columns,
+    score_metrics,
+)
+from condensation.reporting.table_files import write_csv, write_table
+from condensation.runtime.io import write_json
+
+
+def table2(
+    scores: pd.DataFrame, tasks: Sequence[str], methods: Sequence[str], reference: str = "dispersion",
+    labels: Mapping[str, str] | None = None, *, items: pd.DataFrame, baseline: str = "ce",
+    n_resamples: int = 10_000, seed: int = 0,
+) -> pd.DataFrame:
+    """Downstream accuracy of every method on every model, as a tidy numeric frame.
+
+    Built from :func:`select_checkpoints`. One block per model, rows: pretrained (if scored),
+    then ``methods`` in order, with the columns of :func:`score_block`. Every row is compared
+    with ``baseline`` (CE, the paper's baseline) and with ``reference`` (the dispersion loss)
+    item by item (:mod:`condensation.reporting.comparisons`): ``diff_vs_<m>`` (the difference of average
+    accuracy in points), ``ci_low_vs_<m>``/``ci_high_vs_<m>`` (95 % paired-bootstrap interval),
+    ``p_vs_<m>`` (two-sided), ``n_items_vs_<m>`` (paired item results) and ``mcnemar_p_vs_<m>``
+    (cross-check); NaN for a method against itself. ``items`` holds the per-item results
+    (:func:`condensation.evaluation.scores.load_items`); those of the selected checkpoints are used.
+    ``n_resamples`` and ``seed`` set the bootstrap.
+    """
+    tasks = check_tasks(tasks)
+    methods = check_methods(methods)
+    if reference not in methods:
+        raise ValueError(f"reference {reference!r} is not among methods {methods}")
+    targets = comparison_targets(methods, baseline, reference)
+    selected = select_checkpoints(scores)
+    table = compared_blocks(model_rows(selected, tasks, methods), tasks, dict(labels or {}),
+                            selected_items(items, selected), targets, n_resamples, seed)
+    return table[table2_columns(tasks, targets)]
+
+
+def table2_columns(tasks: Sequence[str], targets: Sequence[str]) -> list[str]:
+    """Column order of :func:`table2` (compared with ``targets``), so readers of the CSV need not guess it."""
+    return [*score_columns(tasks), *comparison_columns(targets)]
+
+
+def format_table2(
+    df: pd.DataFrame, tasks: Sequence[str], targets: Sequence[str], chance: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Display strings for :func:`table2`: :func:`format_scores` and :func:`format_comparisons`;
+    with ``chance`` (:func:`condensation.reporting.comparisons.task_chance`) a task at chance is marked in
+    its header."""
+    tasks = check_tasks(tasks)
+    headers = None if chance is None else task_headers(tasks, chance)
+    return pd.concat([format_scores(df, tasks, headers), format_comparisons(df, targets)], axis=1)
+
+
+def table2_caption(
+    targets: Sequence[str] = ("ce", "dispersion"), metric: str = "acc", chance: pd.DataFrame | None = None,
+    n_resamples: int = 10_000,
+) -> str:
+    """The caption every Table 2 carries: the statistic, the test and its items, the checkpoint
+    rule, and the tasks at chance. ``targets`` are the compared methods as the reader should see
+    them (their labels)."""
+    note = "" if chance is None else at_chance_note(chance)
+    return (
+        f"Downstream {metric} (%) as mean ± sample std over seeds; best per model in bold. Average: mean "
+        "over tasks; Avg. rank: mean of the per-task ranks within a model (1 = best). "
+        f"{comparison_caption(targets, n_resamples)} {CHECKPOINT_RULE}{note}"
+    )
+
+
+def write_table2(
+    *, score_paths: Sequence[str | os.PathLike], tasks: Sequence[str], methods: Sequence[str], reference: str,
+    metric: str, labels: Mapping[str, str], stem: str | os.PathLike, metrics_path: str | os.PathLike,
+    plot_path: str | os.PathLike, baseline: str = "ce", n_resamples: int = 10_000, seed: int = 0,
+) -> pd.DataFrame:
+    """Table 2 (every method on every model, against ``baseline`` and ``reference``) from score
+    files and the per-item results beside them: the table files of :func:`write_table` at
+    ``stem``, the scores and the tasks' chance flags as DVC metrics (:func:`score_metrics`) and
+    each row's average as a DVC plot table. Returns the tidy table."""
+    scores, items = load_selected(score_paths, metric)
+    table = table2(scores, tasks, methods, reference=reference, labels=labels, items=items, baseline=baseline,
+                   n_resamples=n_resamples, seed=seed)
+    targets = comparison_targets(methods, baseline, reference)
+    chance = task_chance(table, items, tasks)
+    caption = table2_caption([labels.get(t, t) for t in targets], metric, chance, n_resamples)
+    write_table(format_table2(table, tasks, targets, chance), table, stem, caption)
+    write_json(metrics_path, score_metrics(scores, tasks, methods, chance=chance))
+    averages = table.assign(row=table["model"] + " / " + table["method"])
+    write_csv(averages[["row", "model", "method", "average_mean", "average_std"]], plot_path, "%.4f")
+    return table

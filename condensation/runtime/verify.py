@@ -1,0 +1,110 @@
+"""Check every artifact the pipeline wrote against its manifest; optionally remove what is broken.
+
+    python -m condensation verify                 # report, exit 1 if anything is corrupt
+    python -m condensation verify --repair        # ... and remove it, so that snakemake rebuilds it
+
+Each artifact carries a manifest (``io.write_manifest``): a file has ``<name>.manifest.json``
+beside it, a directory ``manifest.json`` inside. Rules check what they consume and stop with
+``io.CorruptArtifactError``; this tool finds every such problem at once and, with ``--repair``,
+deletes the smallest thing whose removal makes Snakemake rebuild it:
+
+* the outermost corrupt artifact (a directory output whose files are fine one by one but not as
+  a whole is removed whole, since Snakemake only sees the directory);
+* for anything inside a training run (a directory holding ``log.csv``), the whole run: a
+  checkpoint is only rewritten by training again, and training is deterministic, so the rerun
+  gives the same files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+from condensation.runtime.io import (
+    DIRECTORY_MANIFEST,
+    CorruptArtifactError,
+    verify_manifest,
+)
+
+DEFAULT_ROOTS = ("data", "models", "runs", "results")
+SIDECAR_SUFFIX = ".manifest.json"
+RUN_MARKER = "log.csv"
+
+
+@dataclass(frozen=True)
+class Problem:
+    artifact: Path
+    reason: str
+
+
+def find_artifacts(roots: Iterable[str | Path]) -> Iterator[Path]:
+    """Every artifact with a manifest under ``roots``, outer directories before their contents.
+
+    Temporary names of interrupted atomic writes (``.<name>.<random>.tmp``) are skipped: they are
+    never consumed, and the next write of that artifact removes them. So are manifests whose
+    artifact is gone: a missing output is Snakemake's to notice.
+    """
+    for root in map(Path, roots):
+        if not root.exists():
+            continue
+        for manifest in sorted(root.rglob("*.json")):
+            if any(part.startswith(".") and part.endswith(".tmp") for part in manifest.parts):
+                continue
+            if manifest.name == DIRECTORY_MANIFEST:
+                yield manifest.parent
+            elif manifest.name.endswith(SIDECAR_SUFFIX):
+                artifact = manifest.with_name(manifest.name.removesuffix(SIDECAR_SUFFIX))
+                if artifact.exists():  # a missing output is Snakemake's to notice and rebuild
+                    yield artifact
+
+
+def check(roots: Iterable[str | Path]) -> tuple[int, list[Problem]]:
+    """(number of artifacts checked, the corrupt ones); contents of a corrupt directory are not
+    reported again."""
+    checked, problems = 0, []
+    for artifact in sorted(set(find_artifacts(roots)), key=lambda p: (len(p.parts), str(p))):
+        if any(problem.artifact in artifact.parents for problem in problems):
+            continue
+        checked += 1
+        try:
+            verify_manifest(artifact)
+        except CorruptArtifactError as error:
+            problems.append(Problem(artifact, str(error)))
+    return checked, problems
+
+
+def removal_target(artifact: Path) -> Path:
+    """What to delete so that Snakemake rebuilds ``artifact``: its training run if it lies in one."""
+    for parent in (artifact, *artifact.parents):
+        if (parent / RUN_MARKER).is_file() and (parent / "checkpoints").is_dir():
+            return parent
+    return artifact
+
+
+def remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+    sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
+    sidecar.unlink(missing_ok=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("roots", nargs="*", default=list(DEFAULT_ROOTS), help="folders to scan (default: %(default)s)")
+    parser.add_argument("--repair", action="store_true", help="remove corrupt artifacts so that snakemake rebuilds them")
+    args = parser.parse_args(argv)
+    checked, problems = check(args.roots)
+    for problem in problems:
+        print(f"CORRUPT {problem.reason}")
+    if args.repair:
+        for target in sorted({removal_target(problem.artifact) for problem in problems}):
+            remove(target)
+            print(f"removed {target}")
+    print(f"{checked} artifacts checked, {len(problems)} corrupt" + (", removed" if args.repair and problems else ""))
+    return 1 if problems and not args.repair else 0
+

@@ -1,0 +1,220 @@
+"""A training run's directory, its checkpoints and its resumable state.
+
+``RunDir`` is the only code that formats or parses checkpoint names (``step-0000049``); the
+workflow's rules import ``STEP_PATTERN`` from here for their wildcard constraints. ``select_step``
+is the one rule for choosing a run's checkpoint. ``CheckpointManager`` writes and reads what
+outlives the training process: evaluation checkpoints, ``final/``, the checkpoint index, and the
+resumable state (weights, optimizer, every rank's RNG states, ``TrainState``), with the check that
+a resumed run is the run that saved the state.
+
+Every directory is written under a temporary name and renamed into place (``io.atomic_path``), so
+a killed job never leaves a half-written checkpoint or state under its final name.
+
+Nothing here imports torch at module level, so the workflow can plan with this module; the
+functions that need torch, safetensors or accelerate import them when called.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from condensation.runtime.io import (
+    atomic_path,
+    read_json,
+    verify_manifest,
+    write_json,
+    write_manifest,
+)
+from condensation.runtime.run_dir import (
+    CHECKPOINT_INFO_NAME,
+    PROGRESS_NAME,
+    SUMMARY_NAME,
+    RunDir,
+)
+
+if TYPE_CHECKING:
+    import torch
+    from accelerate import Accelerator
+
+
+
+
+# ----------------------------------------------------------------------------- resumable state
+
+
+@dataclass
+class TrainState:
+    """Where a run stands, saved as ``progress.json`` inside ``state/`` (same keys since the first
+    runs, so older states stay readable)."""
+
+    step: int = 0
+    """Optimizer steps done (global: the same on every rank)."""
+    blocks_consumed: int = 0
+    """Position in the endless stream of training blocks (all ranks)."""
+    elapsed_s: float = 0.0
+    """Training time so far, carried over a resume; updated when the state is saved."""
+    train_loss: float | None = None
+    """Total loss of the last step."""
+    val_loss: float | None = None
+    """Validation loss at the last evaluation checkpoint."""
+
+    @classmethod
+    def from_progress(cls, progress: Mapping[str, Any]) -> TrainState:
+        return cls(**{field.name: progress[field.name] for field in dataclasses.fields(cls)})
+
+
+def capture_rng_state(device: torch.device) -> dict[str, Any]:
+    """This process's RNG states (Python, NumPy, torch, and CUDA on a CUDA device), in types
+    ``torch.load(weights_only=True)`` accepts."""
+    import random
+
+    import numpy as np
+    import torch
+
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": (name, keys.tolist(), pos, has_gauss, gauss),
+        "torch": torch.get_rng_state(),
+    }
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def restore_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
+    """Undo ``capture_rng_state``: the RNGs continue exactly where they were captured."""
+    import random
+
+    import numpy as np
+    import torch
+
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def check_resume_identity(saved: Mapping[str, Any], identity: Mapping[str, Any], state_dir: Path) -> None:
+    """Refuse to resume from a state that a different run saved: ``saved`` (progress.json) must
+    hold the same ``identity`` (config, world size, data shape, baseline). The error names every
+    differing field with both values."""
+    now = _identity_fields(identity)
+    before = _identity_fields({key: saved[key] for key in identity if key in saved})
+    differing = sorted(key for key in now if before.get(key) != now[key])
+    if differing:
+        details = "; ".join(f"{key}: saved {before.get(key)!r}, now {now[key]!r}" for key in differing)
+        raise ValueError(
+            f"{state_dir} was written by a different run ({details}); an exact resume needs the same "
+            "config, world size and data. Use a new out_dir or the original settings."
+        )
+
+
+def _identity_fields(identity: Mapping[str, Any]) -> dict[str, Any]:
+    """``identity`` as it reads back from JSON (tuples become lists), flattened so that a mismatch
+    names the field: ``config.lr``, ``world_size``."""
+    identity = json.loads(json.dumps(identity))
+    return {f"config.{key}": value for key, value in identity.pop("config", {}).items()} | identity
+
+
+class CheckpointManager:
+    """Writes and reads a run's checkpoints and resumable state, under ``accelerate`` (DDP) as well
+    as in a single process: only the main process writes, and every call that writes ends with
+    ``wait_for_everyone``, so all ranks leave it together.
+
+    ``identity`` is what a resumed run must share with the run that saved the state (see
+    ``check_resume_identity``); its ``train_blocks_shape`` also places the data position of a
+    state in epochs. ``module`` arguments are the unwrapped model (no DDP, no compiled wrapper).
+    """
+
+    def __init__(self, run_dir: RunDir, accelerator: Accelerator, identity: Mapping[str, Any]) -> None:
+        self.run_dir = run_dir
+        self.accelerator = accelerator
+        self.identity = dict(identity)
+
+    def remove_stale_temporaries(self) -> None:
+        if self.accelerator.is_main_process:
+            self.run_dir.remove_stale_temporaries()
+        self.accelerator.wait_for_everyone()
+
+    def has_state(self) -> bool:
+        return (self.run_dir.state / PROGRESS_NAME).exists()
+
+    def save_checkpoint(self, step: int, module: Any, tokenizer: Any, info: Mapping[str, Any]) -> None:
+        """The evaluation checkpoint of ``step``, with ``info`` (its log row) as checkpoint.json."""
+        self._save_pretrained(self.run_dir.checkpoint(step), module, tokenizer, CHECKPOINT_INFO_NAME, info)
+
+    def save_final(self, module: Any, tokenizer: Any, summary: Mapping[str, Any], steps: Sequence[int]) -> None:
+        """The end of a run: the index of the evaluation checkpoints ``steps``, then ``final/``
+        with ``summary``. The index comes first so that a finished run (``final/`` present) always
+        has one; a kill between the two resumes, rewrites the same index and then writes final/."""
+        if self.accelerator.is_main_process:
+            self.run_dir.write_index(steps)
+        self._save_pretrained(self.run_dir.final, module, tokenizer, SUMMARY_NAME, summary)
+
+    def _save_pretrained(
+        self, path: Path, module: Any, tokenizer: Any, json_name: str, info: Mapping[str, Any]
+    ) -> None:
+        """``save_pretrained`` (+ tokenizer, + ``info`` as JSON, written last) into ``path`` atomically."""
+        if self.accelerator.is_main_process:
+            with atomic_path(path) as tmp:
+                module.save_pretrained(tmp)
+                if tokenizer is not None:
+                    tokenizer.save_pretrained(tmp)
+                write_json(tmp / json_name, info)
+                write_manifest(tmp, kind="checkpoint")
+        self.accelerator.wait_for_everyone()
+
+    def save_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, state: TrainState) -> None:
+        """Everything needed to continue bit-identically, and the log as of this step (flush it
+        first). Our own format rather than ``accelerator.save_state``: its loader silently ignores
+        RNG states it cannot restore, which would break exact resume without a word. The other
+        ranks contribute their RNG states through a gather; one atomic rename puts it in place."""
+        import safetensors.torch
+        import torch
+        from accelerate.utils import gather_object
+
+        rng_states = gather_object([capture_rng_state(self.accelerator.device)])  # one entry per rank
+        if self.accelerator.is_main_process:
+            epoch, position = divmod(state.blocks_consumed, self.identity["train_blocks_shape"][0])
+            with atomic_path(self.run_dir.state) as tmp:
+                tmp.mkdir()
+                # safetensors' save_model/load_model handle tied weights (GPT-2's wte = lm_head).
+                safetensors.torch.save_model(module, str(tmp / "model.safetensors"))
+                torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+                torch.save(rng_states, tmp / "rng.pt")
+                shutil.copyfile(self.run_dir.log, tmp / "log.csv")
+                progress = dataclasses.asdict(state) | self.identity | {"epoch": epoch, "position": position}
+                write_json(tmp / PROGRESS_NAME, progress)
+                write_manifest(tmp, kind="training_state")
+        self.accelerator.wait_for_everyone()
+
+    def load_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> TrainState:
+        """Restore weights, optimizer and this rank's RNG states from ``state/`` after checking
+        its manifest and identity; put back the log as it was at the saved step."""
+        import safetensors.torch
+        import torch
+
+        state_dir = self.run_dir.state
+        verify_manifest(state_dir)
+        saved = read_json(state_dir / PROGRESS_NAME)
+        check_resume_identity(saved, self.identity, state_dir)
+        safetensors.torch.load_model(module, str(state_dir / "model.safetensors"))
+        optimizer.load_state_dict(torch.load(state_dir / "optimizer.pt", map_location="cpu", weights_only=True))
+        rng_states = torch.load(state_dir / "rng.pt", weights_only=True)
+        restore_rng_state(rng_states[self.accelerator.process_index], self.accelerator.device)
+        if self.accelerator.is_main_process:
+            # Rows written after the saved step (before a kill) are dropped; training repeats
+            # those steps and writes them again, identically.
+            with atomic_path(self.run_dir.log) as tmp:
+                shutil.copyfile(state_dir / "log.csv", tmp)
+        self.accelerator.wait_for_everyone()
+        return TrainState.from_progress(saved)

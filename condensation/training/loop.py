@@ -1,0 +1,464 @@
+"""The one training loop: pre-train a tiny GPT-2-like model from scratch, or mid-train a pretrained
+Hugging Face causal LM, with an optional auxiliary loss on the hidden states, or with one of the
+paper's baselines (noisy embeddings, active forgetting: ``baselines.py``) hooked into the loop.
+
+Read it top to bottom, nanoGPT style:
+
+    TrainConfig          every knob, with the reason for its default (in ``settings``, torch-free)
+    lr_at, ...           pure functions: step count, LR schedule, checkpoint steps (``settings``), data order
+    train()              skip a finished run, else build a ``Trainer`` and run it
+    Trainer              _prepare: checks, precision, accelerator, optimizer, compile, resume
+                         run: tracker, progress, step 0's evaluation and probe (unless resumed)
+                         then per step
+                           _train_step: forward/backward over grad_accum micro-batches -> NaN guard
+                             -> clip -> AdamW step, returning its ``StepMetrics``
+                           _end_of_step: (baseline hook) -> (_validate_and_checkpoint) -> _log_step: log row,
+                             (_probe_if_due), tracker, progress line -> (state)
+                         _finish: last state, checkpoint index, final/ with train_summary.json
+
+Where a run keeps what outlives the process (checkpoints, ``final/``, the resumable state with its
+RNG states, the checkpoint index), and how it is written atomically: ``checkpointing.py``. How a
+run reports while it trains (progress lines in the job's log, the DVCLive series in
+``<run>/dvclive/``): ``progress.py``; the condensation probe feeds both.
+
+Distributed: written for ``accelerate launch`` (DDP) as well as a single process. Every rank runs
+the same control flow (step counts are global), every loss and flag that decides what happens next
+is all-reduced first, and only the main process writes files, followed by ``wait_for_everyone``.
+
+The model goes by three names: ``model`` is what accelerate prepared (DDP-wrapped when
+distributed: backward, ``no_sync``, gradient clipping), ``module`` the unwrapped model (baseline
+hooks, validation, checkpoints, state), ``forward`` what the training step calls (``model``, or
+its ``torch.compile`` wrapper when ``TrainConfig.compile``; the same parameters either way).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+
+from condensation.config.training import (
+    TrainConfig,
+    checkpoint_steps,
+    lr_at,
+    tokens_per_step,
+    total_steps,
+)
+from condensation.geometry import condensation_probe
+from condensation.runtime.io import read_json
+from condensation.runtime.progress import (
+    TRACKER_DIR,
+    CsvLog,
+    NoTracker,
+    ProgressLog,
+    check_tracker,
+    library_bars_off_in_files,
+    open_tracker,
+)
+from condensation.runtime.run_dir import RunDir
+from condensation.training.baselines import TrainingBaseline
+from condensation.training.batches import (
+    block_indices,
+    causal_lm_ce,
+    check_blocks,
+    validation_loss,
+)
+from condensation.training.checkpointing import CheckpointManager, TrainState
+from condensation.training.precision import resolve_mixed_precision
+
+AuxLoss = Callable[[tuple[torch.Tensor, ...]], torch.Tensor]
+"""Auxiliary loss: receives the model's hidden states (embedding output first, then one per layer)
+and returns a scalar tensor."""
+
+RESUMABLE_CHANGES = ("compile", "log_every_steps", "log_every_seconds", "tracker", "probe_every", "probe_sequences")
+"""Settings a run may resume with changed: they change how steps run or how the run is watched,
+not what it computes, so they are left out of the identity a resumed run must match."""
+
+log = logging.getLogger("condensation")
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    """Optimizer steps done so far (less than the total when stopped by ``stop_after_steps``)."""
+    tokens: int
+    """Training tokens consumed (all ranks)."""
+    final_train_loss: float | None
+    """Total loss of the last step (None if no step ran)."""
+    final_val_loss: float | None
+    """Validation loss at the last evaluation checkpoint reached."""
+    checkpoint_dirs: list[Path] = field(default_factory=list)
+    """Evaluation checkpoints written so far, in step order."""
+    final_dir: Path | None = None
+    """``out_dir/final`` once training is complete, else None."""
+
+
+@dataclass
+class StepMetrics:
+    """What one optimizer step measured, reduced over micro-batches and ranks."""
+
+    lr: float
+    loss: float
+    """``ce_loss + aux_weight * aux_loss``, or ``ce_loss`` without an auxiliary loss."""
+    ce_loss: float
+    aux_loss: float | None
+    """None without an auxiliary loss (or with weight 0)."""
+    grad_norm: float
+    """Before clipping."""
+    seconds: float
+    """Wall time of the step (forward, backward, update): the tracker's tokens/s."""
+
+    def log_row(self, step: int, tokens: int) -> dict[str, Any]:
+        return {
+            "step": step, "tokens": tokens, "lr": self.lr, "loss": self.loss,
+            "ce_loss": self.ce_loss, "aux_loss": self.aux_loss, "grad_norm": self.grad_norm,
+        }
+
+    def tracker_values(self, step_tokens: int) -> dict[str, float | None]:
+        return {
+            "train/loss": self.loss, "train/ce": self.ce_loss, "train/aux": self.aux_loss, "train/lr": self.lr,
+            "train/grad_norm": self.grad_norm, "train/tokens_per_s": step_tokens / self.seconds if self.seconds > 0 else None,
+        }
+
+
+# ----------------------------------------------------------------------------- pure functions
+
+
+def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups: decay on tensors with >= 2 dims, none on biases and norm gains (see config)."""
+    params = [p for p in model.parameters() if p.requires_grad]  # tied weights appear once
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return [group for group in groups if group["params"]]
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+def train(
+    model: torch.nn.Module,
+    train_blocks: np.ndarray,
+    val_blocks: np.ndarray,
+    config: TrainConfig,
+    out_dir: Path,
+    aux_loss: AuxLoss | None = None,
+    tokenizer: Any = None,
+    stop_after_steps: int | None = None,
+    baseline: TrainingBaseline | None = None,
+) -> TrainResult:
+    """Train ``model`` (in place) on int64 ``[num_blocks, block_size]`` token blocks.
+
+    Resumes from ``out_dir/state`` when present and ends bit-identical to an uninterrupted run;
+    returns at once when ``out_dir/final`` is complete. ``stop_after_steps`` stops (saving a state)
+    once the global step reaches that value: a graceful stand-in for a kill, or a time limit.
+    ``baseline`` hooks a training baseline into the loop (see ``baselines.TrainingBaseline``).
+    """
+    run_dir = RunDir(out_dir)
+    if run_dir.is_finished():
+        return _result_from_summary(run_dir)
+    with library_bars_off_in_files():  # the job log gets our progress lines, not carriage returns
+        trainer = Trainer(model, train_blocks, val_blocks, config, run_dir, aux_loss, tokenizer, baseline)
+        return trainer.run(stop_after_steps)
+
+
+class Trainer:
+    """One call of ``train``: what its steps share, built by ``_prepare``, driven by ``run``."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        train_blocks: np.ndarray,
+        val_blocks: np.ndarray,
+        config: TrainConfig,
+        run_dir: RunDir,
+        aux_loss: AuxLoss | None,
+        tokenizer: Any,
+        baseline: TrainingBaseline | None,
+    ) -> None:
+        self.config, self.run_dir, self.tokenizer, self.baseline = config, run_dir, tokenizer, baseline
+        self.train_blocks = check_blocks(train_blocks, config.block_size, "train_blocks")
+        self.val_blocks = check_blocks(val_blocks, config.block_size, "val_blocks")
+        self.aux_loss = aux_loss if config.aux_weight > 0 else None  # None: CE only, no hidden states
+        self._prepare(model)
+
+    def _prepare(self, model: torch.nn.Module) -> None:
+        """Accelerator, schedule, optimizer, compiled forward; then resume from the state on disk."""
+        config = self.config
+        # Before anything is loaded or written: a missing tracker or an unwritable directory stops here.
+        check_tracker(config.tracker, self.run_dir.root / TRACKER_DIR)
+        # Mixed precision is ours, not accelerate's: bf16 needs only autocast (no loss scaler), and
+        # accelerate fixes the precision once per process, which would forbid a second train() call
+        # with another setting (e.g. pre-train in fp32, then mid-train in bf16). So accelerate gets
+        # "no" (else it would add its own autocast), and resolve_mixed_precision reads what a user
+        # chose with `accelerate config`.
+        self.accelerator = accelerator = Accelerator(mixed_precision="no")
+        self.precision, self.precision_source = resolve_mixed_precision(config.mixed_precision)
+        self.autocast = functools.partial(
+            torch.autocast, device_type=accelerator.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16"
+        )
+        set_seed(config.seed)
+        world = accelerator.num_processes
+        self.steps = total_steps(config, world)
+        self.step_tokens = tokens_per_step(config, world)
+        self.step_blocks = config.micro_batch_size * config.grad_accum_steps * world
+        self.eval_steps = sorted(set(checkpoint_steps(self.steps, config.num_checkpoints)))
+        identity = {  # what a resumed run must share with the run that saved the state
+            "config": {key: value for key, value in dataclasses.asdict(config).items() if key not in RESUMABLE_CHANGES},
+            "world_size": world,
+            "train_blocks_shape": list(self.train_blocks.shape),
+            "baseline": self.baseline.describe() if self.baseline is not None else None,
+        }
+        # np.array copies: the blocks are a read-only memmap, which torch warns about
+        self.probe_ids = torch.as_tensor(np.array(self.val_blocks[: config.probe_sequences]), dtype=torch.long).to(accelerator.device)
+        self.probe: dict[str, float] = {}  # the last probe's values, kept for the progress lines
+
+        if self.baseline is not None:
+            self.baseline.prepare(model)  # may replace parameters (untie a head): before the optimizer sees them
+        # fused: one kernel for every parameter's update on CUDA instead of a loop of small ones
+        optimizer = torch.optim.AdamW(
+            parameter_groups(model, config.weight_decay), lr=config.lr, betas=config.betas,
+            fused=accelerator.device.type == "cuda",
+        )
+        self.model, self.optimizer = accelerator.prepare(model, optimizer)
+        self.model.train()
+        self.module = accelerator.unwrap_model(self.model)
+        # A compiled wrapper for the training forward only; it shares the parameters, so validation,
+        # checkpoints and the state keep using `module` (no `_orig_mod.` keys, no recompile for no_grad).
+        self.forward = torch.compile(self.model) if config.compile else self.model
+
+        self.checkpointer = CheckpointManager(self.run_dir, accelerator, identity)
+        self.checkpointer.remove_stale_temporaries()
+        self.resumed = self.checkpointer.has_state()
+        self.state = self.checkpointer.load_state(self.module, self.optimizer) if self.resumed else TrainState()
+        self.saved_step = self.state.step if self.resumed else None  # step of the state on disk
+        self.started = time.perf_counter() - self.state.elapsed_s  # elapsed time carries over a resume
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def run(self, stop_after_steps: int | None) -> TrainResult:
+        stop_at = self.steps if stop_after_steps is None else min(self.steps, stop_after_steps)
+        config, main = self.config, self.accelerator.is_main_process
+        self.log = CsvLog(self.run_dir.log, append=self.resumed, enabled=main)
+        # Only the main process reports; the tracker resumes after the step of the state on disk.
+        self.tracker = open_tracker(config.tracker, self.run_dir.root / TRACKER_DIR, self.saved_step) if main else NoTracker()
+        self.progress = ProgressLog(
+            self.steps, "step", every=config.log_every_steps, every_seconds=config.log_every_seconds,
+            work=(self.step_tokens, "tok"), done=self.state.step,
+        )
+        self.tracker.log_params({**dataclasses.asdict(config), "betas": list(config.betas), "precision": self.precision})
+        with self.log, contextlib.closing(self.tracker):
+            if main:
+                self._announce()
+            if not self.resumed:  # step 0: the untrained (or pretrained, not yet mid-trained) model
+                row = {"step": 0, "tokens": 0}
+                self._validate_and_checkpoint(row)
+                self._log_step(row, {})
+                if main:
+                    self.progress.report()
+            while self.state.step < stop_at:
+                metrics = self._train_step()
+                self.state.step += 1
+                self.state.blocks_consumed += self.step_blocks
+                self.state.train_loss = metrics.loss
+                self._end_of_step(metrics)
+        return self._finish()
+
+    def _train_step(self) -> StepMetrics:
+        """The update that turns the weights of ``state.step`` into those of ``state.step + 1``."""
+        config, accelerator = self.config, self.accelerator
+        started = time.perf_counter()
+        lr = lr_at(self.state.step, self.steps, config)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        sums = torch.zeros(4, device=accelerator.device)  # see _micro_step
+        for micro in range(config.grad_accum_steps):
+            sums += self._micro_step(micro)
+        # Every rank sees the same reduced numbers, so all ranks stop (or go on) together.
+        reduced = accelerator.reduce(sums, reduction="sum")
+        max_norm = config.grad_clip if config.grad_clip > 0 else float("inf")
+        norm = accelerator.clip_grad_norm_(self.model.parameters(), max_norm)
+        # One host sync per step: sums, non-finite flags and grad norm come back together.
+        # Clipping NaN gradients is harmless: a non-finite value stops before the update.
+        synced = torch.cat([reduced, norm.reshape(1).to(reduced)]).tolist()
+        ce_sum, aux_sum, ce_nonfinite, aux_nonfinite, grad_norm = synced
+        guard = {"ce loss": ce_nonfinite > 0, "aux loss": aux_nonfinite > 0, "grad norm": not math.isfinite(grad_norm)}
+        for what, nonfinite in guard.items():  # the first one found names the error
+            if nonfinite:
+                raise RuntimeError(_nonfinite_message(self.state.step + 1, what, self.saved_step))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+        micro_batches = config.grad_accum_steps * accelerator.num_processes
+        ce_mean = ce_sum / micro_batches
+        aux_mean = None if self.aux_loss is None else aux_sum / micro_batches
+        loss = ce_mean if aux_mean is None else ce_mean + config.aux_weight * aux_mean
+        return StepMetrics(
+            lr=lr, loss=loss, ce_loss=ce_mean, aux_loss=aux_mean, grad_norm=grad_norm, seconds=time.perf_counter() - started
+        )
+
+    def _micro_step(self, micro: int) -> torch.Tensor:
+        """Forward and backward of micro-batch ``micro`` of this step. Returns, on the device (no
+        host sync), ``[ce, aux, ce is non-finite, aux is non-finite]`` (flags as 0.0 or 1.0)."""
+        config, accelerator = self.config, self.accelerator
+        # Global micro-batch `micro` of this step, sliced by rank: the data order depends on the
+        # position in the stream only, so a resumed run sees the same blocks.
+        rank_offset = (micro * accelerator.num_processes + accelerator.process_index) * config.micro_batch_size
+        idx = block_indices(
+            len(self.train_blocks), config.seed, self.state.blocks_consumed + rank_offset, config.micro_batch_size
+        )
+        ids = torch.as_tensor(self.train_blocks[idx], dtype=torch.long).to(accelerator.device)
+        # DDP all-reduces gradients on the last micro-batch only; the others accumulate.
+        last = micro == config.grad_accum_steps - 1
+        with contextlib.nullcontext() if last else accelerator.no_sync(self.model):
+            # No labels: the HF model would compute a second, wasted CE. Under bf16 the hidden
+            # states reach aux_loss in bf16; it upcasts where it needs precision.
+            with self.autocast():
+                # The labels stay `ids`; a baseline may only change what the model is fed.
+                embeds = self.baseline.inputs_embeds(self.module, ids) if self.baseline is not None else None
+                inputs = {"input_ids": ids} if embeds is None else {"inputs_embeds": embeds}
+                out = self.forward(**inputs, output_hidden_states=self.aux_loss is not None, use_cache=False)
+            ce = causal_lm_ce(out.logits, ids)
+            if self.aux_loss is None:
+                aux, loss = torch.zeros((), device=ce.device), ce
+            else:
+                aux = self.aux_loss(out.hidden_states)
+                loss = ce + config.aux_weight * aux
+            accelerator.backward(loss / config.grad_accum_steps)
+        del out, loss, embeds  # the logits can be GBs (large vocabulary): free them before the next one
+        ce, aux = ce.detach().float(), aux.detach().float()
+        return torch.stack([ce, aux, (~ce.isfinite()).float(), (~aux.isfinite()).float()])
+
+    def _end_of_step(self, metrics: StepMetrics) -> None:
+        """After the update to ``state.step``: baseline hook, evaluation checkpoint, what the step
+        records (log row, probe, tracker, progress), state."""
+        step = self.state.step
+        if self.baseline is not None:  # before the checkpoint and state of this step record the weights
+            self.baseline.after_step(step, self.module, self.optimizer, seed=self.config.seed, final=step == self.steps)
+        row = metrics.log_row(step, tokens=step * self.step_tokens)
+        if step in self.eval_steps:
+            self._validate_and_checkpoint(row)
+        self._log_step(row, metrics.tracker_values(self.step_tokens))
+        if step % self.config.checkpoint_every == 0:
+            self._save_state()
+
+    def _log_step(self, row: dict[str, Any], values: dict[str, float | None]) -> None:
+        """``row``'s step in ``log.csv``, then (main process) the probe when one is due, the
+        tracker's row and the progress line. The tracker's rows of a step are on disk before the
+        state of that step, so a resume never misses one."""
+        step = row["step"]
+        self.log.append(row | {"elapsed_s": self.elapsed()})
+        if not self.accelerator.is_main_process:
+            return
+        values = values | {"val/loss": row.get("val_loss")} | self._probe_if_due(step)
+        self.tracker.log(step, values)
+        ce, aux = row.get("ce_loss"), row.get("aux_loss")
+        if self.progress.update(1 if step > 0 else 0, ce=ce, aux=aux, val=self.state.val_loss, **self.probe):
+            self.tracker.write_summary()
+
+    def _probe_if_due(self, step: int) -> dict[str, float]:
+        """The condensation probe's tracker values at ``step`` when one is due (it also updates
+        ``self.probe``, which the progress lines show), else nothing."""
+        probe_every = self.config.probe_every
+        if probe_every <= 0 or (step % probe_every != 0 and step != self.steps):
+            return {}
+        started = time.perf_counter()
+        self.probe = condensation_probe(self.module, self.probe_ids, self.config.micro_batch_size, self.autocast)
+        return {f"probe/{name}": value for name, value in self.probe.items()} | {"probe/seconds": time.perf_counter() - started}
+
+    def _announce(self) -> None:
+        """The job log's first line about this run (main process): what it trains and how it reports."""
+        config = self.config
+        where = f"resuming at step {self.state.step}" if self.resumed else "starting"
+        probe = f"every {config.probe_every} steps on {len(self.probe_ids)} validation blocks" if config.probe_every else "off"
+        log.info(
+            "training %s (%s): %d steps of %s tokens, mixed precision %s (%s), tracker %s, condensation probe %s",
+            self.run_dir.root, where, self.steps, f"{self.step_tokens:,}", self.precision, self.precision_source,
+            config.tracker if config.tracker == "none" else f"{config.tracker} in {self.run_dir.root / TRACKER_DIR}", probe,
+        )
+
+    def _validate_and_checkpoint(self, row: dict[str, Any]) -> None:
+        """At an evaluation step: validation loss into ``row`` and the state, then the evaluation
+        checkpoint of ``row``'s step."""
+        row["val_loss"] = self.state.val_loss = validation_loss(
+            self.accelerator, self.module, self.val_blocks, self.config, self.autocast
+        )
+        self.checkpointer.save_checkpoint(row["step"], self.module, self.tokenizer, row)
+
+    def _save_state(self) -> None:
+        self.state.elapsed_s = self.elapsed()
+        self.log.flush()
+        self.checkpointer.save_state(self.module, self.optimizer, self.state)
+        self.saved_step = self.state.step
+
+    def _finish(self) -> TrainResult:
+        """The end, or a requested stop: always resumable; at the end also the index and final/."""
+        if self.saved_step != self.state.step:
+            self._save_state()
+        state = self.state
+        result = TrainResult(
+            steps=state.step,
+            tokens=state.step * self.step_tokens,
+            final_train_loss=state.train_loss,
+            final_val_loss=state.val_loss,
+            checkpoint_dirs=[self.run_dir.checkpoint(step) for step in self.eval_steps if step <= state.step],
+        )
+        if state.step < self.steps:
+            return result  # stopped on request; the state just saved resumes it
+        wall = self.elapsed()
+        summary = {
+            "steps": self.steps,
+            "tokens": result.tokens,
+            "final_train_loss": result.final_train_loss,
+            "final_val_loss": result.final_val_loss,
+            "wall_time_s": wall,
+            "tokens_per_s": result.tokens / wall if wall > 0 else None,
+            "checkpoint_steps": self.eval_steps,
+            "world_size": self.accelerator.num_processes,
+            "mixed_precision": self.precision,
+            "config": dataclasses.asdict(self.config),
+            "baseline": self.checkpointer.identity["baseline"],
+        }
+        self.checkpointer.save_final(self.module, self.tokenizer, summary, self.eval_steps)
+        result.final_dir = self.run_dir.final
+        return result
+
+
+# ----------------------------------------------------------------------------- helpers of the loop
+
+
+def _nonfinite_message(step: int, what: str, saved_step: int | None) -> str:
+    saved = "no resumable state yet" if saved_step is None else f"the resumable state is from step {saved_step}"
+    return (
+        f"non-finite {what} at step {step}: stopped before the optimizer update, nothing was written "
+        f"for this step ({saved}); lower the LR or the aux weight, or inspect the data"
+    )
+
+
+def _result_from_summary(run_dir: RunDir) -> TrainResult:
+    summary = read_json(run_dir.summary)
+    return TrainResult(
+        steps=summary["steps"],
+        tokens=summary["tokens"],
+        final_train_loss=summary["final_train_loss"],
+        final_val_loss=summary["final_val_loss"],
+        checkpoint_dirs=[run_dir.checkpoint(step) for step in summary["checkpoint_steps"]],
+        final_dir=run_dir.final,
+    )
+

@@ -1,0 +1,252 @@
+"""Auxiliary losses that push token hidden states apart, against embedding condensation.
+
+From "Dispersion loss counteracts embedding condensation" (arXiv 2602.00217). Each loss takes
+one layer's hidden states ``z`` of shape ``[B, T, F]`` and compares the ``T`` tokens of each
+sequence with each other (never across sequences); the training objective is
+``L_LM + weight * auxiliary_loss(output.hidden_states, config)`` for any Hugging Face causal LM
+run with ``output_hidden_states=True``.
+
+Losses (``D_ij`` is a distance between tokens ``i != j`` of one sequence):
+
+* ``dispersion`` (the paper's): ``D_ij = arccos(cos(z_i, z_j)) / pi`` in [0, 1], loss =
+  log-mean-exp over ``i != j`` of ``-D_ij / tau``, averaged over the batch. The paper writes
+  log-SUM-exp; the two differ by the constant ``log(T(T-1))`` only (same gradient), and the
+  mean makes values comparable across sequence lengths;
+* ``decorrelation``: mean squared off-diagonal token-token correlation (tokens standardised
+  over features);
+* ``l2_repel``: as dispersion with ``D_ij = ||z_i - z_j||^2 / F``, plus ``norm_weight * mean(z^2)``
+  so that the loss cannot be lowered just by scaling every state up;
+* ``orthogonalization``: mean over ``i != j`` of ``relu(margin - D_ij)^2`` with the angular ``D``.
+
+Every loss computes in float32 at least (bf16/fp16 inputs are upcast, autocast is switched off
+inside) and returns a 0-dim tensor: float32, or float64 for float64 input (so ``gradcheck``
+works). ``reference_layer_loss`` is a slow loop-based float64 transcription of the same
+definitions, kept next to the fast code so that tests can compare the two.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from condensation.config.training import OBJECTIVES, PLACEMENTS, AuxLossConfig
+from condensation.geometry import NORM_EPS
+from condensation.training.kernels import _no_autocast, dispersion_tiled
+
+# ----------------------------------------------------------------------------------------------
+# layer placement and token subsampling
+
+
+def select_layers(hidden_states: Sequence[Tensor], placement: str) -> list[Tensor]:
+    """The hidden states that get the loss, from ``output.hidden_states`` (``L + 1`` tensors).
+
+    Index 0, the embedding output, is never used: it has no block before it to shape it.
+    With ``L`` blocks: ``all`` = 1..L, ``last`` = L, ``early_half`` = 1..L//2,
+    ``late_half`` = L//2+1..L (so for odd L the middle block belongs to the late half).
+    Index L is what the model returns last; for most HF models it already has the final norm.
+    """
+    if placement not in PLACEMENTS:
+        raise ValueError(f"unknown placement {placement!r}; allowed: {', '.join(PLACEMENTS)}")
+    num_blocks = len(hidden_states) - 1
+    if num_blocks < 1:
+        raise ValueError(f"need the embedding output plus at least one block's hidden states, got {len(hidden_states)} tensors")
+    half = num_blocks // 2
+    indices = {
+        "all": range(1, num_blocks + 1),
+        "last": range(num_blocks, num_blocks + 1),
+        "early_half": range(1, half + 1),
+        "late_half": range(half + 1, num_blocks + 1),
+    }[placement]
+    if len(indices) == 0:
+        raise ValueError(f"placement {placement!r} selects no layer for a model with {num_blocks} block(s)")
+    return [hidden_states[i] for i in indices]
+
+
+def subsample_tokens(z: Tensor, max_tokens: int | None, generator: torch.Generator | None = None) -> Tensor:
+    """``z[:, idx]`` for ``max_tokens`` random positions if ``T > max_tokens``, else ``z`` itself.
+
+    The positions are shared by the whole batch (one gather) and drawn from ``generator``, or
+    the global CPU RNG if None; nothing is drawn when no subsampling is needed.
+    """
+    num_tokens = z.shape[1]
+    if max_tokens is None or num_tokens <= max_tokens:
+        return z
+    device = generator.device if generator is not None else torch.device("cpu")
+    idx = torch.randperm(num_tokens, generator=generator, device=device)[:max_tokens]
+    return z[:, idx.sort().values.to(z.device)]  # sorted: keeps token order, easier to debug
+
+
+# ----------------------------------------------------------------------------------------------
+# shared pieces
+
+
+def cosine_matrix(z: Tensor) -> Tensor:
+    """``[B, T, F] -> [B, T, T]`` token-token cosines; zero vectors give 0, with finite gradients."""
+    # sqrt of a floored square norm: the gradient of a norm at exactly 0 is not finite everywhere.
+    norm = z.pow(2).sum(-1, keepdim=True).clamp_min(NORM_EPS**2).sqrt()
+    zn = z / norm
+    return zn @ zn.mT
+
+
+def angular_distance(cos: Tensor, clamp: float) -> Tensor:
+    """``arccos(cos) / pi`` in [0, 1], with a straight-through clamp to ``[-1 + clamp, 1 - clamp]``.
+
+    The forward value uses the clamped cosine; the gradient is arccos' slope at the clamped
+    value, passed to ``cos`` unchanged (a plain clamp would zero it, and no clamp gives an
+    infinite slope at +-1, e.g. on the diagonal, which turns into NaN via 0 * inf).
+    """
+    clamped = cos + (cos.clamp(-1.0 + clamp, 1.0 - clamp) - cos).detach()
+    return torch.acos(clamped) / math.pi
+
+
+def _offdiag_mask(num_tokens: int, device: torch.device) -> Tensor:
+    return ~torch.eye(num_tokens, dtype=torch.bool, device=device)
+
+
+def _log_mean_exp_offdiag(x: Tensor) -> Tensor:
+    """``[B, T, T] -> [B]``: log of the mean of ``exp(x_ij)`` over ``i != j``."""
+    num_tokens = x.shape[-1]
+    x = x.masked_fill(~_offdiag_mask(num_tokens, x.device), float("-inf"))  # exp(-inf) = 0: pair dropped
+    return torch.logsumexp(x.flatten(1), dim=1) - math.log(num_tokens * (num_tokens - 1))
+
+
+def _mean_offdiag(x: Tensor) -> Tensor:
+    """Mean of ``x_bij`` over the batch and ``i != j``."""
+    return x[:, _offdiag_mask(x.shape[-1], x.device)].mean()
+
+
+# ----------------------------------------------------------------------------------------------
+# the four losses, one layer each, on float32-or-wider z
+
+
+def dispersion(z: Tensor, config: AuxLossConfig) -> Tensor:
+    """``_dispersion_dense``'s value and gradient, computed tile by tile (``kernels``): autograd
+    keeps no ``[B, T, T]`` tensor, so the loss on every layer no longer costs ``O(L B T^2)`` memory."""
+    return dispersion_tiled(z, config.tau, config.clamp, norm_eps=NORM_EPS, kernel=config.kernel)
+
+
+def _dispersion_dense(z: Tensor, config: AuxLossConfig) -> Tensor:
+    """The paper's loss, as log-MEAN-exp: it differs from the paper's log-sum-exp only by the
+    constant ``log(T(T-1))``, so the gradient is identical, but values compare across T."""
+    dist = angular_distance(cosine_matrix(z), config.clamp)
+    return _log_mean_exp_offdiag(-dist / config.tau).mean()
+
+
+def decorrelation(z: Tensor, config: AuxLossConfig) -> Tensor:
+    """Mean squared Pearson correlation between distinct tokens (across features)."""
+    centred = z - z.mean(-1, keepdim=True)
+    std = centred.pow(2).mean(-1, keepdim=True).clamp_min(NORM_EPS**2).sqrt()  # biased: C_ii = 1
+    standard = centred / std
+    corr = standard @ standard.mT / z.shape[-1]
+    return _mean_offdiag(corr.pow(2))
+
+
+def l2_repel(z: Tensor, config: AuxLossConfig) -> Tensor:
+    """Dispersion with squared Euclidean distance per feature, plus a norm penalty."""
+    sq_norm = z.pow(2).sum(-1)
+    # Expanded form, floored at 0 against cancellation; cdist's gradient is NaN at distance 0.
+    sq_dist = (sq_norm[:, :, None] + sq_norm[:, None, :] - 2.0 * (z @ z.mT)).clamp_min(0.0)
+    # Divided by F: raw squared distances of large-norm states make exp(-D/tau) underflow to 0
+    # for every pair, and the loss goes flat (the reference code's bug).
+    dist = sq_dist / z.shape[-1]
+    repel = _log_mean_exp_offdiag(-dist / config.tau).mean()
+    return repel + config.norm_weight * z.pow(2).mean()
+
+
+def orthogonalization(z: Tensor, config: AuxLossConfig) -> Tensor:
+    """Hinge on angular distance: only pairs closer than ``margin`` are pushed apart."""
+    dist = angular_distance(cosine_matrix(z), config.clamp)
+    return _mean_offdiag(torch.relu(config.margin - dist).pow(2))
+
+
+
+
+# ----------------------------------------------------------------------------------------------
+# public entry points
+
+
+def _check_hidden(z: Tensor) -> None:
+    if z.dim() != 3:
+        raise ValueError(f"hidden states must be [B, T, F], got shape {tuple(z.shape)}")
+    if not z.is_floating_point():
+        raise ValueError(f"hidden states must be floating point, got {z.dtype}")
+    if z.shape[1] < 2:
+        raise ValueError(f"auxiliary losses compare tokens pairwise and need T >= 2, got T={z.shape[1]}")
+
+
+@functools.cache
+def _layer_loss_function(name: str) -> Callable[[Tensor, AuxLossConfig], Tensor]:
+    """The per-layer loss of an auxiliary objective, as the registry ``settings.OBJECTIVES`` names it."""
+    return OBJECTIVES[name].load()
+
+
+def layer_loss(z: Tensor, config: AuxLossConfig, generator: torch.Generator | None = None) -> Tensor:
+    """One layer's auxiliary loss: ``[B, T, F]`` hidden states -> 0-dim tensor, mean over batch."""
+    _check_hidden(z)
+    z = subsample_tokens(z, config.max_tokens, generator)
+    with _no_autocast(z.device):
+        # float64 stays float64 (gradcheck); everything narrower computes in float32.
+        z = z.to(torch.promote_types(z.dtype, torch.float32))
+        return _layer_loss_function(config.name)(z, config)
+
+
+def auxiliary_loss(hidden_states: Sequence[Tensor], config: AuxLossConfig,
+                   generator: torch.Generator | None = None) -> Tensor:
+    """Mean of ``layer_loss`` over the layers ``config.placement`` selects, unweighted.
+
+    ``hidden_states`` is a HF ``output.hidden_states`` tuple; multiply by ``config.weight``.
+    """
+    layers = select_layers(hidden_states, config.placement)
+    return torch.stack([layer_loss(z, config, generator) for z in layers]).mean()
+
+
+# ----------------------------------------------------------------------------------------------
+# reference for tests
+
+
+def reference_layer_loss(z: Tensor, config: AuxLossConfig) -> Tensor:
+    """The definitions, transcribed with Python loops over (b, i, j), in float64. Tests only.
+
+    Ignores ``max_tokens`` (tests subsample explicitly) and uses a plain clamp, which has the
+    same value and, away from the clamp region, the same gradient as the straight-through one.
+    """
+    z = z.double()
+    batch, num_tokens, features = z.shape
+
+    def cosine(u: Tensor, v: Tensor) -> Tensor:
+        return torch.dot(u, v) / (torch.clamp(u.norm(), min=NORM_EPS) * torch.clamp(v.norm(), min=NORM_EPS))
+
+    def angular(u: Tensor, v: Tensor) -> Tensor:
+        return torch.acos(torch.clamp(cosine(u, v), -1.0 + config.clamp, 1.0 - config.clamp)) / math.pi
+
+    def standardised(u: Tensor) -> Tensor:
+        centred = u - u.sum() / features
+        return centred / torch.clamp(torch.sqrt((centred**2).sum() / features), min=NORM_EPS)
+
+    pairs = [(i, j) for i in range(num_tokens) for j in range(num_tokens) if i != j]
+    total = torch.zeros((), dtype=torch.float64)
+    for b in range(batch):
+        x = z[b]
+        if config.name in ("dispersion", "l2_repel"):
+            acc = torch.zeros((), dtype=torch.float64)
+            for i, j in pairs:
+                if config.name == "dispersion":
+                    dist = angular(x[i], x[j])
+                else:
+                    dist = ((x[i] - x[j]) ** 2).sum() / features
+                acc = acc + torch.exp(-dist / config.tau)
+            total = total + torch.log(acc / len(pairs)) / batch
+        else:
+            for i, j in pairs:
+                if config.name == "decorrelation":
+                    term = ((standardised(x[i]) * standardised(x[j])).sum() / features) ** 2
+                else:  # orthogonalization
+                    term = torch.relu(config.margin - angular(x[i], x[j])) ** 2
+                total = total + term / (batch * len(pairs))
+    if config.name == "l2_repel":
+        total = total + config.norm_weight * (z**2).mean()
+    return total
