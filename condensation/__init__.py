@@ -1,27 +1,27 @@
 """Embedding condensation: measure it layer by layer, and train against it with a dispersion loss.
 
-Modules, in data-flow order:
-  config     typed configuration dataclasses, built from the schema-validated config
-  corpus     offline public-domain text from Debian packages (Austen novels, Python docs)
-  data       seeded sampling of text sequences; packed token blocks for training
-  models     one place for loading: hub id, local directory, GGUF file, tiny from-config model
-  geometry   per-layer cosine statistics reduced on the fly, trend statistics
-  settings   typed settings of the training loop and the losses, step arithmetic (no torch)
-  losses     the dispersion loss and its three alternatives; kernels: its tiled autograd form
-  baselines  noisy embedding and active forgetting, hooked into the loop
-  train      the one training loop (accelerate); checkpointing: its run directory, checkpoints,
-             exact resume and the checkpoint choice (no torch)
-  evaluation offline lm-eval tasks from held-out text; lm-eval scoring of an in-memory model
-  tables     the paper's Tables 2 and 3 from score files
-  figures    the paper's figures
-  stages     one function per workflow rule
-  io         atomic writes and checksummed manifests shared by every stage; verify: their checker
+Folders by stage of the pipeline, in the order the data flows (each folder's docstring maps it):
+  config/     the validated config, typed specs, training settings and the objective registry,
+              what a config implies (torch-free: the Snakemake planner imports it)
+  data/       offline corpora, a dataset's rows and sampled sequences, packed training blocks
+  models      one place for loading: hub id, local directory, pkg:// path, GGUF, init, GPT2 shape
+  geometry    the one cosine helper, per-layer cosine statistics reduced on the fly, trend
+              statistics, the condensation probe
+  training/   the one training loop (accelerate), its checkpoints, the losses and their tiled
+              kernel, the baselines
+  evaluation/ offline lm-eval tasks from held-out text, lm-eval scoring, score files and records
+  reporting/  Tables 2-4, condensation effects, trend tables, statistics, findings, figures/
+  runtime/    atomic writes and manifests (and their checker), run directories, progress, GPUs
+  stages/     one function per workflow rule, grouped like rules/*.smk: what the rules call
+
+Imports run down this list and never up (stages -> reporting, evaluation, training -> geometry,
+models, data -> config -> runtime). ``python -m condensation verify`` checks every artifact.
 
 Public names, for adding the auxiliary loss to one's own training loop (see the README):
 ``AuxLossConfig`` (which loss, its weight and constants) and ``auxiliary_loss(hidden_states,
 config)`` (the unweighted loss of a Hugging Face ``output.hidden_states`` tuple). They load on
-first use, so that ``import condensation`` and its torch-free modules (config, settings,
-checkpointing), which the Snakemake planner imports, never import torch.
+first use, so that ``import condensation`` and its torch-free parts (config/, runtime/), which
+the Snakemake planner imports, never import torch.
 """
 
 import importlib

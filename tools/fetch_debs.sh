@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Download the Debian packages the text corpus is built from (condensation/corpus.py).
+# Download the Debian packages the text corpus is built from (condensation/data/corpus.py).
 # Nothing is installed: `apt-get download` only fetches the .deb files, which the
 # pipeline later unpacks with `dpkg-deb -x`.
 #

@@ -1,4 +1,4 @@
-"""Configuration: schema validation with clear errors, defaults, and typed views for each stage.
+"""Configuration: schema validation with clear errors, and every default filled in.
 
 The Snakefile and the tests both go through :func:`validate_config`, so a bad key fails the same
 way everywhere: one message per problem, naming its place in the file.
@@ -21,6 +21,7 @@ from condensation.config.plan import (
     study_methods,
 )
 from condensation.config.training import OBJECTIVES, TrainConfig, dataclass_defaults
+from condensation.data.corpus import CORPORA
 
 
 class ConfigError(ValueError):
@@ -28,8 +29,9 @@ class ConfigError(ValueError):
 
 
 def load_schema() -> dict[str, Any]:
-    """The JSON schema, completed from ``settings``: the training defaults and the objective names
-    live there only, so the schema and the code cannot disagree."""
+    """The JSON schema, completed from the code: the training defaults and the objective names
+    (``config.training``) and the built-in corpora (``data.corpus.CORPORA``) live there only, so
+    the schema and the code cannot disagree."""
 
     schema = yaml.safe_load(resources.files("condensation").joinpath("config/config.schema.yaml").read_text())
     train = schema["$defs"]["train"]["properties"]
@@ -43,6 +45,10 @@ def load_schema() -> dict[str, Any]:
     if set(method) - {"objective"} != options:
         raise ConfigError(f"schema $defs.method and settings.OBJECTIVES disagree on {sorted((set(method) - {'objective'}) ^ options)}")
     method["objective"]["enum"] = list(OBJECTIVES)
+    properties = schema["properties"]
+    properties["datasets"]["additionalProperties"]["properties"]["source"]["enum"] = ["hub", *CORPORA, "files"]
+    local_task = properties["evaluation"]["properties"]["local_tasks"]["additionalProperties"]["properties"]
+    local_task["corpus"]["enum"] = list(CORPORA)
     return schema
 
 

@@ -1,4 +1,4 @@
-"""Downstream-accuracy tables: the paper's Table 2 (methods x models) and Table 3 (dispersion ablation).
+"""What the downstream-accuracy tables share (Table 2 in ``table2``, Table 3 in ``table3``).
 
 Input is one JSON score record per evaluated checkpoint (read by :mod:`condensation.evaluation.scores`) and
 the per-item results beside it (:func:`condensation.evaluation.scores.load_items`). Every table is built
@@ -11,8 +11,9 @@ the baseline and the reference method item by item (:mod:`condensation.reporting
 Each table comes twice: a tidy numeric frame (machine-readable CSV, one column per quantity) and a
 display frame of strings (Markdown, LaTeX and HTML, :mod:`condensation.reporting.table_files`). Numbers are
 percentages (accuracy x 100). The ``write_*`` functions at the end are what the workflow's stages
-call: score files (or a frame) in, table files out. The trend tables of the geometry stage are
-written here too; Table 4 and the condensation effects live in :mod:`condensation.reporting.table4`.
+call: score files (or a frame) in, table files out. Table 4 lives in
+:mod:`condensation.reporting.table4`, the condensation effects in
+:mod:`condensation.reporting.condensation_effects`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""The tables that set condensation beside the scores: the paper's Table 4 (models pre-trained from
-scratch with CE and with the dispersion loss) and the condensation effects of mid-training (each
-method against CE, checkpoint by checkpoint, with the spread over seeds).
+"""The paper's Table 4: models pre-trained from scratch with CE and with the dispersion loss, their
+scores beside their final condensation.
 
 Condensation comes from a trajectory CSV (``results/midtrain/<model>/trajectory.csv`` and its
 pre-training twin): one row per (method, seed, step) with val_loss, spearman_rho, kendall_tau,

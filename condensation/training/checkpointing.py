@@ -1,8 +1,7 @@
-"""A training run's directory, its checkpoints and its resumable state.
+"""A training run's checkpoints and its resumable state (the directory's layout and checkpoint
+names: :mod:`condensation.runtime.run_dir`).
 
-``RunDir`` is the only code that formats or parses checkpoint names (``step-0000049``); the
-workflow's rules import ``STEP_PATTERN`` from here for their wildcard constraints. ``select_step``
-is the one rule for choosing a run's checkpoint. ``CheckpointManager`` writes and reads what
+``CheckpointManager`` writes and reads what
 outlives the training process: evaluation checkpoints, ``final/``, the checkpoint index, and the
 resumable state (weights, optimizer, every rank's RNG states, ``TrainState``), with the check that
 a resumed run is the run that saved the state.

@@ -1,11 +1,12 @@
 """The one training loop: pre-train a tiny GPT-2-like model from scratch, or mid-train a pretrained
 Hugging Face causal LM, with an optional auxiliary loss on the hidden states, or with one of the
-paper's baselines (noisy embeddings, active forgetting: ``baselines.py``) hooked into the loop.
+paper's baselines (noisy embeddings, active forgetting: ``training.baselines``) hooked into the loop.
 
 Read it top to bottom, nanoGPT style:
 
-    TrainConfig          every knob, with the reason for its default (in ``settings``, torch-free)
-    lr_at, ...           pure functions: step count, LR schedule, checkpoint steps (``settings``), data order
+    TrainConfig          every knob, with the reason for its default (in ``config.training``, torch-free)
+    lr_at, ...           pure functions: step count, LR schedule, checkpoint steps (``config.training``);
+                         the data order and next-token CE (``training.batches``)
     train()              skip a finished run, else build a ``Trainer`` and run it
     Trainer              _prepare: checks, precision, accelerator, optimizer, compile, resume
                          run: tracker, progress, step 0's evaluation and probe (unless resumed)
@@ -17,9 +18,9 @@ Read it top to bottom, nanoGPT style:
                          _finish: last state, checkpoint index, final/ with train_summary.json
 
 Where a run keeps what outlives the process (checkpoints, ``final/``, the resumable state with its
-RNG states, the checkpoint index), and how it is written atomically: ``checkpointing.py``. How a
+RNG states, the checkpoint index), and how it is written atomically: ``training.checkpointing``. How a
 run reports while it trains (progress lines in the job's log, the DVCLive series in
-``<run>/dvclive/``): ``progress.py``; the condensation probe feeds both.
+``<run>/dvclive/``): ``runtime.progress``; the condensation probe (``geometry``) feeds both.
 
 Distributed: written for ``accelerate launch`` (DDP) as well as a single process. Every rank runs
 the same control flow (step counts are global), every loss and flag that decides what happens next

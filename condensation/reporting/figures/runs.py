@@ -1,4 +1,4 @@
-"""Mid-training figures: methods against checkpoint steps.
+"""Figures of a training study's runs (mid-training or from scratch): methods against checkpoint steps.
 
 Given the same ``methods`` list, each method keeps its :func:`.style.method_colors` colour in
 every figure.
