@@ -10,6 +10,8 @@ what an entry leaves out from it, so a library caller may pass a short entry.
 from __future__ import annotations
 
 import functools
+import importlib
+import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -56,22 +58,39 @@ def trend_config(config: Mapping[str, Any]) -> TrendConfig:
     return TrendConfig(**config["trend"])
 
 
+@dataclass(frozen=True)
+class Corpus:
+    """A built-in corpus: a dataset ``source`` that needs no network."""
+
+    package: str
+    """The Debian package its text comes from (``tools/fetch_debs.sh`` downloads it)."""
+    reader: str
+    """``module:function`` giving ``{document: text}`` from the unpacked package; imported when used."""
+
+    def read(self, unpacked_root: str | os.PathLike) -> dict[str, str]:
+        module, _, function = self.reader.partition(":")
+        return getattr(importlib.import_module(module), function)(unpacked_root)
+
+
+CORPORA = {
+    "austen": Corpus("r-cran-janeaustenr", "condensation.data.corpus:austen_novels"),
+    "python_docs": Corpus("python3.11-doc", "condensation.data.corpus:python_docs"),
+}
+"""The built-in corpora by ``source`` name, like the objective registry: the schema's list of
+sources, the rules and the corpus stage all read this one table."""
+
+
 @functools.lru_cache(maxsize=None)
-def _entry_defaults(section: str) -> dict[str, Any]:
-    """The schema's defaults of one entry of ``datasets`` or ``models``."""
+def schema_defaults(*keys: str) -> dict[str, Any]:
+    """The defaults the schema gives the properties of the object at ``keys``."""
     from condensation.config.validate import (
         load_schema,  # jsonschema only where a spec is built
     )
 
-    properties = load_schema()["properties"][section]["additionalProperties"]["properties"]
-    return {key: value["default"] for key, value in properties.items() if "default" in value}
-
-
-@functools.lru_cache(maxsize=None)
-def _arch_defaults() -> dict[str, int]:
-    from condensation.config.validate import load_schema
-
-    return {key: value["default"] for key, value in load_schema()["$defs"]["arch"]["properties"].items()}
+    node = load_schema()
+    for key in keys:
+        node = node[key]
+    return {key: value["default"] for key, value in node["properties"].items() if "default" in value}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,7 +100,7 @@ class DatasetSpec:
     dataset: str
     """Its name under ``datasets`` (used in file paths and messages)."""
     source: str
-    """``hub``, a built-in corpus (``data.corpus.CORPORA``) or ``files``."""
+    """``hub``, a built-in corpus (:data:`CORPORA`) or ``files``."""
     path: str | None = None
     """hub: the dataset id."""
     name: str | None
@@ -99,7 +118,7 @@ class DatasetSpec:
 
     @classmethod
     def from_config(cls, dataset: str, entry: Mapping[str, Any]) -> DatasetSpec:
-        return cls(dataset=dataset, **{**_entry_defaults("datasets"), **entry})
+        return cls(dataset=dataset, **{**schema_defaults("properties", "datasets", "additionalProperties"), **entry})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,7 +145,8 @@ class ModelSpec:
 
     @classmethod
     def from_config(cls, model: str, entry: Mapping[str, Any]) -> ModelSpec:
-        values = {**_entry_defaults("models"), "label": model, **entry}
+        values = {**schema_defaults("properties", "models", "additionalProperties"), "label": model, **entry}
         if values.get("arch") is not None:  # filled as the validator fills it: the entry's keys first
-            values["arch"] = dict(values["arch"]) | {k: v for k, v in _arch_defaults().items() if k not in values["arch"]}
+            arch_defaults = schema_defaults("$defs", "arch")
+            values["arch"] = dict(values["arch"]) | {k: v for k, v in arch_defaults.items() if k not in values["arch"]}
         return cls(model=model, **values)

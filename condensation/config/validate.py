@@ -20,8 +20,8 @@ from condensation.config.plan import (
     series_models,
     study_methods,
 )
+from condensation.config.specs import CORPORA
 from condensation.config.training import OBJECTIVES, TrainConfig, dataclass_defaults
-from condensation.data.corpus import CORPORA
 
 
 class ConfigError(ValueError):
@@ -185,10 +185,3 @@ def _check_evaluation(config: dict[str, Any]) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # Typed views, one per stage. Scripts build these from the validated config and pass them on.
 # ---------------------------------------------------------------------------------------------
-
-
-def train_config(train: Mapping[str, Any], seed: int, aux_weight: float = 0.0) -> TrainConfig:
-    """The training loop's config from a validated ``train`` section."""
-    return TrainConfig(**train, seed=seed, aux_weight=aux_weight)
-
-

@@ -33,9 +33,8 @@ import struct
 import subprocess
 import zlib
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Mapping
 
 import numpy as np
 
@@ -443,17 +442,3 @@ def export_documents(documents: Mapping[str, str], out_dir: str | os.PathLike) -
         write_manifest(staging, kind="corpus")
     return [final / file_name for file_name in file_names]
 
-
-@dataclass(frozen=True)
-class Corpus:
-    """A built-in corpus: a dataset ``source`` that needs no network."""
-
-    package: str
-    """The Debian package its text comes from (``tools/fetch_debs.sh`` downloads it)."""
-    read: Callable[[str | os.PathLike], dict[str, str]]
-    """``{document: text}`` from the unpacked package."""
-
-
-CORPORA = {"austen": Corpus("r-cran-janeaustenr", austen_novels), "python_docs": Corpus("python3.11-doc", python_docs)}
-"""The built-in corpora by ``source`` name: the rules, the corpus stage and the schema's check read
-this one table."""

@@ -19,10 +19,11 @@ import random
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
+from condensation.config.specs import schema_defaults
 from condensation.evaluation.score_files import (
     item_rows_path,
     lm_eval_path,
@@ -71,11 +72,16 @@ class EvalSettings:
         choice's log-likelihood by its length in bytes, fairer for next_sentence).
     """
 
-    batch_size: int = 16
-    limit: int | float | None = None
-    seed: int = 1234
+    batch_size: int = field(default_factory=lambda: _schema_default("batch_size"))
+    limit: int | float | None = field(default_factory=lambda: _schema_default("limit"))
+    seed: int = field(default_factory=lambda: _schema_default("seed"))
     bootstrap_iters: int = 100
-    metric: str = "acc"
+    metric: str = field(default_factory=lambda: _schema_default("metric"))
+
+
+def _schema_default(key: str) -> Any:
+    """The config schema's default of ``evaluation.<key>``: the one place it is written."""
+    return schema_defaults("properties", "evaluation")[key]
 
 
 class UnknownTaskError(ValueError):

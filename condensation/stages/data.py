@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from condensation import models
-from condensation.config.specs import DatasetSpec, SamplingConfig
+from condensation.config.specs import CORPORA, DatasetSpec, SamplingConfig
 from condensation.data import corpus, packing, text
 
 log = logging.getLogger("condensation")
@@ -18,7 +18,7 @@ def build_corpus(*, source: str, deb_path: str | Path, out_dir: str | Path) -> N
     """Unpack a Debian package into a scratch directory and export its texts, one file each."""
     with tempfile.TemporaryDirectory() as scratch:
         corpus.unpack_deb(deb_path, scratch)
-        documents = corpus.CORPORA[source].read(scratch)
+        documents = CORPORA[source].read(scratch)
     corpus.export_documents(documents, out_dir)
     log.info("exported %d documents (%d characters) to %s", len(documents), sum(map(len, documents.values())), out_dir)
 
