@@ -64,7 +64,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from condensation.config.training import KERNELS
-from condensation.geometry import NORM_EPS
+from condensation.geometry import NORM_EPS, unit_rows
 
 DEFAULT_TILE = 128
 """Rows per tile. Temporaries are a few ``B x tile x T`` blocks; smaller tiles skip more of the
@@ -80,18 +80,6 @@ def _no_autocast(device: torch.device) -> contextlib.AbstractContextManager:
     if torch.amp.is_autocast_available(device.type):
         return torch.autocast(device_type=device.type, enabled=False)
     return contextlib.nullcontext()
-
-
-def _normalise(z: Tensor, norm_eps: float) -> tuple[Tensor, Tensor, Tensor]:
-    """``(zn, norm, floored)``: unit rows, the floored norms ``[B, T, 1]``, and where the floor applied.
-
-    Same arithmetic as ``losses.cosine_matrix`` (sqrt of a floored squared norm), so both paths
-    see the same ``zn`` bit for bit.
-    """
-    sq_norm = z.pow(2).sum(-1, keepdim=True)
-    floored = sq_norm < norm_eps**2  # clamp_min passes the gradient at equality; so do we
-    norm = sq_norm.clamp_min(norm_eps**2).sqrt()
-    return z / norm, norm, floored
 
 
 def _tile_weights(zn: Tensor, start: int, stop: int, peak: Tensor, logit_scale: Tensor,
@@ -210,7 +198,7 @@ class TiledDispersion(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z: Tensor, tau: float, clamp: float, tile: int, norm_eps: float, kernel: str) -> Tensor:
         batch, num_tokens, _ = z.shape
-        zn, norm, floored = _normalise(z.to(torch.promote_types(z.dtype, torch.float32)), norm_eps)
+        zn, norm, floored = unit_rows(z.to(torch.promote_types(z.dtype, torch.float32)), norm_eps)
         step = tile_step(kernel, zn.device)
         # Online logsumexp per sequence: running max ``peak`` and ``total = sum exp(x - peak)``.
         # The first tile always holds a pair (row 0, column 1), so ``peak`` is finite after it;

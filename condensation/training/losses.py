@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from condensation.config.training import OBJECTIVES, PLACEMENTS, AuxLossConfig
-from condensation.geometry import NORM_EPS
+from condensation.geometry import NORM_EPS, unit_rows
 from condensation.training.kernels import _no_autocast, dispersion_tiled
 
 # ----------------------------------------------------------------------------------------------
@@ -86,9 +86,7 @@ def subsample_tokens(z: Tensor, max_tokens: int | None, generator: torch.Generat
 
 def cosine_matrix(z: Tensor) -> Tensor:
     """``[B, T, F] -> [B, T, T]`` token-token cosines; zero vectors give 0, with finite gradients."""
-    # sqrt of a floored square norm: the gradient of a norm at exactly 0 is not finite everywhere.
-    norm = z.pow(2).sum(-1, keepdim=True).clamp_min(NORM_EPS**2).sqrt()
-    zn = z / norm
+    zn = unit_rows(z)[0]  # the measurements' normalisation, with a finite gradient at 0
     return zn @ zn.mT
 
 
