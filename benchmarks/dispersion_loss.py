@@ -69,9 +69,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from condensation.config.training import AuxLossConfig
+from condensation.config.objectives import AuxLossConfig  # noqa: E402
 from condensation.training.kernels import DEFAULT_TILE, dispersion_tiled  # noqa: E402
-from condensation.training.losses import (
+from condensation.training.losses import (  # noqa: E402
     _dispersion_dense,
     auxiliary_loss,
     select_layers,

@@ -80,13 +80,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from condensation.config.training import (
-    AuxLossConfig,  # noqa: E402
-    TrainConfig,
-)
+from condensation.config.objectives import AuxLossConfig  # noqa: E402
+from condensation.config.runs import TrainConfig  # noqa: E402
 from condensation.runtime.run_dir import SUMMARY_NAME  # noqa: E402
-from condensation.training.loop import train
-from condensation.training.losses import auxiliary_loss
+from condensation.training.loop import train  # noqa: E402
+from condensation.training.losses import auxiliary_loss  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 PRESETS = {

@@ -30,7 +30,7 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it, imported on first access (PEP 562)
 _LAZY_NAMES = {
-    "AuxLossConfig": "config.training",
+    "AuxLossConfig": "config.objectives",
     "auxiliary_loss": "training.losses",
 }
 

@@ -12,13 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from condensation.config.training import (
-    AuxLossConfig,
-    TrainConfig,
-    checkpoint_steps,
-    resolve_method,
-    total_steps,
-)
+from condensation.config.objectives import AuxLossConfig, resolve_method
+from condensation.config.runs import TrainConfig, checkpoint_steps, total_steps
 from condensation.runtime.run_dir import step_name
 
 STUDIES = ("midtrain", "scratch")

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from condensation import models
+from condensation.config.runs import plan_run
 from condensation.config.specs import DatasetSpec, ModelSpec
-from condensation.config.training import plan_run
 from condensation.data import text
 
 log = logging.getLogger("condensation")

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from condensation import models
+from condensation.config.runs import RunPlan, plan_run
 from condensation.config.specs import ExtractionConfig, SamplingConfig, TrendConfig
-from condensation.config.training import RunPlan, plan_run
 from condensation.data import packing, text
 from condensation.runtime.io import atomic_path, write_json, write_manifest
 from condensation.runtime.run_dir import RunDir, step_name

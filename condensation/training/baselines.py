@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from condensation.config.training import (
+from condensation.config.objectives import (
     OBJECTIVES,
     ActiveForgettingConfig,
     NoisyEmbeddingConfig,

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
 
-from condensation.config.training import TrainConfig
+from condensation.config.runs import TrainConfig
 
 
 @functools.lru_cache(maxsize=4)

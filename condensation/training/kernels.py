@@ -63,7 +63,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from condensation.config.training import KERNELS
+from condensation.config.objectives import KERNELS
 from condensation.geometry import NORM_EPS, unit_rows
 
 DEFAULT_TILE = 128

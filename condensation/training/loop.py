@@ -4,8 +4,8 @@ paper's baselines (noisy embeddings, active forgetting: ``training.baselines``) 
 
 Read it top to bottom, nanoGPT style:
 
-    TrainConfig          every knob, with the reason for its default (in ``config.training``, torch-free)
-    lr_at, ...           pure functions: step count, LR schedule, checkpoint steps (``config.training``);
+    TrainConfig          every knob, with the reason for its default (in ``config.runs``, torch-free)
+    lr_at, ...           pure functions: step count, LR schedule, checkpoint steps (``config.runs``);
                          the data order and next-token CE (``training.batches``)
     train()              skip a finished run, else build a ``Trainer`` and run it
     Trainer              _prepare: checks, precision, accelerator, optimizer, compile, resume
@@ -49,7 +49,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 
-from condensation.config.training import (
+from condensation.config.runs import (
     TrainConfig,
     checkpoint_steps,
     lr_at,

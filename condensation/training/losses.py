@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-from condensation.config.training import OBJECTIVES, PLACEMENTS, AuxLossConfig
+from condensation.config.objectives import OBJECTIVES, PLACEMENTS, AuxLossConfig
 from condensation.geometry import NORM_EPS, unit_rows
 from condensation.training.kernels import _no_autocast, dispersion_tiled
 

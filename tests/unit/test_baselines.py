@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
-from condensation.config.training import TrainConfig
+from condensation.config.runs import TrainConfig
 from condensation.training.baselines import (
     ActiveForgetting,
     ActiveForgettingConfig,

@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from condensation.config.training import AuxLossConfig
+from condensation.config.objectives import AuxLossConfig
 from condensation.training import kernels, losses
 from condensation.training.kernels import dispersion_tiled
 from condensation.training.losses import (

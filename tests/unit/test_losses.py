@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from condensation.config.training import LOSS_NAMES, AuxLossConfig
+from condensation.config.objectives import LOSS_NAMES, AuxLossConfig
 from condensation.training.losses import (
     angular_distance,
     auxiliary_loss,

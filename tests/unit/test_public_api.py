@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import condensation
-from condensation.config.training import AuxLossConfig
+from condensation.config.objectives import AuxLossConfig
 from condensation.training.losses import auxiliary_loss
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,7 +87,7 @@ def test_public_names_are_the_modules_objects():
 
 def test_package_and_config_import_without_torch():
     """The Snakemake planner imports these; the public config class needs no torch either."""
-    code = ("import sys, condensation, condensation.config.validate, condensation.config.training; "
+    code = ("import sys, condensation, condensation.config.validate, condensation.config.runs, condensation.config.objectives; "
             "from condensation import AuxLossConfig; AuxLossConfig(name='dispersion'); "
             "print(sorted({'torch', 'transformers', 'accelerate'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)

@@ -4,17 +4,15 @@ import dataclasses
 
 import pytest
 
-from condensation.config.training import (
+from condensation.config.objectives import (
     OBJECTIVES,
     ActiveForgettingConfig,
     AuxLossConfig,
     MethodSettings,
-    RunPlan,
-    TrainConfig,
     loss_names,
-    plan_run,
     resolve_method,
 )
+from condensation.config.runs import RunPlan, TrainConfig, plan_run
 from condensation.config.validate import ConfigError, load_schema, validate_config
 
 MINIMAL = {"datasets": {"austen": {"source": "austen"}}, "models": {"m": {"source": "hub", "id": "gpt2"}}}

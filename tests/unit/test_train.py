@@ -23,7 +23,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from condensation import geometry
-from condensation.config.training import (
+from condensation.config.runs import (
     TrainConfig,
     checkpoint_steps,
     lr_at,

@@ -1,0 +1,229 @@
+"""The training objectives, torch-free: the registry ``OBJECTIVES`` of the auxiliary losses and the
+baselines (each with its settings dataclass, the options it takes and where its torch code lives),
+their settings with the reason for every default, and a method resolved from its config entry.
+
+The config schema takes its objective names and per-method options from here, so the two cannot
+disagree."""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+PLACEMENTS = ("all", "last", "early_half", "late_half")
+
+
+TIED_HEAD_OPTIONS = ("untie", "reset")
+
+
+KERNELS = ("auto", "eager", "compiled")
+
+
+@dataclass(frozen=True)
+class AuxLossConfig:
+    """Which auxiliary loss, where, and with which constants. Validated on construction."""
+
+    name: str
+    """One of ``loss_names()``; no default, the choice of loss is the experiment."""
+
+    weight: float = 0.1
+    """lambda in ``L_LM + lambda * L_aux``; 0.1 is the paper's default. Not applied by
+    ``auxiliary_loss``: the caller multiplies, so the loss can be logged unweighted."""
+
+    tau: float = 1.0
+    """Temperature of the log-mean-exp (dispersion, l2_repel); 1.0 is the paper's default.
+    Smaller tau concentrates the gradient on the closest pairs."""
+
+    placement: str = "all"
+    """Which hidden states get the loss (see ``select_layers``): every block output by default,
+    since condensation grows with depth and no single layer is where it happens."""
+
+    max_tokens: int | None = None
+    """If set and ``T > max_tokens``, use a random subset of ``max_tokens`` positions (the same
+    for the whole batch) to bound the ``B * T^2`` cost. None: all pairs, exact, as in the paper."""
+
+    clamp: float = 1e-3
+    """Cosines are clamped to ``[-1 + clamp, 1 - clamp]`` before arccos, with a straight-through
+    gradient. 1e-3 bounds the arccos slope at 1 / sqrt(clamp * (2 - clamp)) ~ 22 (7.1 after
+    dividing by pi) and sits well above the rounding noise of a float32 cosine (~1e-6 even for
+    F ~ 10^4) and near that of TF32 matmuls, so the slope is never taken at a noisy value; only
+    pairs closer than ~2.6 degrees see a flat forward value (their gradient still flows)."""
+
+    norm_weight: float = 0.1
+    """l2_repel only: weight of ``mean(z^2)``, without which the repulsion is won by inflating
+    norms; 0.1, the value this project specifies, as for the loss weight. Note that it is in
+    the units of mean(z^2), so it is relatively stronger on large-norm hidden states."""
+
+    margin: float = 0.5
+    """orthogonalization only: pairs closer than this angular distance are penalised; 1/2 is
+    90 degrees, i.e. the loss asks for orthogonal tokens and ignores already-spread pairs."""
+
+    kernel: str = "auto"
+    """dispersion only: how its tile body runs (``kernels.tile_step``). ``eager``: plain PyTorch,
+    the reference, ~34 small ops per tile (each a kernel launch on a GPU); ``compiled``: the same
+    body through ``torch.compile``, its elementwise work fused (C++ on CPU, Triton on CUDA; graphs
+    compiled on first use, ~20 s); ``auto``: the one measured fastest on the device at hand:
+    eager on CPU, where the compiled body ran at x0.95-1.04 of it (the matmuls dominate), and
+    compiled on CUDA, where the launches it saves should count (not measured yet). Both give the
+    same value and gradient up to float rounding; see benchmarks/README.md."""
+
+    def __post_init__(self) -> None:
+        if self.name not in loss_names():
+            raise ValueError(f"unknown auxiliary loss name {self.name!r}; allowed: {', '.join(loss_names())}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"unknown placement {self.placement!r}; allowed: {', '.join(PLACEMENTS)}")
+        if self.kernel not in KERNELS:
+            raise ValueError(f"unknown kernel {self.kernel!r}; allowed: {', '.join(KERNELS)}")
+        _check_number("weight", self.weight, low=0.0, low_open=False)
+        _check_number("tau", self.tau, low=0.0, low_open=True)
+        _check_number("clamp", self.clamp, low=0.0, low_open=True, high=1.0)
+        _check_number("norm_weight", self.norm_weight, low=0.0, low_open=False)
+        _check_number("margin", self.margin, low=0.0, low_open=True, high=1.0, high_open=False)
+        if self.max_tokens is not None:
+            # bool is an int subclass; True as a token count is a bug, not 1.
+            if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 2:
+                raise ValueError(f"max_tokens must be None or an int >= 2 (pairs need two tokens), got {self.max_tokens!r}")
+
+
+def _check_number(field: str, value: float, low: float, low_open: bool,
+                  high: float | None = None, high_open: bool = True) -> None:
+    """ValueError naming ``field`` and ``value`` unless value is a finite number in the range."""
+    interval = ("(" if low_open else "[") + f"{low}, " + ("inf)" if high is None else f"{high}" + (")" if high_open else "]"))
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = (value > low) if low_open else (value >= low)
+        if ok and high is not None:
+            ok = (value < high) if high_open else (value <= high)
+    if not ok:
+        raise ValueError(f"{field} must be a finite number in {interval}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class NoisyEmbeddingConfig:
+    alpha: float = 1.0
+    """Noise scale: each embedding element gets Uniform(-m, m) noise, m = alpha / sqrt(T * H) for
+    T tokens of width H. 1.0 is the paper/reference value for GPT2; it uses 5.0 for Qwen3."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.alpha < math.inf:  # also refuses NaN
+            raise ValueError(f"NoisyEmbeddingConfig.alpha must be a finite number >= 0, got {self.alpha}")
+
+
+@dataclass(frozen=True)
+class ActiveForgettingConfig:
+    every: int = 1000
+    """Reset period in optimizer steps (global, counted from the start of the run): the embeddings
+    are re-initialised after steps every, 2 * every, ... Chen et al. reset every 1000 updates."""
+
+    tied_head: str = "untie"
+    """What to do when the output head shares its weight with the input embeddings (GPT2, Qwen3):
+    ``"untie"`` gives the head its own copy before training, so only the input embeddings are
+    forgotten (the method's intent, hence the default); ``"reset"`` keeps them tied and resets
+    both, which also discards the trained output layer (what the reference code did by accident).
+    Untied models behave the same under both."""
+
+    std: float | None = None
+    """Standard deviation of the re-initialisation; None uses the model config's
+    ``initializer_range`` (how the embeddings were first initialised), or 0.02 without one."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.every, int) or self.every < 1:
+            raise ValueError(f"ActiveForgettingConfig.every must be an integer >= 1, got {self.every!r}")
+        if self.tied_head not in TIED_HEAD_OPTIONS:
+            raise ValueError(f"ActiveForgettingConfig.tied_head must be 'untie' or 'reset', got {self.tied_head!r}")
+        if self.std is not None and not 0 < self.std < math.inf:
+            raise ValueError(f"ActiveForgettingConfig.std must be a finite number > 0, or None, got {self.std}")
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One value of a method's ``objective``: what it adds to cross-entropy and how to set it."""
+
+    name: str
+    kind: str
+    """``ce`` (cross-entropy alone), ``auxiliary`` (CE + weight x a loss on the hidden states)
+    or ``baseline`` (CE with a hook into the training loop)."""
+    settings: type | None
+    """The dataclass that holds its options (``AuxLossConfig`` for every auxiliary loss)."""
+    options: tuple[str, ...]
+    """The option names a method with this objective may set, each a field of ``settings``."""
+    implementation: str = ""
+    """``module:attribute`` of the torch code: a layer loss ``(z, AuxLossConfig) -> scalar`` or a
+    ``TrainingBaseline`` class; imported only when a run trains."""
+
+    def load(self) -> Any:
+        module, _, attribute = self.implementation.partition(":")
+        return getattr(importlib.import_module(module), attribute)
+
+
+_AUX = ("weight", "placement", "max_tokens")
+
+
+OBJECTIVES: dict[str, Objective] = {
+    objective.name: objective
+    for objective in (
+        Objective("ce", "ce", None, ()),
+        Objective(
+            "dispersion", "auxiliary", AuxLossConfig, (*_AUX, "tau", "clamp", "kernel"), "condensation.training.losses:dispersion"
+        ),
+        Objective("decorrelation", "auxiliary", AuxLossConfig, _AUX, "condensation.training.losses:decorrelation"),
+        Objective("l2_repel", "auxiliary", AuxLossConfig, (*_AUX, "tau", "norm_weight"), "condensation.training.losses:l2_repel"),
+        Objective(
+            "orthogonalization", "auxiliary", AuxLossConfig, (*_AUX, "clamp", "margin"), "condensation.training.losses:orthogonalization"
+        ),
+        Objective(
+            "noisy_embedding", "baseline", NoisyEmbeddingConfig, ("alpha",), "condensation.training.baselines:NoisyEmbedding"
+        ),
+        Objective(
+            "active_forgetting", "baseline", ActiveForgettingConfig, ("every", "tied_head", "std"),
+            "condensation.training.baselines:ActiveForgetting",
+        ),
+    )
+}
+
+
+def loss_names() -> tuple[str, ...]:
+    """The auxiliary losses, in registry order."""
+    return tuple(name for name, objective in OBJECTIVES.items() if objective.kind == "auxiliary")
+
+
+LOSS_NAMES = loss_names()
+
+
+@dataclass(frozen=True)
+class MethodSettings:
+    """A method of the config, resolved: its objective and the full settings of its loss or baseline."""
+
+    objective: str
+    loss: AuxLossConfig | None = None
+    baseline: NoisyEmbeddingConfig | ActiveForgettingConfig | None = None
+
+    @property
+    def aux_weight(self) -> float:
+        return self.loss.weight if self.loss is not None else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every option with its value, defaults included (what ``run.json`` records)."""
+        chosen = self.loss or self.baseline
+        options = OBJECTIVES[self.objective].options
+        return {"objective": self.objective, **{name: getattr(chosen, name) for name in options}}
+
+
+def resolve_method(spec: Mapping[str, Any]) -> MethodSettings:
+    """``{"objective": "dispersion", "weight": 0.1}`` -> ``MethodSettings``; ValueError names an
+    unknown objective or an option that does not apply to it."""
+    name = spec.get("objective")
+    if name not in OBJECTIVES:
+        raise ValueError(f"unknown objective {name!r} (known: {', '.join(OBJECTIVES)})")
+    objective = OBJECTIVES[name]
+    options = {key: value for key, value in spec.items() if key != "objective"}
+    extra = sorted(set(options) - set(objective.options))
+    if extra:
+        raise ValueError(f"option(s) {extra} do not apply to objective {name!r} (it takes: {list(objective.options)})")
+    if objective.kind == "auxiliary":
+        return MethodSettings(name, loss=AuxLossConfig(name=name, **options))
+    if objective.kind == "baseline":
+        return MethodSettings(name, baseline=objective.settings(**options))
+    return MethodSettings(name)
