@@ -393,7 +393,6 @@ def depth_trend(stats: CosineStatistics, trend: TrendConfig) -> TrendStatistics:
     )
 
 
-
 @torch.no_grad()
 def condensation_probe(
     module: torch.nn.Module, probe_ids: torch.Tensor, batch_size: int,

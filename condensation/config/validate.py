@@ -181,8 +181,3 @@ def _check_evaluation(config: dict[str, Any]) -> list[str]:
                 f"config.evaluation.reference: unknown method '{section['reference']}' (known: {', '.join(methods)})"
             )
     return problems
-
-
-# ---------------------------------------------------------------------------------------------
-# Typed views, one per stage. Scripts build these from the validated config and pass them on.
-# ---------------------------------------------------------------------------------------------

@@ -44,7 +44,6 @@ CONDENSATION_STATISTICS = {"last_half": "Deep cos", "spearman_rho": "Spearman ρ
 """Table 4's condensation columns and their display headers."""
 
 
-
 def final_condensation(trajectory: pd.DataFrame) -> pd.DataFrame:
     """Each run's last measured step: one row per (method, seed) of ``trajectory``."""
     require_columns(trajectory, ("method", "seed", "step", *CONDENSATION_STATISTICS), "trajectory")
@@ -157,10 +156,3 @@ def write_table4(
     caption = table4_caption([labels.get(t, t) for t in targets], metric, chance, n_resamples)
     write_table(format_table4(table, tasks, targets, chance), table, stem, caption)
     return table
-
-
-# --------------------------------------------------------------------------------------------
-# Condensation effects of mid-training
-# --------------------------------------------------------------------------------------------
-
-

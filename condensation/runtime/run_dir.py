@@ -8,13 +8,9 @@ import math
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from condensation.runtime.io import read_json, write_json
-
-if TYPE_CHECKING:
-    pass
-
 
 STEP_DIGITS = 7
 

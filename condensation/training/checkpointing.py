@@ -41,8 +41,6 @@ if TYPE_CHECKING:
     from accelerate import Accelerator
 
 
-
-
 # ----------------------------------------------------------------------------- resumable state
 
 

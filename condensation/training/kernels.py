@@ -73,7 +73,6 @@ CPU, one thread, 4 layers, tile 64 vs 128: 36.8 vs 39.4 ms at B=8, T=256, F=256;
 at B=4, T=256, F=768; 140.5 vs 126.0 ms at B=2, T=1024, F=256."""
 
 
-
 def _no_autocast(device: torch.device) -> contextlib.AbstractContextManager:
     """Autocast would run the loss's matmuls in bf16/fp16 and undo the float32 upcast. Also used
     by ``losses`` for its other losses."""

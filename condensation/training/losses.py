@@ -161,8 +161,6 @@ def orthogonalization(z: Tensor, config: AuxLossConfig) -> Tensor:
     return _mean_offdiag(torch.relu(config.margin - dist).pow(2))
 
 
-
-
 # ----------------------------------------------------------------------------------------------
 # public entry points
 
