@@ -20,7 +20,8 @@ from condensation.config.plan import (
     study_methods,
     study_runs,
 )
-from condensation.config.specs import CORPORA, DatasetSpec, ModelSpec, extraction_config, sampling_config, trend_config
+from condensation.config.corpora import CORPORA
+from condensation.config.specs import DatasetSpec, ModelSpec, extraction_config, sampling_config, trend_config
 from condensation.config.validate import validate_config
 from condensation.data.corpus import find_deb
 from condensation.data.text import local_files

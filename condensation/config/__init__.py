@@ -3,6 +3,7 @@
   validate   the schema (config.schema.yaml beside this file) and its cross-checks; every default
   specs      typed views of the sections that cross modules: sampling, extraction, trend
              conventions, one dataset or model entry
+  corpora    the built-in corpora (CORPORA), a registry like the objectives'
   runs       a training run's settings with the reason for every default, its step arithmetic
              and its plan (run.json)
   objectives the registry of training objectives (auxiliary losses, baselines) and their settings

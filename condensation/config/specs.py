@@ -10,8 +10,6 @@ what an entry leaves out from it, so a library caller may pass a short entry.
 from __future__ import annotations
 
 import functools
-import importlib
-import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -58,28 +56,6 @@ def trend_config(config: Mapping[str, Any]) -> TrendConfig:
     return TrendConfig(**config["trend"])
 
 
-@dataclass(frozen=True)
-class Corpus:
-    """A built-in corpus: a dataset ``source`` that needs no network."""
-
-    package: str
-    """The Debian package its text comes from (``tools/fetch_debs.sh`` downloads it)."""
-    reader: str
-    """``module:function`` giving ``{document: text}`` from the unpacked package; imported when used."""
-
-    def read(self, unpacked_root: str | os.PathLike) -> dict[str, str]:
-        module, _, function = self.reader.partition(":")
-        return getattr(importlib.import_module(module), function)(unpacked_root)
-
-
-CORPORA = {
-    "austen": Corpus("r-cran-janeaustenr", "condensation.data.corpus:austen_novels"),
-    "python_docs": Corpus("python3.11-doc", "condensation.data.corpus:python_docs"),
-}
-"""The built-in corpora by ``source`` name, like the objective registry: the schema's list of
-sources, the rules and the corpus stage all read this one table."""
-
-
 @functools.lru_cache(maxsize=None)
 def schema_defaults(*keys: str) -> dict[str, Any]:
     """The defaults the schema gives the properties of the object at ``keys``."""
@@ -100,7 +76,7 @@ class DatasetSpec:
     dataset: str
     """Its name under ``datasets`` (used in file paths and messages)."""
     source: str
-    """``hub``, a built-in corpus (:data:`CORPORA`) or ``files``."""
+    """``hub``, a built-in corpus (``config.corpora.CORPORA``) or ``files``."""
     path: str | None = None
     """hub: the dataset id."""
     name: str | None

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 import jsonschema
 import yaml
 
+from condensation.config.corpora import CORPORA
 from condensation.config.objectives import OBJECTIVES
 from condensation.config.plan import (
     STUDIES,
@@ -22,7 +23,6 @@ from condensation.config.plan import (
     study_methods,
 )
 from condensation.config.runs import TrainConfig, dataclass_defaults
-from condensation.config.specs import CORPORA
 
 
 class ConfigError(ValueError):
@@ -31,7 +31,7 @@ class ConfigError(ValueError):
 
 def load_schema() -> dict[str, Any]:
     """The JSON schema, completed from the code: the training defaults and the objective names
-    (``config.runs``, ``config.objectives``) and the built-in corpora (``config.specs.CORPORA``) live there only, so
+    (``config.runs``, ``config.objectives``) and the built-in corpora (``config.corpora``) live there only, so
     the schema and the code cannot disagree."""
 
     schema = yaml.safe_load(resources.files("condensation").joinpath("config/config.schema.yaml").read_text())

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from condensation import models
-from condensation.config.specs import CORPORA, DatasetSpec, SamplingConfig
+from condensation.config.corpora import CORPORA
+from condensation.config.specs import DatasetSpec, SamplingConfig
 from condensation.data import corpus, packing, text
 
 log = logging.getLogger("condensation")
