@@ -94,7 +94,7 @@ def remove(path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m condensation verify", description=__doc__.splitlines()[0])
     parser.add_argument("roots", nargs="*", default=list(DEFAULT_ROOTS), help="folders to scan (default: %(default)s)")
     parser.add_argument("--repair", action="store_true", help="remove corrupt artifacts so that snakemake rebuilds them")
     args = parser.parse_args(argv)
