@@ -119,3 +119,12 @@ def test_loading_a_damaged_model_directory_names_the_file(tiny_model_dir, tmp_pa
     for load in (load_model, load_tokenizer):
         with pytest.raises(CorruptArtifactError, match=r"model\.safetensors has checksum .* truncated or was changed"):
             load(handle)
+
+
+def test_the_package_command_runs_verify_and_refuses_an_unknown_command(tree, capsys):
+    from condensation.__main__ import main
+
+    assert main(["verify", str(tree)]) == 0
+    assert "0 corrupt" in capsys.readouterr().out
+    assert main(["no-such-command"]) == 2
+    assert "verify [--repair]" in capsys.readouterr().err
