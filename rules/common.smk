@@ -21,7 +21,7 @@ from condensation.config.plan import (
     study_runs,
 )
 from condensation.config.corpora import CORPORA
-from condensation.config.specs import DatasetSpec, ModelSpec, extraction_config, sampling_config, trend_config
+from condensation.config.specs import DatasetSpec, ModelSpec
 from condensation.config.validate import validate_config
 from condensation.data.corpus import find_deb
 from condensation.data.text import local_files
@@ -32,9 +32,11 @@ from condensation.runtime.run_dir import STEP_PATTERN, RunDir
 # Fail before planning anything if the config is wrong; fills in every default.
 config = validate_config(config)
 
-SAMPLING = sampling_config(config)
-EXTRACTION = extraction_config(config)
-TREND = trend_config(config)
+# Sections passed to jobs as plain data: Snakemake's params trigger compares only built-in types,
+# so a changed setting reruns the jobs it shapes (the stages build the typed objects).
+SAMPLING = config["sampling"]
+EXTRACTION = config["extraction"]
+TREND = config["trend"]
 STUDY_METHODS = {study: study_methods(config, study) for study in STUDIES}  # configured, then ablation runs
 STUDY_RUNS = {study: study_runs(config, study) for study in STUDIES}  # (model, method, seed) of every run
 MODELS = {name: ModelSpec.from_config(name, entry) for name, entry in config["models"].items()}

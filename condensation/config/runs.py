@@ -246,10 +246,10 @@ def plan_run(kind: str, model: str, train: Mapping[str, Any], seed: int, method:
 
 
 def provenance() -> dict[str, Any]:
-    """Versions of the packages that decide a run's numbers, and the git commit when there is one."""
-    import subprocess
+    """Versions of the packages that decide a run's numbers, and the code that planned it."""
     from importlib import metadata
-    from pathlib import Path
+
+    from condensation.runtime.provenance import code_version
 
     versions = {}
     for package in ("condensation", "torch", "transformers", "accelerate"):
@@ -257,10 +257,4 @@ def provenance() -> dict[str, Any]:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = None
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=10
-        ).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
-    return {"versions": versions, "git_commit": commit}
+    return {"versions": versions, "git_commit": code_version()["commit"], "code": code_version()}

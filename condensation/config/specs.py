@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,16 @@ class TrendConfig:
     """Correlate layer 0 too (the published figures do)."""
     include_diagonal: bool
     """Use the mean over all N^2 pairs (paper) rather than over i != j."""
+
+
+Section = TypeVar("Section", SamplingConfig, ExtractionConfig, TrendConfig)
+
+
+def typed(cls: type[Section], value: Section | Mapping[str, Any]) -> Section:
+    """``value`` as ``cls``. The rules pass a section as a plain mapping, the form Snakemake's
+    params trigger compares (it skips other objects, so a changed setting would not rerun the
+    jobs it shapes); a library caller may pass the object itself."""
+    return value if isinstance(value, cls) else cls(**value)
 
 
 def sampling_config(config: Mapping[str, Any]) -> SamplingConfig:

@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from condensation.runtime.provenance import code_version
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
@@ -98,7 +100,9 @@ def _directory_checksums(directory: Path) -> dict[str, str]:
 
 
 def write_manifest(artifact: str | os.PathLike, **fields: Any) -> Path:
-    """Record the checksum of ``artifact`` (every file in it, for a directory) and ``fields``.
+    """Record the checksum of ``artifact`` (every file in it, for a directory), ``fields`` and the
+    code that made it (``provenance.code_version``: ``python -m condensation verify`` lists what
+    other code made).
 
     Call it on a directory before the directory is renamed into place, and on a file right after.
     """
@@ -108,7 +112,8 @@ def write_manifest(artifact: str | os.PathLike, **fields: Any) -> Path:
         checksums = {"files": _directory_checksums(artifact)}
     else:
         checksums = {"sha256": sha256_file(artifact)}
-    write_json(path, {"artifact": artifact.name, **checksums, **fields})
+
+    write_json(path, {"artifact": artifact.name, **checksums, **fields, "code": code_version()})
     return path
 
 

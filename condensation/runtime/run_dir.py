@@ -70,6 +70,9 @@ class RunDir:
         self.checkpoints = self.root / "checkpoints"
         self.index = self.root / "checkpoints.json"
         self.state = self.root / "state"
+        self.set_aside = self.root / "set_aside"
+        """States that cannot continue this run (another run's, other code's, a finished run's),
+        kept rather than deleted, each with a ``.why.txt`` beside it."""
         self.final = self.root / "final"
         self.summary = self.final / SUMMARY_NAME
 

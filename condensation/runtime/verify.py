@@ -3,6 +3,9 @@
     python -m condensation verify                 # report, exit 1 if anything is corrupt
     python -m condensation verify --repair        # ... and remove it, so that snakemake rebuilds it
 
+It also lists the outputs that other code than the running package made (each manifest records
+the code that wrote it: ``runtime.provenance``), with the Snakemake command that rebuilds them.
+
 Each artifact carries a manifest (``io.write_manifest``): a file has ``<name>.manifest.json``
 beside it, a directory ``manifest.json`` inside. Rules check what they consume and stop with
 ``io.CorruptArtifactError``; this tool finds every such problem at once and, with ``--repair``,
@@ -18,6 +21,7 @@ deletes the smallest thing whose removal makes Snakemake rebuild it:
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +32,7 @@ from condensation.runtime.io import (
     CorruptArtifactError,
     verify_manifest,
 )
+from condensation.runtime.provenance import code_version, describe, same_code
 
 DEFAULT_ROOTS = ("data", "models", "runs", "results")
 SIDECAR_SUFFIX = ".manifest.json"
@@ -76,6 +81,30 @@ def check(roots: Iterable[str | Path]) -> tuple[int, list[Problem]]:
     return checked, problems
 
 
+def made_by_other_code(roots: Iterable[str | Path]) -> list[tuple[Path, str]]:
+    """The outermost artifacts under ``roots`` whose manifest names other code than the running
+    package, each with that code in words; states set aside in a run (``set_aside/``) are not outputs."""
+    found: list[tuple[Path, str]] = []
+    for artifact in sorted(set(find_artifacts(roots)), key=lambda p: (len(p.parts), str(p))):
+        if "set_aside" in artifact.parts or any(other in artifact.parents for other, _ in found):
+            continue
+        manifest = artifact / DIRECTORY_MANIFEST if artifact.is_dir() else artifact.with_name(artifact.name + SIDECAR_SUFFIX)
+        try:
+            recorded = json.loads(manifest.read_text()).get("code")
+        except (OSError, ValueError):
+            continue  # unreadable: check() reports it
+        if not same_code(recorded):
+            found.append((artifact, describe(recorded)))
+    return found
+
+
+def rebuild_target(artifact: Path) -> Path:
+    """The output to force so that Snakemake rebuilds ``artifact``: a training run's ``final/``
+    (the run trains again) for anything inside a run, else the artifact itself."""
+    run = removal_target(artifact)
+    return run / "final" if run != artifact or (artifact / RUN_MARKER).is_file() else artifact
+
+
 def removal_target(artifact: Path) -> Path:
     """What to delete so that Snakemake rebuilds ``artifact``: its training run if it lies in one."""
     for parent in (artifact, *artifact.parents):
@@ -106,5 +135,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             remove(target)
             print(f"removed {target}")
     print(f"{checked} artifacts checked, {len(problems)} corrupt" + (", removed" if args.repair and problems else ""))
+    _report_other_code(args.roots)
     return 1 if problems and not args.repair else 0
+
+
+def _report_other_code(roots: Sequence[str]) -> None:
+    others = made_by_other_code(roots)
+    for artifact, code in others:
+        print(f"OTHER CODE {artifact}: made by {code}")
+    if others:
+        targets = sorted({str(rebuild_target(artifact)) for artifact, _ in others})
+        print(f"{len(others)} outputs were made by other code than the running {describe(code_version())}; "
+              f"to rebuild them:\n  snakemake --cores all --force {' '.join(targets)}")
 

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from condensation import models
 from condensation.config.corpora import CORPORA
-from condensation.config.specs import DatasetSpec, SamplingConfig
+from condensation.config.specs import DatasetSpec, SamplingConfig, typed
 from condensation.data import corpus, packing, text
 
 log = logging.getLogger("condensation")
@@ -31,8 +31,9 @@ def fetch_dataset(*, name: str, spec: Mapping[str, Any], out_dir: str | Path) ->
 
 
 def sample_dataset(
-    *, name: str, spec: Mapping[str, Any], sampling: SamplingConfig, out_path: str | Path, corpus_dir: str | Path | None
+    *, name: str, spec: Mapping[str, Any], sampling: SamplingConfig | Mapping[str, Any], out_path: str | Path, corpus_dir: str | Path | None
 ) -> None:
+    sampling = typed(SamplingConfig, sampling)
     rows = text.load_rows(DatasetSpec.from_config(name, spec), corpus_dir)
     samples = text.sample_sequences(rows, sampling)
     text.write_samples(

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import pandas as pd
 
 from condensation import geometry, models
-from condensation.config.specs import TrendConfig
+from condensation.config.specs import TrendConfig, typed
 from condensation.runtime.run_dir import RunDir, parse_step
 
 if TYPE_CHECKING:  # matplotlib loads only when a figure is drawn
@@ -42,17 +42,18 @@ def _entries(
 
 def family_figure(
     *, family: str, dataset: str, model_names: Sequence[str], geometry_paths: Sequence[str | Path],
-    handle_paths: Sequence[str | Path], labels: Mapping[str, str], trend: TrendConfig, out_path: str | Path,
+    handle_paths: Sequence[str | Path], labels: Mapping[str, str], trend: TrendConfig | Mapping[str, Any], out_path: str | Path,
 ) -> None:
     from condensation.reporting.figures.trends import plot_family_trend
 
+    trend = typed(TrendConfig, trend)
     entries = _entries(model_names, geometry_paths, handle_paths, labels, trend)
     plot_family_trend(entries, out_path, title=f"{family} on {dataset}")
 
 
 def paired_figure(
     *, pair: str, dataset: str, first: Sequence[str], second: Sequence[str], geometry_paths: Sequence[str | Path],
-    handle_paths: Sequence[str | Path], labels: Mapping[str, str], row_labels: Sequence[str], trend: TrendConfig,
+    handle_paths: Sequence[str | Path], labels: Mapping[str, str], row_labels: Sequence[str], trend: TrendConfig | Mapping[str, Any],
     out_path: str | Path, csv_path: str | Path, markdown_path: str | Path,
 ) -> None:
     """Fig. 3 layout, and its numbers as a table (``member`` 0 = first row, 1 = second).
@@ -60,6 +61,7 @@ def paired_figure(
     from condensation.reporting.figures.trends import plot_paired_trend
     from condensation.reporting.trend_tables import write_trend_table
 
+    trend = typed(TrendConfig, trend)
     names = list(first) + list(second)
     entries = _entries(names, geometry_paths, handle_paths, labels, trend)
     pairs = list(zip(entries[: len(first)], entries[len(first) :]))
@@ -74,11 +76,12 @@ def paired_figure(
 
 def dataset_figure(
     *, family: str, model_names: Sequence[str], datasets: Sequence[str], geometry_paths: Sequence[str | Path],
-    labels: Mapping[str, str], trend: TrendConfig, out_path: str | Path,
+    labels: Mapping[str, str], trend: TrendConfig | Mapping[str, Any], out_path: str | Path,
 ) -> None:
     """``geometry_paths`` is dataset-major: every model of the first dataset, then the next."""
     from condensation.reporting.figures.trends import plot_dataset_robustness
 
+    trend = typed(TrendConfig, trend)
     n = len(model_names)
     if len(geometry_paths) != n * len(datasets):
         raise ValueError(f"{len(geometry_paths)} geometry paths for {n} models x {len(datasets)} datasets")
@@ -91,7 +94,7 @@ def dataset_figure(
 
 def study_figures(
     *, model: str, label: str, trajectory_path: str | Path, loss_path: str | Path, methods: Sequence[str],
-    grid_methods: Sequence[str], grid_dirs: Sequence[str | Path], trend: TrendConfig,
+    grid_methods: Sequence[str], grid_dirs: Sequence[str | Path], trend: TrendConfig | Mapping[str, Any],
     grid_figure: str | Path, trajectory_figure: str | Path, loss_figure: str | Path,
 ) -> None:
     """The paper's Fig. 6 (heatmaps per method and checkpoint), the depth trend over training and
@@ -102,13 +105,15 @@ def study_figures(
         plot_trajectory,
     )
 
+    trend = typed(TrendConfig, trend)
+
     rows = {method: _checkpoints(directory, trend) for method, directory in zip(grid_methods, grid_dirs, strict=True)}
     colour_order = list(methods) + [m for m in grid_methods if m not in methods]  # same colours in every figure
-    plot_condensation_grid(rows, grid_figure, title=f"{label}: condensation during mid-training", methods=colour_order)
+    plot_condensation_grid(rows, grid_figure, title=f"{label}: condensation during training", methods=colour_order)
     trajectory = pd.read_csv(trajectory_path)
     plot_trajectory(
         trajectory[trajectory["method"].isin(methods)], trajectory_figure,
-        title=f"{label}: condensation during mid-training",
+        title=f"{label}: condensation during training",
         # with few layers rho and tau saturate; the deeper layers' mean cosine shows the size of the effect
         metrics=("spearman_rho", "kendall_tau", "last_half"), methods=list(methods),
     )
@@ -134,7 +139,7 @@ def _checkpoints(directory: str | Path, trend: TrendConfig) -> list[Checkpoint]:
 
 def series_figure(
     *, series: str, title: str, dataset: str, points: Sequence[tuple[str, float | None]],
-    geometry_paths: Sequence[str | Path], trend: TrendConfig, out_path: str | Path, csv_path: str | Path,
+    geometry_paths: Sequence[str | Path], trend: TrendConfig | Mapping[str, Any], out_path: str | Path, csv_path: str | Path,
     markdown_path: str | Path,
 ) -> None:
     """Fig. 4: one model at successive points of its training (``points``: label and training
@@ -143,6 +148,7 @@ def series_figure(
     from condensation.reporting.figures.trends import FamilyEntry, plot_family_trend
     from condensation.reporting.trend_tables import write_trend_table
 
+    trend = typed(TrendConfig, trend)
     entries = []
     for (label, tokens), geometry_path in zip(points, geometry_paths, strict=True):
         stats = geometry.CosineStatistics.load(geometry_path)

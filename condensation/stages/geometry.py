@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from condensation import geometry, models
-from condensation.config.specs import ExtractionConfig, SamplingConfig, TrendConfig
+from condensation.config.specs import (
+    ExtractionConfig,
+    SamplingConfig,
+    TrendConfig,
+    typed,
+)
 from condensation.data import packing, text
 from condensation.runtime.io import atomic_path, write_json
 from condensation.runtime.progress import ProgressLog
@@ -56,11 +61,13 @@ def measure(
 
 def extract(
     *, handle_path: str | Path, samples_path: str | Path, out_path: str | Path,
-    sampling: SamplingConfig, extraction: ExtractionConfig, threads: int = 1,
+    sampling: SamplingConfig | Mapping[str, Any], extraction: ExtractionConfig | Mapping[str, Any], threads: int = 1,
 ) -> None:
     """Cosine statistics of one prepared model on one dataset's samples."""
     import torch
 
+    sampling = typed(SamplingConfig, sampling)
+    extraction = typed(ExtractionConfig, extraction)
     torch.set_num_threads(threads)
     texts = text.read_samples(samples_path)
     stats = measure(models.ModelHandle.load(handle_path), texts, sampling, extraction, {"dataset": Path(samples_path).stem})
@@ -69,12 +76,13 @@ def extract(
 
 def trend_rows(
     model_names: Sequence[str], geometry_paths: Sequence[str | Path], handle_paths: Sequence[str | Path],
-    labels: Mapping[str, str], trend: TrendConfig,
+    labels: Mapping[str, str], trend: TrendConfig | Mapping[str, Any],
 ) -> pd.DataFrame:
     """One row per model: its name, label, size, then :meth:`~condensation.geometry.TrendStatistics.as_row`
     of its depth trend (rho, tau, last-n means, the last-half interval, the depth slope and its interval)."""
     import pandas as pd
 
+    trend = typed(TrendConfig, trend)
     rows = []
     for name, geometry_path, handle_path in zip(model_names, geometry_paths, handle_paths, strict=True):
         stats = geometry.CosineStatistics.load(geometry_path)
@@ -94,11 +102,12 @@ def trend_rows(
 
 def trend_table(
     *, family: str, dataset: str, model_names: Sequence[str], geometry_paths: Sequence[str | Path],
-    handle_paths: Sequence[str | Path], labels: Mapping[str, str], trend: TrendConfig,
+    handle_paths: Sequence[str | Path], labels: Mapping[str, str], trend: TrendConfig | Mapping[str, Any],
     csv_path: str | Path, markdown_path: str | Path,
 ) -> None:
     from condensation.reporting import trend_tables
 
+    trend = typed(TrendConfig, trend)
     table = trend_rows(model_names, geometry_paths, handle_paths, labels, trend)
     trend_tables.write_trend_table(table, family=family, dataset=dataset, csv_path=csv_path, markdown_path=markdown_path)
 

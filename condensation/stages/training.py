@@ -9,7 +9,12 @@ from typing import Any, Mapping, Sequence
 
 from condensation import models
 from condensation.config.runs import RunPlan, plan_run
-from condensation.config.specs import ExtractionConfig, SamplingConfig, TrendConfig
+from condensation.config.specs import (
+    ExtractionConfig,
+    SamplingConfig,
+    TrendConfig,
+    typed,
+)
 from condensation.data import packing, text
 from condensation.runtime.io import atomic_path, write_json, write_manifest
 from condensation.runtime.run_dir import RunDir, step_name
@@ -71,7 +76,7 @@ def _starting_model(plan: RunPlan, handle_path: str | Path | None, tokenizer_dir
 
 def measure_checkpoints(
     *, index_path: str | Path, samples_path: str | Path, out_dir: str | Path,
-    sampling: SamplingConfig, extraction: ExtractionConfig, trend: TrendConfig, threads: int = 1,
+    sampling: SamplingConfig | Mapping[str, Any], extraction: ExtractionConfig | Mapping[str, Any], trend: TrendConfig | Mapping[str, Any], threads: int = 1,
 ) -> None:
     """Condensation of every evaluation checkpoint a run's index lists: one ``step-N.npz`` each
     and ``trajectory.csv`` (step, validation loss, rho, tau, last-n means)."""
@@ -81,6 +86,9 @@ def measure_checkpoints(
     from condensation import geometry
     from condensation.stages.geometry import measure
 
+    sampling = typed(SamplingConfig, sampling)
+    extraction = typed(ExtractionConfig, extraction)
+    trend = typed(TrendConfig, trend)
     torch.set_num_threads(threads)
     texts = text.read_samples(samples_path)
     run = RunDir(Path(index_path).parent)

@@ -4,7 +4,8 @@ names: :mod:`condensation.runtime.run_dir`).
 ``CheckpointManager`` writes and reads what
 outlives the training process: evaluation checkpoints, ``final/``, the checkpoint index, and the
 resumable state (weights, optimizer, every rank's RNG states, ``TrainState``), with the check that
-a resumed run is the run that saved the state.
+a resumed run is the run that saved the state: a state saved by another config, other code or a
+finished run is set aside (``set_aside/``, kept), and the run starts over.
 
 Every directory is written under a temporary name and renamed into place (``io.atomic_path``), so
 a killed job never leaves a half-written checkpoint or state under its final name.
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from condensation.runtime.io import (
+    CorruptArtifactError,
     atomic_path,
     read_json,
     verify_manifest,
@@ -100,26 +102,24 @@ def restore_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def check_resume_identity(saved: Mapping[str, Any], identity: Mapping[str, Any], state_dir: Path) -> None:
-    """Refuse to resume from a state that a different run saved: ``saved`` (progress.json) must
-    hold the same ``identity`` (config, world size, data shape, baseline). The error names every
-    differing field with both values."""
+def resume_mismatch(saved: Mapping[str, Any], identity: Mapping[str, Any]) -> str | None:
+    """Why a state saved as ``saved`` (progress.json) cannot continue the run that ``identity``
+    describes (config, world size, data shape, baseline, code): every differing field with both
+    values; None when it can."""
     now = _identity_fields(identity)
     before = _identity_fields({key: saved[key] for key in identity if key in saved})
     differing = sorted(key for key in now if before.get(key) != now[key])
-    if differing:
-        details = "; ".join(f"{key}: saved {before.get(key)!r}, now {now[key]!r}" for key in differing)
-        raise ValueError(
-            f"{state_dir} was written by a different run ({details}); an exact resume needs the same "
-            "config, world size and data. Use a new out_dir or the original settings."
-        )
+    if not differing:
+        return None
+    return "; ".join(f"{key}: saved {before.get(key)!r}, now {now[key]!r}" for key in differing)
 
 
 def _identity_fields(identity: Mapping[str, Any]) -> dict[str, Any]:
     """``identity`` as it reads back from JSON (tuples become lists), flattened so that a mismatch
-    names the field: ``config.lr``, ``world_size``."""
+    names the field: ``config.lr``, ``code.source_sha256``, ``world_size``."""
     identity = json.loads(json.dumps(identity))
-    return {f"config.{key}": value for key, value in identity.pop("config", {}).items()} | identity
+    nested = {f"{group}.{key}": value for group in ("config", "code") for key, value in identity.pop(group, {}).items()}
+    return nested | identity
 
 
 class CheckpointManager:
@@ -128,7 +128,7 @@ class CheckpointManager:
     ``wait_for_everyone``, so all ranks leave it together.
 
     ``identity`` is what a resumed run must share with the run that saved the state (see
-    ``check_resume_identity``); its ``train_blocks_shape`` also places the data position of a
+    ``resume_mismatch``); its ``train_blocks_shape`` also places the data position of a
     state in epochs. ``module`` arguments are the unwrapped model (no DDP, no compiled wrapper).
     """
 
@@ -144,6 +144,41 @@ class CheckpointManager:
 
     def has_state(self) -> bool:
         return (self.run_dir.state / PROGRESS_NAME).exists()
+
+    def set_aside_unusable_state(self) -> str | None:
+        """A state only continues an interrupted attempt of this very run. One that cannot (saved by
+        another config, world size, data, baseline or code, or damaged) is moved to ``set_aside/``;
+        returns why and where, for the log, or None when the state is usable or there is none."""
+        note = None
+        if self.accelerator.is_main_process and self.has_state():
+            try:
+                verify_manifest(self.run_dir.state)
+                reason = resume_mismatch(read_json(self.run_dir.state / PROGRESS_NAME), self.identity)
+            except CorruptArtifactError as error:
+                reason = f"damaged ({error})"
+            if reason is not None:
+                note = f"the state on disk was saved by another run ({reason}); kept in {self._set_aside(reason)}"
+        self.accelerator.wait_for_everyone()
+        return note
+
+    def set_aside_finished_state(self) -> None:
+        """After ``final/``: the finished run's state goes to ``set_aside/finished-state`` (the last
+        finished attempt's only), so a rerun of the job (``--forcerun``) trains again."""
+        if self.accelerator.is_main_process and self.run_dir.state.exists():
+            self._set_aside("the run finished; a later run of this directory trains again", "finished-state")
+        self.accelerator.wait_for_everyone()
+
+    def _set_aside(self, reason: str, name: str | None = None) -> Path:
+        set_aside = self.run_dir.set_aside
+        set_aside.mkdir(exist_ok=True)
+        if name is None:
+            name = next(f"state-{k}" for k in range(1, 10**6) if not (set_aside / f"state-{k}").exists())
+        target = set_aside / name
+        if target.exists():
+            shutil.rmtree(target)
+        self.run_dir.state.rename(target)
+        (set_aside / f"{name}.why.txt").write_text(reason + "\n")
+        return target
 
     def save_checkpoint(self, step: int, module: Any, tokenizer: Any, info: Mapping[str, Any]) -> None:
         """The evaluation checkpoint of ``step``, with ``info`` (its log row) as checkpoint.json."""
@@ -203,7 +238,9 @@ class CheckpointManager:
         state_dir = self.run_dir.state
         verify_manifest(state_dir)
         saved = read_json(state_dir / PROGRESS_NAME)
-        check_resume_identity(saved, self.identity, state_dir)
+        mismatch = resume_mismatch(saved, self.identity)
+        if mismatch is not None:  # set_aside_unusable_state moves such a state first
+            raise ValueError(f"{state_dir} was saved by another run ({mismatch})")
         safetensors.torch.load_model(module, str(state_dir / "model.safetensors"))
         optimizer.load_state_dict(torch.load(state_dir / "optimizer.pt", map_location="cpu", weights_only=True))
         rng_states = torch.load(state_dir / "rng.pt", weights_only=True)

@@ -67,6 +67,7 @@ from condensation.runtime.progress import (
     library_bars_off_in_files,
     open_tracker,
 )
+from condensation.runtime.provenance import code_version
 from condensation.runtime.run_dir import RunDir
 from condensation.training.baselines import TrainingBaseline
 from condensation.training.batches import (
@@ -224,6 +225,7 @@ class Trainer:
             "world_size": world,
             "train_blocks_shape": list(self.train_blocks.shape),
             "baseline": self.baseline.describe() if self.baseline is not None else None,
+            "code": {key: code_version()[key] for key in ("version", "source_sha256")},
         }
         # np.array copies: the blocks are a read-only memmap, which torch warns about
         self.probe_ids = torch.as_tensor(np.array(self.val_blocks[: config.probe_sequences]), dtype=torch.long).to(accelerator.device)
@@ -245,6 +247,7 @@ class Trainer:
 
         self.checkpointer = CheckpointManager(self.run_dir, accelerator, identity)
         self.checkpointer.remove_stale_temporaries()
+        self.set_aside_note = self.checkpointer.set_aside_unusable_state()
         self.resumed = self.checkpointer.has_state()
         self.state = self.checkpointer.load_state(self.module, self.optimizer) if self.resumed else TrainState()
         self.saved_step = self.state.step if self.resumed else None  # step of the state on disk
@@ -387,6 +390,8 @@ class Trainer:
         """The job log's first line about this run (main process): what it trains and how it reports."""
         config = self.config
         where = f"resuming at step {self.state.step}" if self.resumed else "starting"
+        if self.set_aside_note is not None:
+            where += f" over: {self.set_aside_note}"
         probe = f"every {config.probe_every} steps on {len(self.probe_ids)} validation blocks" if config.probe_every else "off"
         log.info(
             "training %s (%s): %d steps of %s tokens, mixed precision %s (%s), tracker %s, condensation probe %s",
@@ -437,6 +442,7 @@ class Trainer:
             "baseline": self.checkpointer.identity["baseline"],
         }
         self.checkpointer.save_final(self.module, self.tokenizer, summary, self.eval_steps)
+        self.checkpointer.set_aside_finished_state()
         result.final_dir = self.run_dir.final
         return result
 

@@ -5,7 +5,9 @@ network."""
 from __future__ import annotations
 
 import json
+import logging
 import math
+import re
 import textwrap
 from pathlib import Path
 
@@ -321,19 +323,20 @@ def test_resume_is_bit_identical(uninterrupted, tmp_path, name, stop):
     assert_same_weights(resumed, uninterrupted[name])
 
 
-def test_resume_with_another_baseline_is_refused(tmp_path):
-    def resume(baseline):
-        train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, short_config(4), tmp_path, baseline=baseline)
+def test_a_state_of_another_baseline_is_set_aside_and_the_run_starts_over(tmp_path, caplog):
+    def attempt(baseline) -> str:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="condensation"):
+            train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, short_config(4), tmp_path, baseline=baseline, stop_after_steps=1)
+        return caplog.text
 
-    stopped = dict(stop_after_steps=1, baseline=NoisyEmbedding())
-    train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, short_config(4), tmp_path, **stopped)
-    with pytest.raises(ValueError, match=r"baseline: saved \{.*'noisy_embedding'\}, now None"):
-        resume(None)
-    with pytest.raises(ValueError, match=r"baseline: .*now \{'name': 'active_forgetting'"):
-        resume(ActiveForgetting())
-    with pytest.raises(ValueError, match=r"baseline: .*now \{'name': 'noisy_embedding', 'alpha': 5\.0\}"):
-        resume(make_baseline("noisy_embedding", alpha=5.0))
-    resume(NoisyEmbedding())  # the same baseline resumes
+    attempt(NoisyEmbedding())
+    assert re.search(r"starting over: .*baseline: saved \{.*'noisy_embedding'\}, now None", attempt(None))
+    assert re.search(r"baseline: .*now \{'name': 'active_forgetting'", attempt(ActiveForgetting()))
+    assert re.search(r"baseline: .*now \{'name': 'noisy_embedding', 'alpha': 5\.0\}", attempt(make_baseline("noisy_embedding", alpha=5.0)))
+    assert "resuming at step 1" in attempt(make_baseline("noisy_embedding", alpha=5.0))  # the same baseline resumes
+    kept = sorted(path.name for path in (tmp_path / "set_aside").iterdir() if path.is_dir())
+    assert kept == ["state-1", "state-2", "state-3"]
 
 
 def test_the_base_class_changes_nothing(tmp_path):

@@ -30,8 +30,8 @@ from condensation.training.checkpointing import (
     CheckpointManager,
     TrainState,
     capture_rng_state,
-    check_resume_identity,
     restore_rng_state,
+    resume_mismatch,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -145,16 +145,19 @@ def test_train_state_reads_progress_with_extra_keys():
     assert TrainState() == TrainState(step=0, blocks_consumed=0, elapsed_s=0.0, train_loss=None, val_loss=None)
 
 
-def test_resume_identity_names_every_differing_field(tmp_path):
-    identity = {"config": {"lr": 1e-3, "betas": (0.9, 0.95)}, "world_size": 2, "baseline": None}
+def test_resume_mismatch_names_every_differing_field():
+    identity = {"config": {"lr": 1e-3, "betas": (0.9, 0.95)}, "world_size": 2, "baseline": None,
+                "code": {"version": "0.1.0", "source_sha256": "aaa"}}
     saved = json.loads(json.dumps(identity)) | {"step": 3}  # tuples come back from JSON as lists
-    check_resume_identity(saved, identity, tmp_path)
-    changed = identity | {"config": {"lr": 1e-2, "betas": (0.9, 0.95)}, "world_size": 1}
-    with pytest.raises(ValueError) as error:
-        check_resume_identity(saved, changed, tmp_path)
-    message = str(error.value)
+    assert resume_mismatch(saved, identity) is None
+    changed = identity | {"config": {"lr": 1e-2, "betas": (0.9, 0.95)}, "world_size": 1,
+                          "code": {"version": "0.1.0", "source_sha256": "bbb"}}
+    message = resume_mismatch(saved, changed)
     assert "config.lr: saved 0.001, now 0.01" in message and "world_size: saved 2, now 1" in message
-    assert "betas" not in message and str(tmp_path) in message
+    assert "code.source_sha256: saved 'aaa', now 'bbb'" in message
+    assert "betas" not in message and "version" not in message
+    # a state saved before code versions were recorded is another code's
+    assert "code.source_sha256: saved None" in resume_mismatch({k: v for k, v in saved.items() if k != "code"}, identity)
 
 
 def test_rng_states_round_trip():

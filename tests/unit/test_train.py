@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import logging
 import math
 import os
 import re
@@ -33,6 +34,7 @@ from condensation.config.runs import (
 from condensation.geometry import condensation_probe
 from condensation.runtime.run_dir import RunDir, select_step
 from condensation.stages import logged
+from condensation.training import loop
 from condensation.training.batches import block_indices
 from condensation.training.loop import train
 from condensation.training.precision import resolve_mixed_precision
@@ -264,15 +266,21 @@ def test_checkpoint_index_of_a_finished_run(uninterrupted):
     assert json.loads(run.index.read_text())["selected"] == selected > 0
 
 
-def test_a_run_without_final_is_completed_from_its_last_state(uninterrupted, tmp_path):
-    """What a rerun of the workflow job does after its outputs (final/, the index) were removed:
-    resume from the state at the last step, train nothing, write the same index and final/."""
+def test_a_finished_run_rerun_after_its_outputs_went_trains_again(uninterrupted, tmp_path, caplog):
+    """What `snakemake --forcerun` does to a finished run (its outputs final/, the index and the
+    log removed): the finished run's state was set aside when final/ was written, so the rerun
+    trains from its initial weights again (to the same weights: training is deterministic)."""
     reference, _, reference_dir = uninterrupted
+    assert not (reference_dir / "state").exists()
+    assert (reference_dir / "set_aside" / "finished-state" / "progress.json").is_file()
+    assert "the run finished" in (reference_dir / "set_aside" / "finished-state.why.txt").read_text()
     shutil.copytree(reference_dir, tmp_path, dirs_exist_ok=True)
     shutil.rmtree(tmp_path / "final")
     (tmp_path / "checkpoints.json").unlink()
-    resumed = make_model(seed=123)
-    result = train(resumed, TRAIN_BLOCKS, VAL_BLOCKS, resume_config(), tmp_path)
+    (tmp_path / "log.csv").unlink()
+    with caplog.at_level(logging.INFO, logger="condensation"):
+        result = train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, resume_config(), tmp_path)
+    assert "(starting)" in caplog.text and "resuming" not in caplog.text
     assert result.final_dir == tmp_path / "final" and result.steps == 20
     assert (tmp_path / "checkpoints.json").read_text() == (reference_dir / "checkpoints.json").read_text()
     assert_same_weights(GPT2LMHeadModel.from_pretrained(tmp_path / "final"), reference)
@@ -452,12 +460,25 @@ def test_nan_guard_names_the_step_and_writes_nothing(tmp_path):
     assert not (tmp_path / "checkpoints" / "step-0000003").exists() and not (tmp_path / "final").exists()
 
 
-def test_resume_with_a_different_config_is_refused(tmp_path):
+def test_a_state_of_another_config_or_code_is_set_aside_and_the_run_starts_over(tmp_path, monkeypatch, caplog):
     config = TrainConfig(train_tokens=4 * 4 * BLOCK, block_size=BLOCK, micro_batch_size=4)
     train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path, stop_after_steps=1)
     changed = TrainConfig(train_tokens=4 * 4 * BLOCK, block_size=BLOCK, micro_batch_size=4, lr=1e-3)
-    with pytest.raises(ValueError, match=r"config\.lr: saved 5e-05, now 0\.001"):
-        train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, changed, tmp_path)
+    with caplog.at_level(logging.INFO, logger="condensation"):
+        result = train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, changed, tmp_path, stop_after_steps=2)
+    assert "starting over" in caplog.text and "config.lr: saved 5e-05, now 0.001" in caplog.text
+    assert result.steps == 2 and [int(r["step"]) for r in read_log(tmp_path)] == [0, 1, 2]
+    assert state_step(tmp_path / "set_aside" / "state-1" / "progress.json") == 1  # kept, not deleted
+    assert "config.lr" in (tmp_path / "set_aside" / "state-1.why.txt").read_text()
+
+    # The same settings but other package code: that state is set aside too.
+    other_code = {**loop.code_version(), "source_sha256": "0" * 64}
+    monkeypatch.setattr(loop, "code_version", lambda: other_code)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="condensation"):
+        result = train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, changed, tmp_path)
+    assert "code.source_sha256" in caplog.text and result.steps == 4
+    assert state_step(tmp_path / "set_aside" / "state-2" / "progress.json") == 2
 
 
 def test_config_rejects_fp16_and_bad_values():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from condensation.models import ModelHandle, load_model, load_tokenizer
 from condensation.runtime import verify
 from condensation.runtime.io import (
+    DIRECTORY_MANIFEST,
     CorruptArtifactError,
     atomic_path,
     verify_manifest,
@@ -128,3 +130,23 @@ def test_the_package_command_runs_verify_and_refuses_an_unknown_command(tree, ca
     assert "0 corrupt" in capsys.readouterr().out
     assert main(["no-such-command"]) == 2
     assert "verify [--repair]" in capsys.readouterr().err
+
+
+def test_outputs_of_other_code_are_listed_with_the_command_that_rebuilds_them(tree, capsys):
+    """Every manifest names the code that wrote it; verify lists what other code made (outermost
+    artifact only) and a `snakemake --force` of the outputs to rebuild: a run's final/ for anything
+    inside a training run, so that the run trains again."""
+    assert verify.made_by_other_code([tree / "results", tree / "runs"]) == []
+    old = tree / "runs/midtrain/m/ce/seed1/checkpoints/step-0000005" / DIRECTORY_MANIFEST
+    old.write_text(json.dumps(json.loads(old.read_text()) | {"code": {"version": "0.0.9", "commit": None, "source_sha256": "f" * 64}}))
+    older = tree / "results/geometry/m/d.npz.manifest.json"
+    older.write_text(json.dumps({key: value for key, value in json.loads(older.read_text()).items() if key != "code"}))
+    listed = verify.made_by_other_code([tree / "results", tree / "runs"])
+    assert [artifact for artifact, _ in listed] == [tree / "results/geometry/m/d.npz", old.parent]
+    assert "0.0.9" in listed[1][1] and "recorded no version" in listed[0][1]
+    assert verify.main([str(tree / "results"), str(tree / "runs")]) == 0  # listed, not corrupt
+    out = capsys.readouterr().out
+    assert f"OTHER CODE {old.parent}: made by condensation 0.0.9" in out
+    command = out.splitlines()[-1].split()
+    assert command[:4] == ["snakemake", "--cores", "all", "--force"]
+    assert command[4:] == sorted([str(tree / "results/geometry/m/d.npz"), str(tree / "runs/midtrain/m/ce/seed1/final")])

@@ -12,6 +12,7 @@ import matplotlib.image
 import numpy as np
 import pandas as pd
 import pytest
+import rerun_triggers
 from workflow_helpers import BIN, copy_workflow, run
 
 from condensation.geometry import CosineStatistics
@@ -225,6 +226,17 @@ def test_rerun_has_nothing_to_do(project):
     assert "Nothing to be done" in result.stdout + result.stderr
 
 
+def test_every_setting_that_shapes_an_output_reruns_the_jobs_that_read_it(project, tmp_path):
+    """Each leaf setting of the finished tiny run's config (defaults included), changed in turn in
+    an overlay: `snakemake -n` plans at least a rule that reads it (rerun_triggers.EXPECTED_RULES).
+    Snakemake compares only plain params, so a setting passed inside another object would plan
+    nothing; a new setting no rule reads fails here until wired or listed in NOT_SHAPING."""
+    planned = rerun_triggers.walk(project, BIN / "snakemake", tmp_path)
+    assert len(planned) > 150  # every leaf of the tiny config, defaults included
+    missed = rerun_triggers.missed(planned)
+    assert not missed, "settings whose change reruns nothing that reads them:\n" + "\n".join(missed)
+
+
 def test_dvc_repro_reproduces_and_versions_the_results(project, tmp_path):
     env_remote = tmp_path / "remote"
     run([str(BIN / "dvc"), "remote", "add", "--local", "-f", "-d", "scratch", str(env_remote)], project)
@@ -247,6 +259,30 @@ def test_dvc_repro_reproduces_and_versions_the_results(project, tmp_path):
     assert any(env_remote.rglob("*")), "nothing was pushed to the local remote"
     status = run([str(BIN / "dvc"), "status"], project).stdout
     assert "changed" not in status
+
+
+def test_forcerun_trains_a_finished_run_again(project):
+    """`--force` on a finished run's final/ retrains it: its state was set aside when it finished,
+    so nothing is resumed; on one machine the weights come out the same."""
+    run_dir = project / "runs/scratch/toy-narrow-init/ce/seed0"
+    before = (run_dir / "final/model.safetensors").read_bytes()
+    assert (run_dir / "set_aside/finished-state/progress.json").is_file() and not (run_dir / "state").exists()
+    run([str(BIN / "snakemake"), "--cores", "2", "--force", str(run_dir.relative_to(project) / "final")], project)
+    log = (project / "logs/scratch/toy-narrow-init/ce/seed0.log").read_text()
+    assert "(starting)" in log and "resuming" not in log
+    assert (run_dir / "final/model.safetensors").read_bytes() == before
+
+
+def test_a_changed_training_budget_reruns_the_runs_to_the_end(project, tmp_path):
+    """The README's next step in one directory (a config that changes train_tokens after a finished
+    run, as offline-full does after the default): the runs train again and the workflow ends."""
+    overlay = tmp_path / "longer.yaml"
+    overlay.write_text("scratch: {train: {train_tokens: 6144}}\n")
+    run([str(BIN / "snakemake"), "--cores", "2", "--configfile", "config.yaml", str(overlay)], project)
+    summary = json.loads((project / "runs/scratch/toy-narrow-init/dispersion/seed0/final/train_summary.json").read_text())
+    assert summary["tokens"] == 6144 and summary["config"]["train_tokens"] == 6144
+    check = run([str(BIN / "snakemake"), "-n", "--configfile", "config.yaml", str(overlay)], project)
+    assert "Nothing to be done" in check.stdout + check.stderr
 
 
 def test_lint_finds_nothing_but_the_missing_conda_environments(repo):

