@@ -38,13 +38,13 @@ def load_schema() -> dict[str, Any]:
     train = schema["$defs"]["train"]["properties"]
     defaults = {k: v for k, v in dataclass_defaults(TrainConfig).items() if k not in ("seed", "aux_weight")}
     if set(train) != set(defaults):
-        raise ConfigError(f"schema $defs.train and settings.TrainConfig disagree on {sorted(set(train) ^ set(defaults))}")
+        raise ConfigError(f"schema $defs.train and config.runs.TrainConfig disagree on {sorted(set(train) ^ set(defaults))}")
     for name, default in defaults.items():
         train[name]["default"] = list(default) if isinstance(default, tuple) else default
     method = schema["$defs"]["method"]["properties"]
     options = {option for objective in OBJECTIVES.values() for option in objective.options}
     if set(method) - {"objective"} != options:
-        raise ConfigError(f"schema $defs.method and settings.OBJECTIVES disagree on {sorted((set(method) - {'objective'}) ^ options)}")
+        raise ConfigError(f"schema $defs.method and config.objectives.OBJECTIVES disagree on {sorted((set(method) - {'objective'}) ^ options)}")
     method["objective"]["enum"] = list(OBJECTIVES)
     properties = schema["properties"]
     properties["datasets"]["additionalProperties"]["properties"]["source"]["enum"] = ["hub", *CORPORA, "files"]

@@ -53,7 +53,7 @@ CHECKPOINT_INFO_NAME = "checkpoint.json"
 class RunDir:
     """Where a training run keeps its files::
 
-        run.json               the run's resolved plan (settings.RunPlan), written by the workflow
+        run.json               the run's resolved plan (config.runs.RunPlan), written by the workflow
         log.csv                one row per step (step 0 = the model before training, val loss only)
         checkpoints/step-N/    evaluation checkpoints: save_pretrained (+ tokenizer), checkpoint.json
         checkpoints.json       index of the evaluation checkpoints, written when the run ends

@@ -151,7 +151,7 @@ def untie_output_head(model: nn.Module) -> None:
 
 def make_baseline(name: str, **options: Any) -> TrainingBaseline:
     """A baseline from its objective name and options, e.g. ``make_baseline("noisy_embedding", alpha=5.0)``;
-    names, options and classes come from the registry ``settings.OBJECTIVES``."""
+    names, options and classes come from the registry ``config.objectives.OBJECTIVES``."""
     objective = OBJECTIVES.get(name)
     if objective is None or objective.kind != "baseline":
         known = [n for n, o in OBJECTIVES.items() if o.kind == "baseline"]

@@ -176,7 +176,7 @@ def _check_hidden(z: Tensor) -> None:
 
 @functools.cache
 def _layer_loss_function(name: str) -> Callable[[Tensor, AuxLossConfig], Tensor]:
-    """The per-layer loss of an auxiliary objective, as the registry ``settings.OBJECTIVES`` names it."""
+    """The per-layer loss of an auxiliary objective, as the registry ``config.objectives.OBJECTIVES`` names it."""
     return OBJECTIVES[name].load()
 
 
