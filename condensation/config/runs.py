@@ -212,7 +212,7 @@ class RunPlan:
     arch: Mapping[str, int] | None = None
     """The GPT2 shape of a model pre-trained from scratch."""
     provenance: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    """Package versions and the git commit the plan was made with."""
+    """Package versions and the code (version, git commit, source hash) the plan was made with."""
 
     def save(self, path: str | os.PathLike) -> None:
         write_json(path, self.to_json())
@@ -257,4 +257,4 @@ def provenance() -> dict[str, Any]:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = None
-    return {"versions": versions, "git_commit": code_version()["commit"], "code": code_version()}
+    return {"versions": versions, "code": code_version()}

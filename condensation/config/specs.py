@@ -54,18 +54,6 @@ def typed(cls: type[Section], value: Section | Mapping[str, Any]) -> Section:
     return value if isinstance(value, cls) else cls(**value)
 
 
-def sampling_config(config: Mapping[str, Any]) -> SamplingConfig:
-    return SamplingConfig(**config["sampling"])
-
-
-def extraction_config(config: Mapping[str, Any]) -> ExtractionConfig:
-    return ExtractionConfig(**config["extraction"])
-
-
-def trend_config(config: Mapping[str, Any]) -> TrendConfig:
-    return TrendConfig(**config["trend"])
-
-
 @functools.lru_cache(maxsize=None)
 def schema_defaults(*keys: str) -> dict[str, Any]:
     """The defaults the schema gives the properties of the object at ``keys``."""

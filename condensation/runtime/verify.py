@@ -30,6 +30,7 @@ from typing import Iterable, Iterator, Sequence
 from condensation.runtime.io import (
     DIRECTORY_MANIFEST,
     CorruptArtifactError,
+    manifest_path,
     verify_manifest,
 )
 from condensation.runtime.provenance import code_version, describe, same_code
@@ -66,11 +67,15 @@ def find_artifacts(roots: Iterable[str | Path]) -> Iterator[Path]:
                     yield artifact
 
 
+def _outer_first(roots: Iterable[str | Path]) -> list[Path]:
+    return sorted(set(find_artifacts(roots)), key=lambda p: (len(p.parts), str(p)))
+
+
 def check(roots: Iterable[str | Path]) -> tuple[int, list[Problem]]:
     """(number of artifacts checked, the corrupt ones); contents of a corrupt directory are not
     reported again."""
     checked, problems = 0, []
-    for artifact in sorted(set(find_artifacts(roots)), key=lambda p: (len(p.parts), str(p))):
+    for artifact in _outer_first(roots):
         if any(problem.artifact in artifact.parents for problem in problems):
             continue
         checked += 1
@@ -85,12 +90,11 @@ def made_by_other_code(roots: Iterable[str | Path]) -> list[tuple[Path, str]]:
     """The outermost artifacts under ``roots`` whose manifest names other code than the running
     package, each with that code in words; states set aside in a run (``set_aside/``) are not outputs."""
     found: list[tuple[Path, str]] = []
-    for artifact in sorted(set(find_artifacts(roots)), key=lambda p: (len(p.parts), str(p))):
+    for artifact in _outer_first(roots):
         if "set_aside" in artifact.parts or any(other in artifact.parents for other, _ in found):
             continue
-        manifest = artifact / DIRECTORY_MANIFEST if artifact.is_dir() else artifact.with_name(artifact.name + SIDECAR_SUFFIX)
         try:
-            recorded = json.loads(manifest.read_text()).get("code")
+            recorded = json.loads(manifest_path(artifact).read_text()).get("code")
         except (OSError, ValueError):
             continue  # unreadable: check() reports it
         if not same_code(recorded):

@@ -230,13 +230,14 @@ class CheckpointManager:
         self.accelerator.wait_for_everyone()
 
     def load_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> TrainState:
-        """Restore weights, optimizer and this rank's RNG states from ``state/`` after checking
-        its manifest and identity; put back the log as it was at the saved step."""
+        """Restore weights, optimizer and this rank's RNG states from ``state/`` after checking its
+        identity; put back the log as it was at the saved step. Call it after
+        ``set_aside_unusable_state``, which also checked the state's manifest (hashing a large
+        state a second time here would double its cost)."""
         import safetensors.torch
         import torch
 
         state_dir = self.run_dir.state
-        verify_manifest(state_dir)
         saved = read_json(state_dir / PROGRESS_NAME)
         mismatch = resume_mismatch(saved, self.identity)
         if mismatch is not None:  # set_aside_unusable_state moves such a state first
