@@ -42,6 +42,26 @@ STUDY_RUNS = {study: study_runs(config, study) for study in STUDIES}  # (model, 
 MODELS = {name: ModelSpec.from_config(name, entry) for name, entry in config["models"].items()}
 DATASETS = {name: DatasetSpec.from_config(name, entry) for name, entry in config["datasets"].items()}
 LABELS = {name: spec.label for name, spec in MODELS.items()}
+# Models whose weights this workflow draws (pre-trained or initialised here): one run of them
+# leaves the training noise unmeasured; any other model is one given checkpoint.
+DRAWN_MODELS = [name for name, spec in MODELS.items() if spec.source in ("pretrain", "init")]
+SEED_OFFSET = config["seed_offset"]
+
+
+def model_seed(wildcards):
+    """The seed a model is pre-trained or initialised with: its own, else its ``of`` model's,
+    else pretrain.seed; plus seed_offset. None for a model whose weights are given."""
+    spec = MODELS[wildcards.model]
+    if spec.source not in ("pretrain", "init"):
+        return None
+    base = MODELS[spec.of] if spec.source == "init" else spec
+    seed = next((s for s in (spec.seed, base.seed) if s is not None), config["pretrain"]["seed"])
+    return seed + SEED_OFFSET
+
+
+def run_seed(wildcards):
+    """A study run's seed (its wildcard) plus seed_offset."""
+    return int(wildcards.seed) + SEED_OFFSET
 HUB_MODELS = [name for name, spec in MODELS.items() if spec.source == "hub"]
 HUB_DATASETS = [name for name, spec in DATASETS.items() if spec.source == "hub"]
 # lm-eval tasks whose data lives on the Hub (every task that is not built here)

@@ -162,5 +162,8 @@ rule findings:
         pair_labels={name: spec["labels"] for name, spec in config["pairs"].items()},
         studies=studies(config),
         uncounted_trend_tables=[Path(table).stem for table in trend_tables(compares_size=False)],
+        drawn_models=DRAWN_MODELS,
+        series_labels={name: LABELS[spec["model"]] for name, spec in config["series"].items()},
+        drawn_series=[name for name, spec in config["series"].items() if spec["model"] in DRAWN_MODELS],
     script:
         "../workflow_scripts/findings.py"

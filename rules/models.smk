@@ -48,7 +48,7 @@ rule plan_pretrain:
     params:
         arch=lookup(dpath="models/{model}/arch", within=config),
         train=lookup(dpath="pretrain/train", within=config),
-        seed=lookup(dpath="pretrain/seed", within=config),
+        seed=model_seed,
     script:
         "../workflow_scripts/plan_run.py"
 
@@ -133,7 +133,7 @@ rule prepare_model:
         spec=lookup(dpath="models/{model}", within=config),
         arch=get_model_arch,
         weights_dir=path.model_weights,
-        seed=lookup(dpath="pretrain/seed", within=config),
+        seed=model_seed,
     resources:
         mem_mb=4000,
     script:

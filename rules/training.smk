@@ -32,6 +32,9 @@ rule plan_study_run:
     params:
         method=lambda wildcards: STUDY_METHODS[wildcards.study][wildcards.method],
         train=lookup(dpath="{study}/train", within=config),
+        seed=run_seed,
+        # a run from an init model draws its own initial weights: a seed varies them too
+        reinitialise=lambda wildcards: MODELS[wildcards.model].source == "init",
     script:
         "../workflow_scripts/plan_run.py"
 

@@ -12,5 +12,6 @@ with logged(snakemake.log[0]):
         trend_tables=inputs.trend_tables, pair_tables=inputs.pair_tables, pair_labels=params.pair_labels,
         series_tables=inputs.series_tables, effects=effects, score_tables=inputs.score_tables,
         scores_metrics=inputs.get("scores_metrics"), markdown_path=snakemake.output.markdown, json_path=snakemake.output.json,
-        uncounted_trend_tables=params.uncounted_trend_tables,
+        uncounted_trend_tables=params.uncounted_trend_tables, drawn_models=params.drawn_models,
+        series_labels=params.series_labels, drawn_series=params.drawn_series,
     )

@@ -10,6 +10,6 @@ with logged(snakemake.log[0]):
         plan_pretrain(model=wildcards.model, arch=params.arch, train=params.train, seed=params.seed, out_path=snakemake.output[0])
     else:
         plan_study_run(
-            study=wildcards.study, model=wildcards.model, method=params.method, train=params.train, seed=int(wildcards.seed),
-            out_path=snakemake.output[0],
+            study=wildcards.study, model=wildcards.model, method=params.method, train=params.train, seed=params.seed,
+            reinitialise=params.reinitialise, out_path=snakemake.output[0],
         )

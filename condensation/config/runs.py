@@ -211,6 +211,10 @@ class RunPlan:
     method: MethodSettings = MethodSettings("ce")
     arch: Mapping[str, int] | None = None
     """The GPT2 shape of a model pre-trained from scratch."""
+    reinitialise: bool = False
+    """Start from new random weights in the model's architecture, drawn with the run's seed (a
+    study run from an ``init`` model), so that a seed varies the initialisation as well as the
+    data order."""
     provenance: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """Package versions and the code (version, git commit, source hash) the plan was made with."""
 
@@ -225,7 +229,7 @@ class RunPlan:
         return {
             "kind": self.kind, "model": self.model, "train": dataclasses.asdict(self.train),
             "method": self.method.as_dict(), "arch": dict(self.arch) if self.arch else None,
-            "provenance": dict(self.provenance),
+            "reinitialise": self.reinitialise, "provenance": dict(self.provenance),
         }
 
     @classmethod
@@ -233,16 +237,18 @@ class RunPlan:
         train = dict(data["train"], betas=tuple(data["train"]["betas"]))
         return cls(
             kind=data["kind"], model=data["model"], train=TrainConfig(**train),
-            method=resolve_method(data["method"]), arch=data.get("arch"), provenance=data.get("provenance", {}),
+            method=resolve_method(data["method"]), arch=data.get("arch"), reinitialise=data.get("reinitialise", False),
+            provenance=data.get("provenance", {}),
         )
 
 
 def plan_run(kind: str, model: str, train: Mapping[str, Any], seed: int, method: Mapping[str, Any] | None = None,
-             arch: Mapping[str, int] | None = None) -> RunPlan:
+             arch: Mapping[str, int] | None = None, reinitialise: bool = False) -> RunPlan:
     """A run's plan from the config's ``train`` section, its seed and its method spec."""
     settings = resolve_method(method or {"objective": "ce"})
     config = TrainConfig(**train, seed=seed, aux_weight=settings.aux_weight)
-    return RunPlan(kind=kind, model=model, train=config, method=settings, arch=arch, provenance=provenance())
+    return RunPlan(kind=kind, model=model, train=config, method=settings, arch=arch, reinitialise=reinitialise,
+                   provenance=provenance())
 
 
 def provenance() -> dict[str, Any]:

@@ -114,7 +114,9 @@ class ModelSpec:
     arch: dict[str, int] | None = None
     """pretrain: the GPT2 shape."""
     label: str
-    """Name shown in figures and tables."""
+    """Name shown in figures and tables; the same label on several models marks replicates."""
+    seed: int | None = None
+    """pretrain / init: the seed of the initial weights (None: the ``of`` model's, else pretrain.seed)."""
     trust_remote_code: bool
 
     @classmethod

@@ -123,10 +123,10 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
     for name, spec in models.items():
         if spec["source"] == "init":
             need("model", models, spec["of"], f"config.models.{name}.of")
-            if spec["of"] in models and models[spec["of"]]["source"] not in ("pretrain", "hub"):
+            if spec["of"] in models and models[spec["of"]]["source"] == "init":
                 problems.append(
-                    f"config.models.{name}.of: '{spec['of']}' is neither a pretrain model (its GPT2 shape) "
-                    "nor a hub model (its architecture, with random weights)"
+                    f"config.models.{name}.of: '{spec['of']}' is itself an init model; name the model whose "
+                    "architecture to initialise (a pretrain model's GPT2 shape, or a hub, local or gguf model's)"
                 )
     for family, spec in config["families"].items():
         for model in spec["models"]:

@@ -5,7 +5,7 @@
   table4                Table 4 (from scratch, CE vs dispersion) beside its condensation
   condensation_effects  how each method moved condensation against the baseline, per study
   trend_tables          a group of models' trend statistics
-  comparisons           item-level comparisons and chance levels; statistics: tests and intervals
+  comparisons           comparisons over seeds and items, and chance levels; statistics: tests and intervals
   table_files           cells and table files shared by every table
   findings              the paper's claims against what a run measured
   figures/              every figure (trends, runs, heatmaps, style)

@@ -11,10 +11,23 @@ were scored on, with the per-item results of their selected checkpoints
 - estimate: the difference of the rows' average score in points, every (task, seed) weighted
   equally (each pair weighs 1 / the number of items of its task), which is exactly the
   difference of the tables' "average" columns when both rows have the same seeds.
-- uncertainty: :func:`condensation.reporting.statistics.paired_bootstrap`, resampling test items whole
-  (an item's pairs under all seeds move together, since an item's difficulty is shared), a
-  percentile 95 % interval and a two-sided p-value; the exact McNemar p over all pairs as a
-  cross-check.
+- uncertainty, two intervals:
+
+  * seed-aware (the main columns ``diff``, ``ci_low``, ``ci_high``, ``p``): each seed's average
+    over tasks is one run's result; the runs of the two rows form two arms, paired by seed when
+    both have the same seeds (a seed is one initialisation and data order), and
+    :func:`condensation.reporting.statistics.difference` gives a t interval over the seeds whose
+    variance also holds the items' sampling error (the paired bootstrap's below). A row of one
+    run (the pretrained model) is a fixed reference. ``per_seed`` lists the same-seed differences.
+  * items only (``items_ci_low``, ``items_ci_high``, ``items_p``):
+    :func:`condensation.reporting.statistics.paired_bootstrap`, resampling test items whole (an
+    item's pairs under all seeds move together, since an item's difficulty is shared), a
+    percentile 95 % interval and a two-sided p-value; it treats the runs as fixed, so it says how
+    precisely these runs were scored, not whether the method helps. The exact McNemar p over all
+    pairs is a cross-check of it.
+
+  ``p_holm`` is the seed-aware p adjusted (Holm) over every distinct comparison of a table, which
+  the table fills in (:func:`holm_column`).
 """
 
 from __future__ import annotations
@@ -26,12 +39,21 @@ import numpy as np
 import pandas as pd
 
 from condensation.evaluation.scores import ITEM_COLUMNS, ITEM_KEY, require_columns
-from condensation.reporting.statistics import mcnemar, paired_bootstrap
+from condensation.reporting.statistics import (
+    Arm,
+    difference,
+    holm,
+    mcnemar,
+    paired_bootstrap,
+)
 
 CHANCE_MARGIN = 2.0
 """A task is flagged "at chance" when every row's mean lies within this many points of chance."""
 
-COMPARISON_FIELDS = ("diff", "ci_low", "ci_high", "p", "n_items", "mcnemar_p")
+COMPARISON_FIELDS = (
+    "diff", "ci_low", "ci_high", "p", "p_holm", "dof", "per_seed",
+    "items_ci_low", "items_ci_high", "items_p", "n_items", "mcnemar_p",
+)
 CHANCE_COLUMNS = ("task", "chance", "max_distance", "at_chance")
 
 
@@ -88,25 +110,75 @@ def paired_items(items: pd.DataFrame, model: str, method: str, other: str, tasks
     return pairs[[*keys, "score", "score_other"]].rename(columns={"score_other": "other_score"})
 
 
+def _no_comparison() -> dict[str, Any]:
+    return {field: math.nan for field in COMPARISON_FIELDS} | {"n_items": 0}
+
+
+def _arm(pairs: pd.DataFrame, column: str, single_run: bool, label: str) -> Arm:
+    """One row's runs: per seed its average over tasks (every task weighted equally)."""
+    averages = pairs.groupby(["seed", "task"])[column].mean().groupby(level="seed").mean() * 100.0
+    if single_run:  # one run repeated over the other row's seeds: a fixed reference
+        return Arm({"single run": float(averages.iloc[0])}, fixed=True, label=label)
+    return Arm({int(seed): float(value) for seed, value in averages.items()}, label=label)
+
+
+def _single_run(items: pd.DataFrame, model: str, method: str) -> bool:
+    return bool(items.loc[(items["model"] == model) & (items["method"] == method), "seed"].isna().all())
+
+
 def compare(
     items: pd.DataFrame, model: str, method: str, other: str, tasks: Sequence[str], *,
     n_resamples: int = 10_000, seed: int = 0,
 ) -> dict[str, Any]:
-    """``method`` against ``other`` on one model: ``{diff, ci_low, ci_high, p, n_items, mcnemar_p}``
-    (points; NaN and 0 items without a shared seed; McNemar only for 0/1 scores)."""
+    """``method`` against ``other`` on one model, in points: the seed-aware ``diff``, ``ci_low``,
+    ``ci_high``, ``p``, ``dof`` and ``per_seed`` (same-seed differences, "; "-joined), and the
+    item-only ``items_ci_low``, ``items_ci_high``, ``items_p``, ``n_items``, ``mcnemar_p`` (McNemar
+    only for 0/1 scores); ``p_holm`` is left NaN for the table to fill. NaN and 0 items without a
+    shared seed."""
     pairs = paired_items(items, model, method, other, tasks)
     if pairs.empty:
-        return {"diff": math.nan, "ci_low": math.nan, "ci_high": math.nan, "p": math.nan, "n_items": 0,
-                "mcnemar_p": math.nan}
+        return _no_comparison()
     weights = 1.0 / pairs.groupby(["seed", "task"])["score"].transform("size").to_numpy(dtype=float)
     clusters = pairs.groupby(list(ITEM_KEY), sort=False).ngroup().to_numpy()
     own, ref = pairs["score"].to_numpy(dtype=float), pairs["other_score"].to_numpy(dtype=float)
-    result = paired_bootstrap(own, ref, weights=weights, clusters=clusters, n_resamples=n_resamples, seed=seed)
+    by_items = paired_bootstrap(own, ref, weights=weights, clusters=clusters, n_resamples=n_resamples, seed=seed)
     binary = np.isin(own, (0.0, 1.0)).all() and np.isin(ref, (0.0, 1.0)).all()
+    seeds = difference(
+        _arm(pairs, "score", _single_run(items, model, method), method),
+        _arm(pairs, "other_score", _single_run(items, model, other), other),
+        sampling_variance=by_items.se**2 if math.isfinite(by_items.se) else 0.0,
+    )
     return {
-        "diff": result.difference, "ci_low": result.ci_low, "ci_high": result.ci_high, "p": result.p_value,
-        "n_items": result.n_items, "mcnemar_p": mcnemar(own, ref) if binary else math.nan,
+        "diff": seeds.estimate, "ci_low": seeds.ci_low, "ci_high": seeds.ci_high, "p": seeds.p_value,
+        "p_holm": math.nan, "dof": seeds.dof, "per_seed": "; ".join(f"{d:+.2f}" for d in seeds.per_seed) or math.nan,
+        "items_ci_low": by_items.ci_low, "items_ci_high": by_items.ci_high, "items_p": by_items.p_value,
+        "n_items": by_items.n_items, "mcnemar_p": mcnemar(own, ref) if binary else math.nan,
     }
+
+
+def holm_column(table: pd.DataFrame, targets: Sequence[str]) -> pd.DataFrame:
+    """``table`` with ``p_holm_vs_<target>`` filled: the seed-aware p-values adjusted together
+    (:func:`condensation.reporting.statistics.holm`) over the table's distinct comparisons, a
+    comparison that appears twice (A vs B and B vs A) counted once."""
+    keys, values = {}, []
+    for index, row in table.iterrows():
+        for target in targets:
+            p = row[f"p_vs_{target}"]
+            if pd.isna(p):
+                continue
+            key = (row["model"], frozenset((row["method"], target)))
+            if key not in keys:
+                keys[key] = len(values)
+                values.append(float(p))
+    adjusted = holm(values)
+    table = table.copy()
+    for target in targets:
+        table[f"p_holm_vs_{target}"] = [
+            math.nan if pd.isna(row[f"p_vs_{target}"])
+            else adjusted[keys[(row["model"], frozenset((row["method"], target)))]]
+            for _, row in table.iterrows()
+        ]
+    return table
 
 
 def comparison_record(
@@ -118,7 +190,7 @@ def comparison_record(
     record: dict[str, Any] = {}
     for target in targets:
         if target == method:
-            result = {field: math.nan for field in COMPARISON_FIELDS} | {"n_items": pd.NA}
+            result = _no_comparison() | {"n_items": pd.NA}
         else:
             result = compare(items, model, method, target, tasks, n_resamples=n_resamples, seed=seed)
         record.update({f"{field}_vs_{target}": value for field, value in result.items()})

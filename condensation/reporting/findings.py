@@ -1,27 +1,57 @@
 """The paper's claims, checked against what a run measured: a findings page computed from the
 results, never written by hand.
 
-For each claim, the evidence the config produced (with its intervals) and a verdict:
-``agrees`` (the interval or the screen shows the claimed direction), ``disagrees`` (it shows the
-opposite), ``inconclusive`` (the interval holds zero, or the effect is within the seed spread), or
-``cannot test`` (the config measures nothing that bears on it, e.g. no distilled models offline).
-Condensation is read as the deeper layers' mean cosine (``last_half``, with its bootstrap interval
-over sequences) beside Spearman rho, since rho saturates at 1 for models whose trend is monotone.
+Every piece of evidence is a difference (or a slope) with an interval that covers the training
+runs as well as the text sequences or test items (:mod:`condensation.reporting.statistics`), and
+reads as:
+
+- ``agrees``: the interval excludes zero in the paper's direction (for scores: the Holm-adjusted p
+  is below 0.05 as well);
+- ``disagrees``: it excludes zero the other way;
+- ``inconclusive``: it holds zero, or the training noise is unmeasured (one run where a training
+  here could have drawn another), said in words. Overlap is never agreement.
+
+A claim agrees (or disagrees) only when every piece of its evidence does; evidence that splits
+makes it inconclusive, with the reason. ``cannot test``: the config measures nothing that bears
+on it. Condensation is the deeper layers' mean cosine (``last_half``); Spearman rho and Kendall
+tau (the paper's own statistics) are shown beside it, and the page says which one a verdict reads.
+
+Replicates are rows with the same label: the same model trained (or initialised) with another
+seed. A model named in ``drawn`` was drawn here (pre-trained or initialised by this workflow), so
+a single run of it leaves its training noise unmeasured; any other model (a published
+checkpoint) is one given object, a fixed reference.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Collection, Iterable, Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
+from condensation.reporting.statistics import (
+    Arm,
+    SeedAwareEstimate,
+    contrast,
+    difference,
+)
 from condensation.runtime.io import write_json, write_text
 
 AGREES, DISAGREES, INCONCLUSIVE, UNTESTED = "agrees", "disagrees", "inconclusive", "cannot test"
+ALPHA = 0.05
+Z95 = 1.959964
+"""Tables store 95 % intervals over sequences; a run's standard error is their half-width / Z95."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    text: str
+    verdict: str
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -29,135 +59,259 @@ class Finding:
     claim: str
     verdict: str
     evidence: list[str]
-    """One line per piece of evidence, numbers with their intervals."""
+    """One line per piece of evidence, numbers with their intervals and the verdict they give."""
+    reason: str = ""
+    notes: list[str] = field(default_factory=list)
 
 
-def _interval(row: Mapping, column: str = "last_half") -> tuple[float, float, float]:
-    return float(row[column]), float(row.get(f"{column}_low", math.nan)), float(row.get(f"{column}_high", math.nan))
+def read(result: SeedAwareEstimate, direction: int, p_adjusted: float | None = None) -> tuple[str, str]:
+    """The verdict of one seed-aware result on a claim that predicts the sign ``direction`` (+1
+    or -1), and the reason when it is inconclusive."""
+    if not result.measured:
+        return INCONCLUSIVE, result.unmeasured
+    if p_adjusted is not None and not p_adjusted < ALPHA:
+        return INCONCLUSIVE, f"Holm-adjusted p = {p_adjusted:.2g}, not below {ALPHA:g}"
+    if result.ci_low > 0 or result.ci_high < 0:
+        return (AGREES, "") if (result.ci_low > 0) == (direction > 0) else (DISAGREES, "")
+    return INCONCLUSIVE, "the interval holds zero"
 
 
-def _cos(value: float, low: float, high: float) -> str:
-    return f"{value:.3f} [{low:.3f}, {high:.3f}]" if math.isfinite(low) else f"{value:.3f}"
+def combine(claim: str, evidence: Sequence[Evidence], notes: Sequence[str] = ()) -> Finding:
+    """A claim's verdict from its pieces of evidence (see the module docstring)."""
+    lines = [f"{e.text}: **{e.verdict}**" + (f" ({e.reason})" if e.reason else "") for e in evidence]
+    verdicts = {e.verdict for e in evidence}
+    if not evidence:
+        return Finding(claim, UNTESTED, lines, "", list(notes))
+    if len(verdicts) == 1:
+        verdict = verdicts.pop()
+        reasons = sorted({e.reason for e in evidence if e.reason})
+        return Finding(claim, verdict, lines, "; ".join(reasons) if verdict == INCONCLUSIVE else "", list(notes))
+    counts = ", ".join(f"{sum(e.verdict == v for e in evidence)} {v}" for v in (AGREES, DISAGREES, INCONCLUSIVE)
+                       if any(e.verdict == v for e in evidence))
+    return Finding(claim, INCONCLUSIVE, lines, f"the evidence splits: {counts}", list(notes))
 
 
-def _vote(directions: Iterable[int]) -> str:
-    """+1 claimed direction and outside the noise, -1 opposite and outside it, 0 within it."""
-    directions = list(directions)
-    if not directions:
-        return UNTESTED
-    if all(d > 0 for d in directions):
-        return AGREES
-    if all(d < 0 for d in directions):
-        return DISAGREES
-    return INCONCLUSIVE
+# --------------------------------------------------------------------------------------------
+# Arms from the tables
+# --------------------------------------------------------------------------------------------
 
 
-def _lower(first: tuple[float, float, float], second: tuple[float, float, float]) -> int:
-    """Whether ``second`` lies below ``first`` beyond both intervals (+1), above (-1), or neither."""
-    if second[2] < first[1]:
-        return 1
-    if second[1] > first[2]:
-        return -1
-    return 0
+def _sampling_se(rows: pd.DataFrame, column: str) -> np.ndarray:
+    if f"{column}_low" in rows and f"{column}_high" in rows:
+        return ((rows[f"{column}_high"] - rows[f"{column}_low"]) / (2 * Z95)).to_numpy(dtype=float)
+    return np.zeros(len(rows))
 
 
-def size_claim(trend_tables: Mapping[str, pd.DataFrame], uncounted: Collection[str] = ()) -> Finding:
-    """A larger (or wider) model condenses less: the largest model of each family against the
-    smallest, on the deeper layers' mean cosine. Tables named in ``uncounted`` (groups of
-    unrelated models, ``compares_size: false``) are listed, not counted."""
-    evidence, votes = [], []
+def arm(rows: pd.DataFrame, label: str, drawn: Collection[str], column: str = "last_half") -> Arm:
+    """The runs of one label (one row each, replicates in order) as an arm: a published model's
+    one row is a fixed reference, rows of models drawn here are runs whose spread is training noise.
+    Where the same model appears twice (a published model paired twice) it counts once."""
+    if "model" in rows:
+        rows = rows.drop_duplicates("model")
+    se = np.nan_to_num(_sampling_se(rows, column))
+    values = {index: float(value) for index, value in enumerate(rows[column])}
+    fixed = "model" in rows and len(rows) == 1 and rows["model"].iloc[0] not in drawn
+    return Arm(values, float((se**2).sum() / len(rows) ** 2), fixed=bool(fixed), label=label)
+
+
+def _interval(result: SeedAwareEstimate, digits: int = 3) -> str:
+    if not result.measured:
+        return f"{result.estimate:+.{digits}f}"
+    text = f"{result.estimate:+.{digits}f} [{result.ci_low:+.{digits}f}, {result.ci_high:+.{digits}f}]"
+    if result.per_seed and len(result.per_seed) > 1:
+        text += " (per seed " + ", ".join(f"{d:+.{digits}f}" for d in result.per_seed) + ")"
+    return text
+
+
+def _means(rows: pd.DataFrame, column: str) -> str:
+    values = rows.drop_duplicates("model")[column] if "model" in rows else rows[column]
+    return " / ".join(f"{v:.3f}" for v in values)
+
+
+# --------------------------------------------------------------------------------------------
+# The claims
+# --------------------------------------------------------------------------------------------
+
+
+def size_evidence(name: str, table: pd.DataFrame, drawn: Collection[str]) -> Evidence | None:
+    """The trend of the deeper layers' cosine over log10(parameters) across every size of one
+    family (replicates: rows with the same label), seed-aware; the claim predicts a negative slope."""
+    groups = [(label, rows) for label, rows in table.groupby("label", sort=False)]
+    if len(groups) < 2:
+        return None
+    x = np.log10([float(rows["num_parameters"].iloc[0]) for _, rows in groups])
+    if np.ptp(x) == 0:
+        return Evidence(f"{name}: every model has the same size", INCONCLUSIVE, "no size to compare")
+    c = (x - x.mean()) / ((x - x.mean()) ** 2).sum()
+    slope = contrast([arm(rows, label, drawn) for label, rows in groups], c)
+    verdict, reason = read(slope, -1)
+    sizes = "; ".join(f"{label} {_means(rows, 'last_half')} (rho {_means(rows, 'spearman_rho')})" for label, rows in groups)
+    text = f"{name}: deeper-layer cosine per size ({len(groups)} sizes; runs per size {'/'.join(str(len(r)) for _, r in groups)}) {sizes}; slope per decade of parameters {_interval(slope)}"
+    return Evidence(text, verdict, reason)
+
+
+def size_claim(trend_tables: Mapping[str, pd.DataFrame], uncounted: Collection[str] = (),
+               drawn: Collection[str] = ()) -> Finding:
+    """A larger (or wider) model condenses less: a trend across all the sizes of each family, on
+    each dataset. The datasets measure the same models again, so they are not independent
+    evidence: the claim needs every one to agree. Groups of unrelated models (``uncounted``) are
+    listed, not counted."""
+    evidence, notes = [], []
     for name, table in trend_tables.items():
         if name in uncounted:
-            evidence.append(f"{name}: not counted (its models differ in more than size: compares_size is false)")
+            notes.append(f"{name}: not counted (its models differ in more than size: compares_size is false)")
             continue
-        if len(table) < 2:
-            continue
-        small, large = table.iloc[0], table.iloc[-1]
-        vote = _lower(_interval(small), _interval(large))
-        votes.append(vote)
-        evidence.append(
-            f"{name}: deeper-layer mean cosine {_cos(*_interval(small))} for {small['label']}, "
-            f"{_cos(*_interval(large))} for {large['label']}; Spearman rho {small['spearman_rho']:.2f} -> "
-            f"{large['spearman_rho']:.2f}"
-        )
-    return Finding("A larger or wider model condenses less (Fig. 2, S1)", _vote(votes), evidence)
+        found = size_evidence(name, table, drawn)
+        if found is not None:
+            evidence.append(found)
+    return combine("A larger or wider model condenses less (Fig. 2, S1)", evidence, notes)
 
 
-def pair_claims(pairs: Mapping[str, tuple[Sequence[str], pd.DataFrame]]) -> list[Finding]:
-    """Distillation does not remove condensation (pairs labelled distilled), and training lowers
-    the condensation a model has at initialisation (pairs labelled init...)."""
-    distill, init = [], []
+def _pair_kind(labels: Sequence[str]) -> str | None:
+    return "distill" if "distill" in labels[1].lower() else "init" if "init" in labels[0].lower() else None
+
+
+def pair_claims(pairs: Mapping[str, tuple[Sequence[str], pd.DataFrame]], drawn: Collection[str] = ()) -> list[Finding]:
+    """Distillation does not remove condensation (pairs labelled distilled: the distilled member
+    is not less condensed), and condensation is highest at initialisation (pairs labelled init...:
+    the first member, at initialisation, is the more condensed). Pairs whose members share labels
+    are replicates of one comparison."""
+    distill, init, notes = [], [], []
     for name, (labels, table) in pairs.items():
-        kind = "distill" if "distill" in labels[1].lower() else "init" if "init" in labels[0].lower() else None
-        for first, second in zip(table[table["member"] == 0].itertuples(), table[table["member"] == 1].itertuples()):
-            a, b = _interval(first._asdict()), _interval(second._asdict())
-            line = f"{name}: {first.label} {_cos(*a)} vs {second.label} {_cos(*b)}"
-            if kind == "distill":  # the claim: the distilled member is not clearly less condensed
-                distill.append((1 if _lower(a, b) <= 0 else -1, line))
+        kind = _pair_kind(labels)
+        first, second = table[table["member"] == 0].reset_index(drop=True), table[table["member"] == 1].reset_index(drop=True)
+        keys = pd.Series(list(zip(first["label"], second["label"])))
+        for (label_a, label_b) in dict.fromkeys(keys):
+            rows_a, rows_b = first[(keys == (label_a, label_b)).to_numpy()], second[(keys == (label_a, label_b)).to_numpy()]
+            result = difference(arm(rows_a, label_a, drawn), arm(rows_b, label_b, drawn))
+            rho = difference(arm(rows_a, label_a, drawn, "spearman_rho"), arm(rows_b, label_b, drawn, "spearman_rho"))
+            text = (f"{name}: {label_a} {_means(rows_a, 'last_half')} vs {label_b} {_means(rows_b, 'last_half')}, "
+                    f"difference {_interval(result)}; Spearman rho {_means(rows_a, 'spearman_rho')} vs "
+                    f"{_means(rows_b, 'spearman_rho')} ({_interval(rho, 2)})")
+            if kind == "distill":  # distilled (second) minus the other: the claim holds unless it is lower
+                verdict, reason = read(replace_sign(result), +1)
+                distill.append(Evidence(text, verdict, reason))
             elif kind == "init":
-                init.append((_lower(a, b), line))
+                verdict, reason = read(result, +1)
+                init.append(Evidence(text, verdict, reason))
+                if verdict == DISAGREES:
+                    notes.append(width_note(label_a, float(rows_a["last_half"].mean()), float(rows_b["last_half"].mean())))
     return [
-        Finding("Distillation does not remove condensation (Fig. 3)", _vote(v for v, _ in distill), [e for _, e in distill]),
-        Finding("Condensation is highest at initialisation and falls with training (Fig. 4, pairs)",
-                _vote(v for v, _ in init), [e for _, e in init]),
+        combine("Distillation does not remove condensation (Fig. 3)", distill),
+        combine("Condensation is highest at initialisation and falls with training (Fig. 4, pairs; verdict on "
+                "the deeper-layer cosine, rho shown)", init, notes),
     ]
 
 
-def series_claim(series_tables: Mapping[str, pd.DataFrame]) -> Finding:
+def replace_sign(result: SeedAwareEstimate) -> SeedAwareEstimate:
+    """``result`` for the opposite difference (b - a)."""
+    return SeedAwareEstimate(-result.estimate, -result.ci_high, -result.ci_low, result.p_value, result.dof,
+                             result.seed_se, result.sampling_se, tuple(-d for d in result.per_seed), result.unmeasured)
+
+
+def width_note(label: str, at_init: float, trained: float) -> str:
+    """Why a model can start less condensed than it ends: narrow GPT2-style initialisation."""
+    return (
+        f"{label}: {at_init:.3f} at initialisation against {trained:.3f} trained. GPT2's initialisation "
+        "(std 0.02) lets a narrow model's blocks write little into the residual stream, so its tokens start "
+        "nearly unrelated and training raises their cosine; a full-width architecture at initialisation (a pair "
+        "of this claim, where the config has one) shows where the claim applies."
+    )
+
+
+def series_claim(series_tables: Mapping[str, pd.DataFrame], labels: Mapping[str, str] | None = None,
+                 drawn_series: Collection[str] = ()) -> Finding:
     """Condensation is highest at initialisation and falls over (pre-)training: the first
-    checkpoint of each series against the last. Where a checkpoint between them peaks, the
-    evidence also says whether condensation falls from that peak to the end (it does in the toys,
-    whose small random initialisation starts nearly uncondensed)."""
-    evidence, votes = [], []
-    for name, table in series_tables.items():
-        first, last = table.iloc[0], table.iloc[-1]
-        votes.append(_lower(_interval(first), _interval(last)))
-        line = (
-            f"{name}: {first['checkpoint']} {_cos(*_interval(first))} (rho {first['spearman_rho']:.2f}) -> "
-            f"{last['checkpoint']} {_cos(*_interval(last))} (rho {last['spearman_rho']:.2f})"
-        )
-        peak = table.loc[table["last_half"].idxmax()]
-        if peak.name not in (table.index[0], table.index[-1]):
-            after = {1: "falls beyond both intervals", -1: "rises", 0: "stays within the intervals"}
-            line += f"; peak {_cos(*_interval(peak))} at {peak['checkpoint']}, after which it {after[_lower(_interval(peak), _interval(last))]}"
-        evidence.append(line)
-    return Finding("Condensation is highest at initialisation and falls over pre-training (Fig. 4)", _vote(votes), evidence)
+    checkpoint of each run against its last, paired by run, series of the same model label
+    (``labels``: series -> label) being replicates. ``drawn_series`` are runs of this workflow
+    (else one given run). A checkpoint between them that peaks is named, with whether condensation
+    falls from that peak to the end."""
+    labels = dict(labels or {})
+    groups: dict[str, list[str]] = {}
+    for name in series_tables:
+        groups.setdefault(labels.get(name, name), []).append(name)
+    evidence = []
+    for label, names in groups.items():
+        firsts = pd.DataFrame([series_tables[n].iloc[0] for n in names])
+        lasts = pd.DataFrame([series_tables[n].iloc[-1] for n in names])
+        fixed = not any(n in drawn_series for n in names)
+        result = difference(_series_arm(firsts, label, fixed), _series_arm(lasts, label, fixed))
+        verdict, reason = read(result, +1)
+        text = (f"{label} ({len(names)} run{'s' if len(names) > 1 else ''}): {firsts['checkpoint'].iloc[0]} "
+                f"{_means(firsts, 'last_half')} (rho {_means(firsts, 'spearman_rho')}) -> "
+                f"{lasts['checkpoint'].iloc[0]} {_means(lasts, 'last_half')} (rho {_means(lasts, 'spearman_rho')}), "
+                f"first - last {_interval(result)}{_peaks(series_tables, names)}")
+        evidence.append(Evidence(text, verdict, reason))
+    return combine("Condensation is highest at initialisation and falls over pre-training (Fig. 4; verdict on "
+                   "the deeper-layer cosine, rho shown)", evidence)
+
+
+def _series_arm(rows: pd.DataFrame, label: str, fixed: bool) -> Arm:
+    se = np.nan_to_num(_sampling_se(rows, "last_half"))
+    values = {index: float(v) for index, v in enumerate(rows["last_half"])}
+    return Arm(values, float((se**2).sum() / len(rows) ** 2), fixed=fixed and len(rows) == 1, label=label)
+
+
+def _peaks(series_tables: Mapping[str, pd.DataFrame], names: Sequence[str]) -> str:
+    peaks = []
+    for name in names:
+        table = series_tables[name].reset_index(drop=True)
+        peak = table["last_half"].idxmax()
+        if peak not in (0, len(table) - 1):
+            row, last = table.loc[peak], table.iloc[-1]
+            peaks.append(f"{row['last_half']:.3f} at {row['checkpoint']} (then {last['last_half']:.3f} at the end)")
+    return "; peak " + ", ".join(peaks) if peaks else ""
 
 
 def dispersion_condensation_claim(effects: Mapping[str, pd.DataFrame], method: str = "dispersion") -> Finding:
-    """Dispersion lowers condensation: its deeper-layer mean cosine against CE's at the last
-    checkpoint, beyond the spread between seeds."""
-    evidence, votes = [], []
+    """Dispersion lowers condensation: its deeper-layer cosine against CE's at the last checkpoint,
+    with the seed-aware interval of the effects table."""
+    evidence = []
     for name, table in effects.items():
         rows = table[table["method"] == method]
         if rows.empty:
             continue
         last = rows.loc[rows["step"].idxmax()]
-        beyond = last["exceeds_seed_spread"]
-        votes.append(0 if pd.isna(beyond) or not beyond else (1 if last["difference"] < 0 else -1))
-        spread = (
-            "one seed each: no seed spread to compare with" if pd.isna(last["pooled_std"])
-            else f"pooled seed std {last['pooled_std']:.3f}, beyond the seed spread: {'yes' if beyond else 'no'}"
-        )
-        evidence.append(
-            f"{name}, step {int(last['step'])}: {method} {last['mean']:.3f} vs CE {last['reference_mean']:.3f} "
-            f"(difference {last['difference']:+.3f}, {spread})"
-        )
-    return Finding("The dispersion loss lowers condensation (Fig. 6)", _vote(votes), evidence)
+        result = _from_columns(last, "difference", "ci_low", "ci_high", "p", "per_seed",
+                               unmeasured=f"{int(last['n_seeds'])} seed(s) of {method}: training noise unmeasured")
+        verdict, reason = read(result, -1)
+        text = (f"{name}, step {int(last['step'])}: {method} {last['mean']:.3f} vs CE {last['reference_mean']:.3f} over "
+                f"{int(last['n_seeds'])} seeds, difference {_interval(result)}")
+        evidence.append(Evidence(text, verdict, reason))
+    return combine("The dispersion loss lowers condensation (Fig. 6)", evidence)
+
+
+def _from_columns(row: Mapping, estimate: str, low: str, high: str, p: str, per_seed: str, unmeasured: str) -> SeedAwareEstimate:
+    seeds = row.get(per_seed)
+    values = tuple(float(v) for v in str(seeds).split(";")) if isinstance(seeds, str) and seeds else ()
+    measured = pd.notna(row.get(low)) and pd.notna(row.get(high))
+    return SeedAwareEstimate(
+        float(row[estimate]), float(row[low]) if measured else math.nan, float(row[high]) if measured else math.nan,
+        float(row[p]) if measured else math.nan, math.nan, math.nan, math.nan, values, "" if measured else unmeasured,
+    )
 
 
 def dispersion_score_claim(tables: Mapping[str, pd.DataFrame], method: str = "dispersion") -> Finding:
-    """Dispersion improves scores: its item-level difference from CE with its 95 % interval."""
-    evidence, votes = [], []
+    """Dispersion improves scores: its difference from CE with the seed-aware interval, the
+    Holm-adjusted p of its table, and the item-only interval beside them."""
+    evidence = []
     for name, table in tables.items():
         for row in table[table["method"] == method].to_dict("records"):
-            low, high = row["ci_low_vs_ce"], row["ci_high_vs_ce"]
-            votes.append(1 if low > 0 else -1 if high < 0 else 0)
-            evidence.append(
-                f"{name}, {row['model']}: {method} - CE = {row['diff_vs_ce']:+.2f} points "
-                f"[{low:+.2f}, {high:+.2f}], p = {row['p_vs_ce']:.3g} over {int(row['n_items_vs_ce'])} item pairs"
-            )
-    return Finding("The dispersion loss improves downstream scores (Tables 2, 4)", _vote(votes), evidence)
+            result = _from_columns(row, "diff_vs_ce", "ci_low_vs_ce", "ci_high_vs_ce", "p_vs_ce", "per_seed_vs_ce",
+                                   unmeasured=f"{int(row['n_seeds'])} seed(s): training noise unmeasured")
+            holm = row.get("p_holm_vs_ce")
+            verdict, reason = read(result, +1, float(holm) if result.measured and pd.notna(holm) else None)
+            text = (f"{name}, {row['model']}: {method} - CE = {_interval(result, 2)} points over {int(row['n_seeds'])} "
+                    f"seeds, p = {row['p_vs_ce']:.2g}, Holm p = {holm:.2g}; items only (runs taken as fixed) "
+                    f"[{row['items_ci_low_vs_ce']:+.2f}, {row['items_ci_high_vs_ce']:+.2f}], p = {row['items_p_vs_ce']:.2g} "
+                    f"over {int(row['n_items_vs_ce'])} item pairs")
+            evidence.append(Evidence(text, verdict, reason))
+    return combine("The dispersion loss improves downstream scores (Tables 2, 4)", evidence)
+
+
+# --------------------------------------------------------------------------------------------
+# The page
+# --------------------------------------------------------------------------------------------
 
 
 def render(findings: Sequence[Finding], chance: Mapping[str, Mapping] | None = None) -> str:
@@ -165,17 +319,21 @@ def render(findings: Sequence[Finding], chance: Mapping[str, Mapping] | None = N
     lines = [
         "# What this run finds, claim by claim",
         "",
-        "Computed from the results of this run; verdicts: agrees, disagrees, inconclusive (the",
-        "interval holds zero or the effect is within the seed spread), cannot test (nothing in this",
-        "config bears on the claim). Cosines are the deeper layers' mean with a 95 % bootstrap",
-        "interval over sequences.",
+        "Computed from the results of this run. Each piece of evidence is a difference (or a slope over",
+        "sizes) with a 95 % interval that covers the training runs (a t interval over seeds) and the text",
+        "sequences or test items; agrees / disagrees: the interval excludes zero in the paper's direction /",
+        "the other way (scores: Holm-adjusted p < 0.05 too); inconclusive: it holds zero, or a single run",
+        "leaves the training noise unmeasured. A claim agrees or disagrees only when all its evidence does.",
+        "Cosines: the deeper layers' mean pairwise cosine.",
     ]
     for finding in findings:
-        lines += ["", f"## {finding.claim}: **{finding.verdict}**", ""]
+        reason = f" ({finding.reason})" if finding.reason else ""
+        lines += ["", f"## {finding.claim}: **{finding.verdict}**{reason}", ""]
         lines += [f"- {line}" for line in finding.evidence] or ["- nothing in this config measures it"]
+        lines += [f"- note: {note}" for note in finding.notes]
     flagged = [task for task, flag in (chance or {}).items() if flag.get("at_chance")]
     if flagged:
-        lines += ["", f"Tasks at chance for every model (scores on them say nothing): {', '.join(flagged)}."]
+        lines += ["", f"Tasks at chance for every model (left out of averages and tests): {', '.join(flagged)}."]
     return "\n".join(lines) + "\n"
 
 

@@ -37,11 +37,14 @@ from condensation.reporting.comparisons import (
     chance_flags,
     comparison_columns,
     comparison_record,
+    holm_column,
+    task_chance,
 )
 from condensation.reporting.table_files import (
     MISSING,
     comparison_cell,
     fixed,
+    isnan,
     mean_std,
     write_csv,
 )
@@ -152,10 +155,13 @@ def sample_std(values: pd.Series | pd.DataFrame) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-def score_block(rows: list[Row], tasks: list[str], labels: Mapping[str, str]) -> pd.DataFrame:
+def score_block(rows: list[Row], tasks: list[str], labels: Mapping[str, str],
+                counted: Sequence[str] | None = None) -> pd.DataFrame:
     """One model's rows: per task the mean and sample std over seeds (percent) and the rank of
     the mean within the model (1 = best, ties share the average rank); ``average`` is the mean
-    over seeds of each seed's mean over tasks; ``avg_rank`` the mean of the task ranks."""
+    over seeds of each seed's mean over the ``counted`` tasks (default: all; tasks at chance are
+    left out, :func:`counted_tasks`); ``avg_rank`` the mean of their ranks."""
+    counted = list(tasks if counted is None else counted)
     records = []
     for row in rows:
         record: dict[str, Any] = {
@@ -165,13 +171,14 @@ def score_block(rows: list[Row], tasks: list[str], labels: Mapping[str, str]) ->
         for task in tasks:
             record[f"{task}_mean"] = float(row.values[task].mean())
             record[f"{task}_std"] = float(sample_std(row.values[task]))
-        record["average_mean"] = float(row.per_seed_average.mean())
-        record["average_std"] = float(sample_std(row.per_seed_average))
+        averages = row.values[counted].mean(axis=1)
+        record["average_mean"] = float(averages.mean())
+        record["average_std"] = float(sample_std(averages))
         records.append(record)
     block = pd.DataFrame(records)
     for task in tasks:
         block[f"{task}_rank"] = rank_descending(block[f"{task}_mean"].to_numpy())
-    block["avg_rank"] = block[[f"{task}_rank" for task in tasks]].mean(axis=1)
+    block["avg_rank"] = block[[f"{task}_rank" for task in counted]].mean(axis=1)
     return block[score_columns(tasks)]
 
 
@@ -186,20 +193,33 @@ def rank_descending(means: np.ndarray) -> np.ndarray:
     return stats.rankdata(-np.round(np.asarray(means, dtype=float), _MEAN_DECIMALS), method="average")
 
 
+def counted_tasks(blocks: list[list[Row]], tasks: list[str], items: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The tasks' chance levels (:func:`condensation.reporting.comparisons.task_chance` over every
+    row) and the tasks that count in averages and tests: those not at chance, or all of them
+    when every task is (then the caption says that nothing here is clear of guessing)."""
+    means = pd.concat([score_block(rows, tasks, {}) for rows in blocks], ignore_index=True)
+    chance = task_chance(means, items, tasks)
+    counted = [task for task, flagged in zip(chance["task"], chance["at_chance"]) if not flagged]
+    return chance, counted or list(tasks)
+
+
 def compared_blocks(
     blocks: list[list[Row]], tasks: list[str], labels: Mapping[str, str], items: pd.DataFrame,
     targets: Sequence[str], n_resamples: int, seed: int,
 ) -> pd.DataFrame:
-    """The score blocks of every model with each row's item-level comparisons against ``targets``
-    (:func:`condensation.reporting.comparisons.comparison_record`) as further columns."""
+    """The score blocks of every model with each row's comparisons against ``targets``
+    (:func:`condensation.reporting.comparisons.comparison_record`: seed-aware and item-only) as
+    further columns, the p-values Holm-adjusted over the table. Averages and comparisons leave
+    out the tasks at chance (:func:`counted_tasks`)."""
+    _, counted = counted_tasks(blocks, tasks, items)
     frames = []
     for rows in blocks:
         comparisons = pd.DataFrame([
-            comparison_record(items, row.model, row.method, targets, tasks, n_resamples=n_resamples, seed=seed)
+            comparison_record(items, row.model, row.method, targets, counted, n_resamples=n_resamples, seed=seed)
             for row in rows
         ], columns=comparison_columns(targets))
-        frames.append(pd.concat([score_block(rows, tasks, labels), comparisons], axis=1))
-    table = pd.concat(frames, ignore_index=True)
+        frames.append(pd.concat([score_block(rows, tasks, labels, counted), comparisons], axis=1))
+    table = holm_column(pd.concat(frames, ignore_index=True), targets)
     return table.astype({f"n_items_vs_{target}": "Int64" for target in targets})
 
 
@@ -248,29 +268,38 @@ def format_scores(df: pd.DataFrame, tasks: Sequence[str], headers: Mapping[str, 
 
 
 def format_comparisons(df: pd.DataFrame, targets: Sequence[str]) -> pd.DataFrame:
-    """One display column per target, "Δ vs <label>": "+1.2 [−0.4, 2.8], p=0.14" cells."""
+    """Per target, "Δ vs <label>" cells "+1.2 [−0.4, 2.8], p=0.14, Holm p=0.41" (seed-aware) and
+    "per seed" cells with the same-seed differences."""
     require_columns(df, comparison_columns(targets), "table frame")
     shown = {}
     for target in targets:
         label = df.loc[df["method"] == target, "label"]
-        header = f"Δ vs {label.iloc[0] if len(label) else target}"
-        shown[header] = [
-            comparison_cell(d, lo, hi, p)
-            for d, lo, hi, p in zip(*(df[f"{field}_vs_{target}"] for field in ("diff", "ci_low", "ci_high", "p")))
+        name = label.iloc[0] if len(label) else target
+        shown[f"Δ vs {name}"] = [
+            comparison_cell(d, lo, hi, p, holm=ph)
+            for d, lo, hi, p, ph in zip(*(df[f"{field}_vs_{target}"] for field in ("diff", "ci_low", "ci_high", "p", "p_holm")))
+        ]
+        shown[f"per seed vs {name}"] = [
+            MISSING if isnan(text) else text.replace("-", "−") for text in df[f"per_seed_vs_{target}"]
         ]
     return pd.DataFrame(shown, index=df.index)
 
 
-def comparison_caption(targets: Sequence[str], n_resamples: int = 10_000) -> str:
-    """What the "Δ vs" columns test, over which items, and what their interval covers."""
+def comparison_caption(targets: Sequence[str], n_resamples: int = 10_000, seeds_vary: str = "") -> str:
+    """What the "Δ vs" columns test, what their interval covers, the multiple-comparison
+    adjustment, and (``seeds_vary``) what a seed changes between runs."""
     names = " and ".join(targets)
+    varies = f" A seed varies {seeds_vary}." if seeds_vary else ""
     return (
         f"Δ vs {names}: the row's average minus that method's, in points, with a 95 % interval and a "
-        f"two-sided p from a paired bootstrap over test items ({n_resamples} resamples): each item's result "
-        "is paired with the other method's on the same item and seed (the pretrained model's one run with "
-        "each seed of the other), pooled over tasks and seeds with every task weighted equally, an item's pairs resampled "
-        "together. The interval covers the sampling of items, not the variation between training seeds "
-        "(shown by ± std)."
+        "two-sided p that cover both the training runs and the test items: a t interval over seeds (each "
+        "seed's average over tasks is one run; rows with the same seeds paired seed by seed, the pretrained "
+        "model's one run a fixed reference) whose variance adds the items' sampling error from a paired "
+        f"bootstrap over test items ({n_resamples} resamples, an item's pairs under all seeds resampled "
+        "together). Holm p: adjusted over the table's distinct comparisons. Per seed: the same-seed "
+        "differences. The CSV also holds the item-only interval (items_*), which treats the runs as fixed "
+        f"and so says how precisely these runs were scored, not whether the method helps.{varies} Tasks "
+        "at chance are shown but left out of the average, the ranks' mean and the tests."
     )
 
 

@@ -1,39 +1,39 @@
-"""Significance and noise for the results tables: paired tests over test items, and a screen for
-effects that are smaller than the spread between training seeds. Pure NumPy/SciPy.
+"""Significance for the results: paired tests over test items, and seed-aware intervals that
+cover the training runs as well. Pure NumPy/SciPy.
 
-Why items: a table row holds a handful of runs (2-3 seeds) scored on a few tasks, so a test over
-(task, seed) cells has almost no power (a two-sided signed-rank test on 4 pairs can never reach
-p < 0.125). Every run is scored on hundreds of items, and two methods answer the *same* items,
-so the item-level paired difference is measured far more precisely.
+Two sources of randomness stand behind every comparison of trained models: which training run was
+drawn (its seed: initialisation, data order) and which test items or text sequences it was scored
+on. Items are many and shared by every run, so an item-level test (:func:`paired_bootstrap`) is
+precise, but it treats each run as fixed; training runs are few (2-3 seeds) and differ more than
+the items' sampling error, so a claim about a *method* needs both (:func:`contrast`).
 
-What the item-level interval covers: the sampling of test items. It does not cover the variation
-between training runs (seeds), which the tables show separately as the std over seeds; with 2-3
-seeds that variation cannot be estimated well enough for a test, only described
-(:func:`seed_effect`).
+Why a t interval over seeds and not a percentile bootstrap over them: with 2 seeds, resampling
+seeds gives an interval that is roughly the range of the two per-seed values, which excludes zero
+whenever both land on the same side: under no effect, half the time. The seed-level t interval
+with k - 1 degrees of freedom keeps the stated 5 % (tests/unit/test_statistics.py simulates it).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
 
 __all__ = [
+    "Arm",
     "MeanInterval",
     "PairedComparison",
-    "SeedEffect",
-    "SPREAD_FACTOR",
+    "SeedAwareEstimate",
     "bootstrap_mean_ci",
+    "contrast",
+    "difference",
+    "holm",
     "mcnemar",
     "paired_bootstrap",
-    "seed_effect",
 ]
-
-SPREAD_FACTOR = 2.0
-""":func:`seed_effect` calls a difference larger than this many pooled seed stds "beyond the spread"."""
 
 # Resamples are drawn in blocks so that an index matrix never exceeds ~8M entries (64 MB).
 _BLOCK_ENTRIES = 8_000_000
@@ -61,21 +61,8 @@ class PairedComparison:
     ci_high: float
     p_value: float
     n_items: int
-
-
-@dataclass(frozen=True)
-class SeedEffect:
-    """A method against a reference over training seeds (see :func:`seed_effect`)."""
-
-    difference: float
-    method_std: float
-    reference_std: float
-    pooled_std: float
-    paired_min: float
-    paired_max: float
-    n_method: int
-    n_reference: int
-    exceeds_spread: bool | None
+    se: float = math.nan
+    """The standard deviation of the resampled differences: the items' sampling error."""
 
 
 def _as_vector(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
@@ -178,7 +165,8 @@ def paired_bootstrap(
     difference, replicates = _bootstrap(100.0 * (first - second), weights, clusters, n_resamples, seed)
     below, above = int((replicates <= 0).sum()), int((replicates >= 0).sum())
     p_value = min(1.0, 2.0 * (1 + min(below, above)) / (replicates.size + 1))
-    return PairedComparison(difference, *_percentiles(replicates, confidence), p_value, int(first.size))
+    return PairedComparison(difference, *_percentiles(replicates, confidence), p_value, int(first.size),
+                            float(replicates.std(ddof=1)) if replicates.size > 1 else math.nan)
 
 
 def mcnemar(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
@@ -203,36 +191,147 @@ def mcnemar(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) ->
     return float(min(1.0, 2.0 * stats.binom.cdf(min(a_only, b_only), n, 0.5)))
 
 
-def _sample_std(values: np.ndarray) -> float:
-    return float(values.std(ddof=1)) if values.size > 1 else math.nan
+# --------------------------------------------------------------------------------------------
+# Seed-aware intervals: training runs and items (or sequences) together
+# --------------------------------------------------------------------------------------------
 
 
-def seed_effect(values: Mapping[Hashable, float], reference: Mapping[Hashable, float], *, factor: float = SPREAD_FACTOR) -> SeedEffect:
-    """A method's per-seed values against a reference's (both: seed -> value): is the difference
-    larger than the seed-to-seed noise?
+@dataclass(frozen=True)
+class Arm:
+    """The runs of one model or method: seed -> the run's estimate (a score in points, a cosine).
 
-    ``difference`` is ``mean(values) - mean(reference)``. ``pooled_std`` is the pooled sample
-    std of the two groups of seeds, ``sqrt((SS1 + SS2) / (n1 + n2 - 2))`` with SS the sum of
-    squared deviations from the group's mean: how far a single run typically lies from its
-    method's mean. The rule: the effect ``exceeds_spread`` when ``|difference| > factor *
-    pooled_std`` (factor 2 by default), i.e. when the two means lie further apart than two
-    typical seed-to-seed deviations. This is a descriptive screen, not a significance test:
-    with 2-3 seeds per method the pooled std rests on 2-4 degrees of freedom. None when neither
-    group has two seeds (no spread is known). Seeds both share (same data order) are also
-    compared one by one: ``paired_min``/``paired_max`` are the smallest and largest per-seed
-    difference (NaN when no seed is shared).
+    ``sampling_variance`` is the variance of the mean over runs that comes from the test items or
+    text sequences (e.g. the squared standard error of a bootstrap over items); ``fixed`` marks one
+    given model that is not a draw from a training procedure here (a published checkpoint): it has
+    no training noise, where a single run of a training done here has an unknown one.
     """
-    own = _as_vector(list(values.values()), "values")
-    ref = _as_vector(list(reference.values()), "reference")
-    difference = float(own.mean() - ref.mean())
-    dof = own.size + ref.size - 2
-    squares = float(((own - own.mean()) ** 2).sum() + ((ref - ref.mean()) ** 2).sum())
-    pooled = math.sqrt(squares / dof) if dof > 0 else math.nan
-    pairs = np.asarray([values[s] - reference[s] for s in values if s in reference], dtype=float)
-    return SeedEffect(
-        difference=difference, method_std=_sample_std(own), reference_std=_sample_std(ref), pooled_std=pooled,
-        paired_min=float(pairs.min()) if pairs.size else math.nan,
-        paired_max=float(pairs.max()) if pairs.size else math.nan,
-        n_method=int(own.size), n_reference=int(ref.size),
-        exceeds_spread=None if dof == 0 else bool(abs(difference) > factor * pooled),
-    )
+
+    runs: Mapping[Hashable, float]
+    sampling_variance: float = 0.0
+    fixed: bool = False
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class SeedAwareEstimate:
+    """A contrast of arms' means with an interval and p-value that cover training seeds and the
+    items or sequences. ``unmeasured`` says why there is no interval (an arm of one run whose
+    training noise is unknown); then ``ci_low``, ``ci_high`` and ``p_value`` are NaN."""
+
+    estimate: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    dof: float
+    seed_se: float
+    sampling_se: float
+    per_seed: tuple[float, ...] = ()
+    """Same-seed differences (paired arms), for the reader to see each run's effect."""
+    unmeasured: str = ""
+
+    @property
+    def measured(self) -> bool:
+        return not self.unmeasured
+
+
+def _seed_variance(arm: Arm) -> tuple[float, int]:
+    """Variance of the arm's mean over runs due to training (s^2 / k) and its degrees of freedom;
+    NaN for a single run that is not fixed."""
+    values = _as_vector(list(arm.runs.values()), f"runs of {arm.label or 'an arm'}")
+    if values.size > 1:
+        return float(values.var(ddof=1) / values.size), values.size - 1
+    return (0.0, 0) if arm.fixed else (math.nan, 0)
+
+
+def contrast(arms: Sequence[Arm], coefficients: Sequence[float], *, confidence: float = 0.95) -> SeedAwareEstimate:
+    """The contrast ``sum(c_j * mean_j)`` of the arms' means over their runs, with a t interval.
+
+    Its variance adds, per arm, the training part ``c^2 s_j^2 / k_j`` (s: the sample std of the
+    arm's runs, k: their number) and the sampling part ``c^2 * sampling_variance_j``. The degrees
+    of freedom are Welch-Satterthwaite's over the training parts alone: the seeds' spread is what
+    is known least, and letting a small sampling part raise them (as a full Satterthwaite would)
+    makes the interval too narrow exactly when two seeds happen to land close together (11 % false
+    calls instead of 5 % with 2 seeds, simulated). Only fixed arms: a normal quantile. Two-sided p
+    from the same t distribution. A zero total variance (identical runs, no sampling error) gives
+    the point as interval and p = 1 for a zero contrast, else 0.
+    """
+    if len(arms) != len(coefficients) or not arms:
+        raise ValueError(f"contrast: {len(arms)} arms and {len(coefficients)} coefficients")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    estimate, seed_var, sampling_var, dof_terms = 0.0, 0.0, 0.0, 0.0
+    unknown, seed_dofs = [], []
+    for arm, c in zip(arms, coefficients):
+        if c == 0:
+            continue
+        variance, dof = _seed_variance(arm)
+        estimate += c * float(np.mean(list(arm.runs.values())))
+        if math.isnan(variance):
+            unknown.append(arm.label or "an arm")
+            continue
+        seed_var += c * c * variance
+        sampling_var += c * c * float(arm.sampling_variance)
+        if dof:
+            dof_terms += (c * c * variance) ** 2 / dof
+            seed_dofs.append(dof)
+    if unknown:
+        reason = f"one run of {', '.join(unknown)}: its training noise is unmeasured"
+        return SeedAwareEstimate(estimate, math.nan, math.nan, math.nan, math.nan, math.nan,
+                                 math.sqrt(sampling_var), unmeasured=reason)
+    total = seed_var + sampling_var
+    if dof_terms > 0:
+        dof = seed_var**2 / dof_terms
+    else:  # runs that agree exactly (or only fixed arms): the fewest seeds still bound what is known
+        dof = float(min(seed_dofs)) if seed_dofs else math.inf
+    if total <= 0:
+        return SeedAwareEstimate(estimate, estimate, estimate, 1.0 if estimate == 0 else 0.0, dof, 0.0, 0.0)
+    se = math.sqrt(total)
+    quantile = float(stats.t.ppf(0.5 + confidence / 2, dof))
+    p_value = float(2 * stats.t.sf(abs(estimate) / se, dof))
+    return SeedAwareEstimate(estimate, estimate - quantile * se, estimate + quantile * se, p_value, dof,
+                             math.sqrt(seed_var), math.sqrt(sampling_var))
+
+
+def difference(a: Arm, b: Arm, *, sampling_variance: float | None = None, confidence: float = 0.95) -> SeedAwareEstimate:
+    """``mean(a) - mean(b)``, seed-aware (:func:`contrast`).
+
+    Arms run with the same seeds (at least two, neither fixed) are paired: a seed is one draw of
+    initialisation and data order shared by both, so the per-seed differences form one arm and
+    their spread is the training noise of the difference. Otherwise the arms are independent
+    (Welch). ``sampling_variance``, when given, is the sampling variance of the difference itself
+    (from a paired bootstrap over shared items, smaller than the arms' sum); else the arms' sum.
+    ``per_seed`` holds the same-seed differences (a fixed arm's one value against every seed).
+    """
+    shared = [seed for seed in a.runs if seed in b.runs]
+    if b.fixed and len(b.runs) == 1:
+        only = next(iter(b.runs.values()))
+        per_seed = tuple(float(v - only) for v in a.runs.values())
+    elif a.fixed and len(a.runs) == 1:
+        only = next(iter(a.runs.values()))
+        per_seed = tuple(float(only - v) for v in b.runs.values())
+    else:
+        per_seed = tuple(float(a.runs[s] - b.runs[s]) for s in shared)
+    sampling = a.sampling_variance + b.sampling_variance if sampling_variance is None else sampling_variance
+    if len(shared) >= 2 and set(shared) == set(a.runs) == set(b.runs) and not (a.fixed or b.fixed):
+        paired = Arm(dict(zip(shared, per_seed)), sampling, label=f"{a.label} - {b.label}")
+        result = contrast([paired], [1.0], confidence=confidence)
+    else:
+        result = contrast([replace(a, sampling_variance=sampling), replace(b, sampling_variance=0.0)],
+                          [1.0, -1.0], confidence=confidence)
+    return replace(result, per_seed=per_seed)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (NaN entries are not part of it and
+    stay NaN): the i-th smallest of m is multiplied by m - i + 1, then made non-decreasing, capped
+    at 1. Rejecting where the adjusted p < alpha keeps the chance of any false rejection below
+    alpha, whatever the dependence between the tests."""
+    values = np.asarray(p_values, dtype=float)
+    adjusted = np.full(values.shape, math.nan)
+    present = np.flatnonzero(~np.isnan(values))
+    order = present[np.argsort(values[present], kind="stable")]
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * values[index]))
+        adjusted[index] = running
+    return adjusted.tolist()

@@ -33,6 +33,8 @@ from condensation.reporting.score_tables import (
 from condensation.reporting.table_files import write_csv, write_table
 from condensation.runtime.io import write_json
 
+SEEDS_VARY = "the order of the training data; every run of a model starts from the same pre-trained weights"
+
 
 def table2(
     scores: pd.DataFrame, tasks: Sequence[str], methods: Sequence[str], reference: str = "dispersion",
@@ -44,10 +46,12 @@ def table2(
     Built from :func:`select_checkpoints`. One block per model, rows: pretrained (if scored),
     then ``methods`` in order, with the columns of :func:`score_block`. Every row is compared
     with ``baseline`` (CE, the paper's baseline) and with ``reference`` (the dispersion loss)
-    item by item (:mod:`condensation.reporting.comparisons`): ``diff_vs_<m>`` (the difference of average
-    accuracy in points), ``ci_low_vs_<m>``/``ci_high_vs_<m>`` (95 % paired-bootstrap interval),
-    ``p_vs_<m>`` (two-sided), ``n_items_vs_<m>`` (paired item results) and ``mcnemar_p_vs_<m>``
-    (cross-check); NaN for a method against itself. ``items`` holds the per-item results
+    over seeds and items (:mod:`condensation.reporting.comparisons`): ``diff_vs_<m>`` (the
+    difference of average accuracy in points), ``ci_low_vs_<m>``/``ci_high_vs_<m>`` and ``p_vs_<m>``
+    (seed-aware 95 % interval and two-sided p), ``p_holm_vs_<m>`` (Holm over the table),
+    ``per_seed_vs_<m>``, the item-only ``items_*_vs_<m>``, ``n_items_vs_<m>`` (paired item
+    results) and ``mcnemar_p_vs_<m>``; NaN for a method against itself. Tasks at chance are left
+    out of the average and the comparisons. ``items`` holds the per-item results
     (:func:`condensation.evaluation.scores.load_items`); those of the selected checkpoints are used.
     ``n_resamples`` and ``seed`` set the bootstrap.
     """
@@ -89,7 +93,7 @@ def table2_caption(
     return (
         f"Downstream {metric} (%) as mean ± sample std over seeds; best per model in bold. Average: mean "
         "over tasks; Avg. rank: mean of the per-task ranks within a model (1 = best). "
-        f"{comparison_caption(targets, n_resamples)} {CHECKPOINT_RULE}{note}"
+        f"{comparison_caption(targets, n_resamples, SEEDS_VARY)} {CHECKPOINT_RULE}{note}"
     )
 
 

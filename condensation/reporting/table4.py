@@ -43,6 +43,8 @@ from condensation.reporting.table_files import mean_std, write_table
 CONDENSATION_STATISTICS = {"last_half": "Deep cos", "spearman_rho": "Spearman ρ", "kendall_tau": "Kendall τ"}
 """Table 4's condensation columns and their display headers."""
 
+SEEDS_VARY = "the initialisation and the order of the training data"
+
 
 def final_condensation(trajectory: pd.DataFrame) -> pd.DataFrame:
     """Each run's last measured step: one row per (method, seed) of ``trajectory``."""
@@ -71,7 +73,7 @@ def table4(
     """Models pre-trained from scratch, one row per method (per model), as a tidy frame.
 
     The score columns are Table 2's (:func:`condensation.reporting.score_tables.score_block`, from the selected
-    checkpoints) with the item-level comparison against ``baseline`` (``diff_vs_ce`` etc.); a
+    checkpoints) with the seed-aware comparison against ``baseline`` (``diff_vs_ce`` etc.); a
     pretrained record, if any, is left out (nothing here was pre-trained before). Then per
     condensation statistic (:data:`CONDENSATION_STATISTICS`) the mean and sample std over the
     row's seeds of its value at each run's final step, read from ``trajectories`` (model ->
@@ -132,7 +134,7 @@ def table4_caption(
     return (
         f"Models pre-trained from scratch with each loss: downstream {metric} (%) as mean ± sample std over "
         "seeds; best per model in bold. Average: mean over tasks. "
-        f"{comparison_caption(targets, n_resamples)} Condensation of each run's final checkpoint, mean ± "
+        f"{comparison_caption(targets, n_resamples, SEEDS_VARY)} Condensation of each run's final checkpoint, mean ± "
         "sample std over seeds: Deep cos is the mean pairwise cosine similarity of tokens in the deeper half "
         "of the layers (higher: more condensed); Spearman ρ and Kendall τ correlate the layers' mean cosine "
         f"with depth (positive: condensation grows with depth). Scores: {CHECKPOINT_RULE}{note}"

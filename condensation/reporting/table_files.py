@@ -131,14 +131,22 @@ def signed(value: float, decimals: int, plus: bool = True) -> str:
     return text.replace("-", "−")
 
 
-def comparison_cell(difference: float, ci_low: float, ci_high: float, p_value: float, decimals: int = 1) -> str:
-    """"+1.2 [−0.4, 2.8], p=0.14": a difference in points, its interval and p (two significant
-    digits; "p<0.001" below that); a dash when there is no comparison."""
+def comparison_cell(difference: float, ci_low: float, ci_high: float, p_value: float, decimals: int = 1,
+                    holm: float | None = None) -> str:
+    """"+1.2 [−0.4, 2.8], p=0.14, Holm p=0.41": a difference in points, its interval, p (two
+    significant digits; "<0.001" below that) and, if given, the Holm-adjusted p; a dash when
+    there is no comparison, "(one run: noise unmeasured)" for a difference without an interval."""
     if isnan(difference):
         return MISSING
-    p = "p<0.001" if p_value < 0.001 else f"p={p_value:.2g}"
-    return (f"{signed(difference, decimals)} [{signed(ci_low, decimals, plus=False)}, "
-            f"{signed(ci_high, decimals, plus=False)}], {p}")
+    if isnan(ci_low):
+        return f"{signed(difference, decimals)} (one run: noise unmeasured)"
+
+    def shown(p: float) -> str:
+        return "<0.001" if p < 0.001 else f"={p:.2g}"
+
+    cell = (f"{signed(difference, decimals)} [{signed(ci_low, decimals, plus=False)}, "
+            f"{signed(ci_high, decimals, plus=False)}], p{shown(p_value)}")
+    return cell if holm is None or isnan(holm) else f"{cell}, Holm p{shown(holm)}"
 
 
 def isnan(value: Any) -> bool:

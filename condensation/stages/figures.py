@@ -8,6 +8,7 @@ and handed to the figures.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -28,15 +29,20 @@ def _entries(
     model_names: Sequence[str], geometry_paths: Sequence[str | Path], handle_paths: Sequence[str | Path] | None,
     labels: Mapping[str, str], trend: TrendConfig,
 ) -> list[FamilyEntry]:
-    """One FamilyEntry per model; without ``handle_paths`` the entries carry no size."""
+    """One FamilyEntry per model; without ``handle_paths`` the entries carry no size. Replicates
+    (models that share a label) are numbered in the figure: "MLP 32 #1", "MLP 32 #2"."""
     from condensation.reporting.figures.trends import FamilyEntry
 
     handle_paths = [None] * len(model_names) if handle_paths is None else handle_paths
+    shown = [labels.get(name, name) for name in model_names]
+    repeats, seen = Counter(shown), Counter()
     entries = []
-    for name, geometry_path, handle_path in zip(model_names, geometry_paths, handle_paths, strict=True):
+    for name, label, geometry_path, handle_path in zip(model_names, shown, geometry_paths, handle_paths, strict=True):
+        seen[label] += 1
         stats = geometry.CosineStatistics.load(geometry_path)
         size = None if handle_path is None else models.ModelHandle.load(handle_path).num_parameters
-        entries.append(FamilyEntry(labels.get(name, name), stats, size, geometry.depth_trend(stats, trend)))
+        label = f"{label} #{seen[label]}" if repeats[label] > 1 else label
+        entries.append(FamilyEntry(label, stats, size, geometry.depth_trend(stats, trend)))
     return entries
 
 
@@ -67,7 +73,7 @@ def paired_figure(
     pairs = list(zip(entries[: len(first)], entries[len(first) :]))
     plot_paired_trend(pairs, out_path, title=pair, row_labels=tuple(row_labels))
     rows = [
-        {"member": int(index >= len(first)), "model": name, "label": entry.label, "num_parameters": entry.size,
+        {"member": int(index >= len(first)), "model": name, "label": labels.get(name, name), "num_parameters": entry.size,
          **entry.trend.as_row()}
         for index, (name, entry) in enumerate(zip(names, entries))
     ]
@@ -171,9 +177,12 @@ def findings(
     *, trend_tables: Sequence[str | Path], pair_tables: Sequence[str | Path], pair_labels: Mapping[str, Sequence[str]],
     series_tables: Sequence[str | Path], effects: Mapping[str, Sequence[str | Path]], score_tables: Sequence[str | Path],
     scores_metrics: str | Path | None, markdown_path: str | Path, json_path: str | Path, uncounted_trend_tables: Sequence[str] = (),
+    drawn_models: Sequence[str] = (), series_labels: Mapping[str, str] | None = None, drawn_series: Sequence[str] = (),
 ) -> None:
     """The findings page: each of the paper's claims against what this run measured
-    (``uncounted_trend_tables``: the stems of trend tables of groups that do not compare sizes)."""
+    (``uncounted_trend_tables``: the stems of trend tables of groups that do not compare sizes;
+    ``drawn_models``/``drawn_series``: the models and series this workflow trained or initialised,
+    whose single runs leave training noise unmeasured; ``series_labels``: series -> model label)."""
     from condensation.reporting import findings as claims
     from condensation.runtime.io import read_json
 
@@ -182,9 +191,9 @@ def findings(
         f"{study}, {Path(path).parent.name}": pd.read_csv(path) for study, paths in effects.items() for path in paths
     }
     results = [
-        claims.size_claim(claims.read_tables(trend_tables), uncounted=set(uncounted_trend_tables)),
-        *claims.pair_claims(pairs),
-        claims.series_claim(claims.read_tables(series_tables)),
+        claims.size_claim(claims.read_tables(trend_tables), uncounted=set(uncounted_trend_tables), drawn=set(drawn_models)),
+        *claims.pair_claims(pairs, drawn=set(drawn_models)),
+        claims.series_claim(claims.read_tables(series_tables), series_labels, set(drawn_series)),
         claims.dispersion_condensation_claim(study_effects),
         claims.dispersion_score_claim(claims.read_tables(score_tables)),
     ]

@@ -26,10 +26,12 @@ log = logging.getLogger("condensation")
 
 
 def plan_study_run(
-    *, study: str, model: str, method: Mapping[str, Any], train: Mapping[str, Any], seed: int, out_path: str | Path
+    *, study: str, model: str, method: Mapping[str, Any], train: Mapping[str, Any], seed: int, out_path: str | Path,
+    reinitialise: bool = False,
 ) -> None:
-    """``run.json`` of one run of a study: its method resolved with every default, and the loop's settings."""
-    plan_run(study, model, train, seed, method=method).save(out_path)
+    """``run.json`` of one run of a study: its method resolved with every default, and the loop's
+    settings; ``reinitialise``: start from new random weights drawn with the run's seed."""
+    plan_run(study, model, train, seed, method=method, reinitialise=reinitialise).save(out_path)
 
 
 def train_run(
@@ -70,6 +72,8 @@ def _starting_model(plan: RunPlan, handle_path: str | Path | None, tokenizer_dir
         tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
         return models.build_gpt2(plan.arch, tokenizer, seed=plan.train.seed), tokenizer
     handle = models.ModelHandle.load(handle_path)
+    if plan.reinitialise:  # the model's architecture with weights of the run's own seed
+        return models.build_from_config(handle, seed=plan.train.seed), models.load_tokenizer(handle)
     # float32 master weights on the CPU; the loop moves them to the device and runs bf16 autocast.
     return models.load_model(handle, dtype="float32", device="cpu", causal_lm=True), models.load_tokenizer(handle)
 

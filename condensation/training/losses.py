@@ -13,7 +13,11 @@ Losses (``D_ij`` is a distance between tokens ``i != j`` of one sequence):
   log-SUM-exp; the two differ by the constant ``log(T(T-1))`` only (same gradient), and the
   mean makes values comparable across sequence lengths;
 * ``decorrelation``: mean squared off-diagonal token-token correlation (tokens standardised
-  over features);
+  over features). The paper's text says it decorrelates feature dimensions (the covariance of
+  the features); the authors' code, whose numbers the paper reports, penalises the correlation
+  between tokens, and so does this one: it acts on the same token pairs as the other losses
+  (the thing that condenses), and a feature-feature version would need more tokens than a
+  sequence has to estimate an F x F covariance;
 * ``l2_repel``: as dispersion with ``D_ij = ||z_i - z_j||^2 / F``, plus ``norm_weight * mean(z^2)``
   so that the loss cannot be lowered just by scaling every state up;
 * ``orthogonalization``: mean over ``i != j`` of ``relu(margin - D_ij)^2`` with the angular ``D``.

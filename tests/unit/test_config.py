@@ -66,12 +66,15 @@ def test_pairs_must_match_one_to_one():
         validate_config(config)
 
 
-def test_init_model_starts_a_pretrain_shape_or_a_hub_architecture():
+def test_init_model_starts_from_any_architecture_but_another_init():
     hub = with_changes(models={"m": {"source": "hub", "id": "gpt2"}, "i": {"source": "init", "of": "m"}})
     assert validate_config(hub)["models"]["i"]["of"] == "m"
     local = with_changes(models={"m": {"source": "local", "path": "/x"}, "i": {"source": "init", "of": "m"}})
-    with pytest.raises(ConfigError, match=r"config\.models\.i\.of: 'm' is neither a pretrain model .* nor a hub model"):
-        validate_config(local)
+    assert validate_config(local)["models"]["i"]["seed"] is None
+    nested = with_changes(models={"m": {"source": "hub", "id": "gpt2"}, "i": {"source": "init", "of": "m"},
+                                  "j": {"source": "init", "of": "i"}})
+    with pytest.raises(ConfigError, match=r"config\.models\.j\.of: 'i' is itself an init model"):
+        validate_config(nested)
 
 
 def test_scratch_study_trains_init_models_only():

@@ -1,74 +1,130 @@
-"""The findings page: verdicts computed from hand-made results with known answers."""
+"""The findings page: verdicts computed from hand-made results with known answers: a true effect,
+no effect with a wide spread between seeds, one outlier seed, a single run, a published model."""
 
 import pandas as pd
 
 from condensation.reporting import findings as claims
 
-
-def trend(label, value, low, high, rho=1.0, **extra):
-    return {"label": label, "last_half": value, "last_half_low": low, "last_half_high": high, "spearman_rho": rho, **extra}
+SE = 0.002 * claims.Z95  # a run's 95 % interval over sequences: +-0.004 (standard error 0.002)
 
 
-def test_size_claim_agrees_only_when_the_largest_is_below_the_smallest_beyond_both_intervals():
-    apart = pd.DataFrame([trend("MLP 32", 0.30, 0.29, 0.31), trend("MLP 2048", 0.20, 0.19, 0.21)])
-    overlapping = pd.DataFrame([trend("S", 0.30, 0.20, 0.40), trend("L", 0.25, 0.15, 0.35)])
-    reversed_ = pd.DataFrame([trend("S", 0.20, 0.19, 0.21), trend("L", 0.30, 0.29, 0.31)])
-    assert claims.size_claim({"toy": apart}).verdict == claims.AGREES
-    assert claims.size_claim({"toy": overlapping}).verdict == claims.INCONCLUSIVE
-    assert claims.size_claim({"toy": reversed_}).verdict == claims.DISAGREES
-    assert claims.size_claim({"toy": apart, "other": overlapping}).verdict == claims.INCONCLUSIVE
-    finding = claims.size_claim({"toy": apart})
-    assert "0.300 [0.290, 0.310]" in finding.evidence[0] and "MLP 2048" in finding.evidence[0]
-    # a group of unrelated models (compares_size: false) is listed but cannot overturn the verdict
-    mixed = claims.size_claim({"toy": apart, "packaged": reversed_}, uncounted={"packaged"})
-    assert mixed.verdict == claims.AGREES and "packaged: not counted" in mixed.evidence[1]
+def run(model, label, value, rho=1.0, params=1e6, **extra):
+    return {"model": model, "label": label, "num_parameters": params, "last_half": value,
+            "last_half_low": value - SE, "last_half_high": value + SE, "spearman_rho": rho, **extra}
 
 
-def test_pairs_feed_the_distillation_or_the_initialisation_claim_by_their_labels():
-    table = pd.DataFrame([
-        {"member": 0, **trend("init", 0.5, 0.45, 0.55)}, {"member": 1, **trend("trained", 0.2, 0.15, 0.25)},
-    ])
-    distill, init = claims.pair_claims({"init-vs-trained": (["initialisation", "pre-trained"], table)})
-    assert distill.verdict == claims.UNTESTED and init.verdict == claims.AGREES
-    # a distilled model clearly less condensed than its scratch twin contradicts "distillation does not remove it"
-    distill, _ = claims.pair_claims({"qwen": (["trained from scratch", "distilled"], table)})
-    assert distill.verdict == claims.DISAGREES
+def family(values: dict[tuple[str, float], list[float]]) -> pd.DataFrame:
+    """Rows per (label, parameters), one per seed."""
+    return pd.DataFrame([run(f"{label}-s{i}", label, v, params=params)
+                         for (label, params), vs in values.items() for i, v in enumerate(vs)])
 
 
-def test_dispersion_claims_read_the_effects_and_the_item_level_comparison():
-    effects = pd.DataFrame([
-        {"method": "dispersion", "step": 49, "mean": 0.25, "reference_mean": 0.28, "difference": -0.03,
-         "pooled_std": 0.005, "exceeds_seed_spread": True},
-        {"method": "dispersion", "step": 10, "mean": 0.30, "reference_mean": 0.28, "difference": 0.02,
-         "pooled_std": 0.005, "exceeds_seed_spread": True},
-    ])
-    assert claims.dispersion_condensation_claim({"toy": effects}).verdict == claims.AGREES  # the last step counts
-    assert "pooled seed std 0.005, beyond the seed spread: yes" in claims.dispersion_condensation_claim({"toy": effects}).evidence[0]
-    within = effects.assign(exceeds_seed_spread=False)
-    assert claims.dispersion_condensation_claim({"toy": within}).verdict == claims.INCONCLUSIVE
-    one_seed = claims.dispersion_condensation_claim({"toy": effects.assign(pooled_std=float("nan"), exceeds_seed_spread=None)})
-    assert one_seed.verdict == claims.INCONCLUSIVE and "one seed each: no seed spread" in one_seed.evidence[0]
-    table = pd.DataFrame([{"model": "toy", "method": "dispersion", "diff_vs_ce": 0.4, "ci_low_vs_ce": -1.1,
-                           "ci_high_vs_ce": 1.9, "p_vs_ce": 0.6, "n_items_vs_ce": 1600}])
-    score = claims.dispersion_score_claim({"table2": table})
-    assert score.verdict == claims.INCONCLUSIVE and "+0.40 points [-1.10, +1.90]" in score.evidence[0]
+def drawn(table: pd.DataFrame) -> set:
+    return set(table["model"])
+
+
+def test_size_claim_reads_a_trend_across_all_sizes_with_the_seeds():
+    true_effect = family({("MLP 32", 1e6): [0.30, 0.31, 0.30], ("MLP 256", 2e6): [0.26, 0.25, 0.26],
+                          ("MLP 1024", 4e6): [0.20, 0.21, 0.20]})
+    finding = claims.size_claim({"toy": true_effect}, drawn=drawn(true_effect))
+    assert finding.verdict == claims.AGREES and "3 sizes; runs per size 3/3/3" in finding.evidence[0]
+    # No effect, wide spread between seeds: the means happen to fall, the interval holds zero.
+    noisy = family({("S", 1e6): [0.40, 0.20], ("M", 2e6): [0.22, 0.34], ("L", 4e6): [0.35, 0.17]})
+    finding = claims.size_claim({"toy": noisy}, drawn=drawn(noisy))
+    assert finding.verdict == claims.INCONCLUSIVE and "interval holds zero" in finding.reason
+    # One run per size: apart beyond their sequence intervals, yet training noise is unmeasured.
+    single = family({("S", 1e6): [0.30], ("L", 4e6): [0.20]})
+    finding = claims.size_claim({"toy": single}, drawn=drawn(single))
+    assert finding.verdict == claims.INCONCLUSIVE and "training noise is unmeasured" in finding.reason
+    # Published checkpoints are given models, not draws: their sequence intervals decide.
+    assert claims.size_claim({"hub": single}, drawn=set()).verdict == claims.AGREES
+    reverse = family({("S", 1e6): [0.20, 0.21], ("L", 4e6): [0.30, 0.31]})
+    assert claims.size_claim({"toy": reverse}, drawn=drawn(reverse)).verdict == claims.DISAGREES
+    # The same models on a second dataset must agree as well; a group of unrelated models is listed only.
+    split = claims.size_claim({"austen": true_effect, "pydocs": reverse, "packaged": reverse},
+                              uncounted={"packaged"}, drawn=drawn(true_effect) | drawn(reverse))
+    assert split.verdict == claims.INCONCLUSIVE and "the evidence splits: 1 agrees, 1 disagrees" == split.reason
+    assert any("packaged: not counted" in note for note in split.notes)
+
+
+def test_an_outlier_seed_does_not_decide_a_score_claim():
+    def row(per_seed, low, high, p, holm):
+        return {"model": "toy", "method": "dispersion", "n_seeds": 3, "diff_vs_ce": sum(per_seed) / 3,
+                "ci_low_vs_ce": low, "ci_high_vs_ce": high, "p_vs_ce": p, "p_holm_vs_ce": holm,
+                "per_seed_vs_ce": "; ".join(f"{d:+.2f}" for d in per_seed), "items_ci_low_vs_ce": -3.5,
+                "items_ci_high_vs_ce": -0.5, "items_p_vs_ce": 0.001, "n_items_vs_ce": 2400}
+
+    outlier = pd.DataFrame([row([-0.08, -0.1, -4.92], -8.1, 4.7, 0.4, 0.8)])
+    finding = claims.dispersion_score_claim({"table4": outlier})
+    assert finding.verdict == claims.INCONCLUSIVE and "per seed -0.08, -0.10, -4.92" in finding.evidence[0]
+    true_effect = pd.DataFrame([row([2.0, 2.4, 2.2], 1.7, 2.7, 0.003, 0.012)])
+    assert claims.dispersion_score_claim({"table2": true_effect}).verdict == claims.AGREES
+    # Significant alone, not after Holm's adjustment over the table's comparisons.
+    adjusted = claims.dispersion_score_claim({"table2": pd.DataFrame([row([2.0, 2.4, 2.2], 0.1, 4.3, 0.04, 0.12)])})
+    assert adjusted.verdict == claims.INCONCLUSIVE and "Holm-adjusted p = 0.12" in adjusted.reason
+    worse = pd.DataFrame([row([-2.0, -2.4, -2.2], -2.7, -1.7, 0.003, 0.012)])
+    assert claims.dispersion_score_claim({"table2": worse}).verdict == claims.DISAGREES
     assert claims.dispersion_score_claim({}).verdict == claims.UNTESTED
 
 
-def test_page_lists_every_claim_with_its_verdict_and_the_tasks_at_chance(tmp_path):
-    page = claims.render([claims.size_claim({})], chance={"next": {"at_chance": True}, "cloze": {"at_chance": False}})
-    assert "**cannot test**" in page and "nothing in this config measures it" in page
-    assert "at chance for every model" in page and "next" in page and "cloze" not in page.split("chance for")[1]
+def test_dispersion_condensation_claim_reads_the_last_step_and_its_seed_aware_interval():
+    def effect(step, difference, low, high, seeds=2):
+        return {"method": "dispersion", "step": step, "n_seeds": seeds, "mean": 0.28 + difference,
+                "reference_mean": 0.28, "difference": difference, "ci_low": low, "ci_high": high, "p": 0.01,
+                "per_seed": "-0.0300; -0.0280"}
+
+    effects = pd.DataFrame([effect(49, -0.03, -0.05, -0.01), effect(10, 0.02, 0.01, 0.03)])
+    assert claims.dispersion_condensation_claim({"toy": effects}).verdict == claims.AGREES  # the last step counts
+    wide = pd.DataFrame([effect(49, -0.03, -0.2, 0.14)])
+    assert claims.dispersion_condensation_claim({"toy": wide}).verdict == claims.INCONCLUSIVE
+    one_seed = pd.DataFrame([effect(49, -0.03, float("nan"), float("nan"), seeds=1)])
+    finding = claims.dispersion_condensation_claim({"toy": one_seed})
+    assert finding.verdict == claims.INCONCLUSIVE and "training noise unmeasured" in finding.reason
 
 
-def test_series_claim_compares_first_and_last_and_names_a_peak_between():
-    rising_then_falling = pd.DataFrame([
-        {"checkpoint": "step 0", **trend("init", 0.05, 0.04, 0.06)},
-        {"checkpoint": "step 48", **trend("early", 0.61, 0.60, 0.62)},
-        {"checkpoint": "step 293", **trend("final", 0.28, 0.27, 0.29)},
+def test_init_pairs_replicates_by_label_and_a_published_model_as_fixed():
+    rows = [
+        {"member": 0, **run("smol-init", "SmolLM2 init", 0.86)}, {"member": 1, **run("smol", "SmolLM2", 0.59)},
+        {"member": 0, **run("smol-init-s1", "SmolLM2 init", 0.85)}, {"member": 1, **run("smol", "SmolLM2", 0.59)},
+    ]
+    table = pd.DataFrame(rows)
+    distill, init = claims.pair_claims({"init-vs-trained": (["initialisation", "trained"], table)},
+                                       drawn={"smol-init", "smol-init-s1"})
+    assert distill.verdict == claims.UNTESTED and init.verdict == claims.AGREES
+    assert "SmolLM2 init 0.860 / 0.850 vs SmolLM2 0.590" in init.evidence[0]
+    # The narrow toys start below their trained selves: they disagree, and the page says why.
+    toys = pd.DataFrame([
+        {"member": 0, **run("t-init", "MLP 32 init", 0.05)}, {"member": 1, **run("t", "MLP 32", 0.27)},
+        {"member": 0, **run("t-init-s1", "MLP 32 init", 0.06)}, {"member": 1, **run("t-s1", "MLP 32", 0.25)},
     ])
-    finding = claims.series_claim({"toy": rising_then_falling})
-    assert finding.verdict == claims.DISAGREES  # the last checkpoint lies above the first
-    assert "peak 0.610 [0.600, 0.620] at step 48, after which it falls beyond both intervals" in finding.evidence[0]
-    finding = claims.series_claim({"toy": rising_then_falling.iloc[[1, 2]]})
-    assert finding.verdict == claims.AGREES and "peak" not in finding.evidence[0]
+    _, both = claims.pair_claims({"init-vs-trained": (["initialisation", "trained"], pd.concat([table, toys]))},
+                                 drawn={"smol-init", "smol-init-s1", "t-init", "t", "t-init-s1", "t-s1"})
+    assert both.verdict == claims.INCONCLUSIVE and both.reason == "the evidence splits: 1 agrees, 1 disagrees"
+    assert any("GPT2's initialisation" in note and "MLP 32 init: 0.055" in note for note in both.notes)
+    # distilled clearly less condensed than its scratch twin: the claim fails
+    pair = pd.DataFrame([{"member": 0, **run("a", "scratch", 0.5)}, {"member": 1, **run("b", "distilled", 0.2)}])
+    distill, _ = claims.pair_claims({"qwen": (["trained from scratch", "distilled"], pair)})
+    assert distill.verdict == claims.DISAGREES
+
+
+def test_series_claim_pairs_first_and_last_checkpoint_by_run():
+    def series(values):
+        return pd.DataFrame([{"checkpoint": f"step {i * 48}", **run("m", "m", v)} for i, v in enumerate(values)])
+
+    rising = {"s0": series([0.05, 0.61, 0.28]), "s1": series([0.06, 0.58, 0.30])}
+    finding = claims.series_claim(rising, {"s0": "MLP 32", "s1": "MLP 32"}, drawn_series={"s0", "s1"})
+    assert finding.verdict == claims.DISAGREES and "MLP 32 (2 runs)" in finding.evidence[0]
+    assert "peak 0.610 at step 48 (then 0.280 at the end)" in finding.evidence[0]
+    one = claims.series_claim({"s0": rising["s0"]}, {"s0": "MLP 32"}, drawn_series={"s0"})
+    assert one.verdict == claims.INCONCLUSIVE and "unmeasured" in one.reason
+    # checkpoints of a published run (hub revisions) are one given run
+    falling = claims.series_claim({"olmo": series([0.9, 0.7, 0.5])}, {"olmo": "Olmo"})
+    assert falling.verdict == claims.AGREES
+
+
+def test_page_lists_every_claim_with_its_verdict_reason_and_the_tasks_at_chance():
+    finding = claims.combine("claim", [claims.Evidence("a", claims.INCONCLUSIVE, "the interval holds zero")])
+    page = claims.render([claims.size_claim({}), finding], chance={"next": {"at_chance": True}, "cloze": {"at_chance": False}})
+    assert "**cannot test**" in page and "nothing in this config measures it" in page
+    assert "## claim: **inconclusive** (the interval holds zero)" in page
+    assert "at chance for every model" in page and "next" in page and "cloze" not in page.split("chance for")[1]

@@ -80,4 +80,9 @@ def test_run_plan_round_trips_through_json(tmp_path):
         "objective": "l2_repel", "weight": 0.2, "placement": "all", "max_tokens": None, "tau": 1.0, "norm_weight": 0.05,
     }
     assert set(again.provenance["versions"]) >= {"torch", "transformers", "condensation"}
+    assert again.reinitialise is False
+    fresh = plan_run("scratch", "m-init", {"train_tokens": 1000, "block_size": 8, "micro_batch_size": 2}, seed=1,
+                     reinitialise=True)
+    fresh.save(tmp_path / "fresh.json")
+    assert RunPlan.load(tmp_path / "fresh.json").reinitialise is True
 

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from condensation.reporting.statistics import (
+    Arm,
     bootstrap_mean_ci,
+    contrast,
+    difference,
+    holm,
     mcnemar,
     paired_bootstrap,
-    seed_effect,
 )
 
 R = 10_000
@@ -163,33 +167,86 @@ def test_mcnemar_edge_cases():
 
 
 # ---------------------------------------------------------------------------------------------
-# seed_effect
+# contrast / difference: seed-aware intervals
 # ---------------------------------------------------------------------------------------------
 
 
-def test_seed_effect_beyond_spread():
-    method = {0: 0.80, 1: 0.82}
-    reference = {0: 0.70, 1: 0.74}
-    effect = seed_effect(method, reference)
-    assert effect.difference == pytest.approx(0.09)  # 0.81 - 0.72
-    # Squared deviations: 2 x 0.01^2 + 2 x 0.02^2 = 0.001 over 2 degrees of freedom.
-    assert effect.pooled_std == pytest.approx(math.sqrt(0.0005))
-    assert effect.method_std == pytest.approx(math.sqrt(0.0002)) and effect.reference_std == pytest.approx(math.sqrt(0.0008))
-    assert (effect.paired_min, effect.paired_max) == (pytest.approx(0.08), pytest.approx(0.10))
-    assert effect.exceeds_spread is True  # 0.09 > 2 x 0.0224
-    assert (effect.n_method, effect.n_reference) == (2, 2)
+def test_paired_difference_is_a_t_interval_over_the_per_seed_differences():
+    a, b = Arm({0: 0.80, 1: 0.82, 2: 0.90}), Arm({0: 0.70, 1: 0.74, 2: 0.72})
+    result = difference(a, b)
+    d = np.array([0.10, 0.08, 0.18])  # same-seed differences
+    se = d.std(ddof=1) / math.sqrt(3)
+    t = stats.t.ppf(0.975, 2)
+    assert result.estimate == pytest.approx(d.mean())
+    assert (result.ci_low, result.ci_high) == (pytest.approx(d.mean() - t * se), pytest.approx(d.mean() + t * se))
+    assert result.dof == pytest.approx(2) and result.p_value == pytest.approx(2 * stats.t.sf(d.mean() / se, 2))
+    assert result.per_seed == pytest.approx(tuple(d))
 
 
-def test_seed_effect_within_spread_and_unknown_spread():
-    within = seed_effect({0: 0.79, 1: 0.81, 2: 0.83}, {0: 0.80, 1: 0.78})
-    # difference 0.81 - 0.79 = 0.02; SS = 0.0008 + 0.0002 over 3 dof -> pooled 0.0183; 2x = 0.0365
-    assert within.difference == pytest.approx(0.02)
-    assert within.pooled_std == pytest.approx(math.sqrt(0.001 / 3))
-    assert within.exceeds_spread is False
-    assert (within.paired_min, within.paired_max) == (pytest.approx(-0.01), pytest.approx(0.03))  # seeds 0, 1 only
-    single = seed_effect({0: 0.9}, {1: 0.1})
-    assert single.exceeds_spread is None and math.isnan(single.pooled_std)
-    assert math.isnan(single.paired_min) and single.difference == pytest.approx(0.8)
-    # No spread at all: any difference exceeds it, none does not.
-    assert seed_effect({0: 0.5, 1: 0.5}, {0: 0.5, 1: 0.5}).exceeds_spread is False
-    assert seed_effect({0: 0.6, 1: 0.6}, {0: 0.5, 1: 0.5}).exceeds_spread is True
+def test_sampling_variance_adds_with_satterthwaite_degrees_of_freedom():
+    seeds = Arm({0: 1.0, 1: 3.0})  # s^2 / k = 2 / 2 = 1, one degree of freedom
+    result = contrast([seeds], [1.0])
+    assert result.seed_se == pytest.approx(1.0) and result.dof == pytest.approx(1.0)
+    both = contrast([replace(seeds, sampling_variance=1.0)], [1.0])
+    assert both.sampling_se == pytest.approx(1.0)
+    assert both.dof == pytest.approx(1.0)  # the seeds' spread decides what is known
+    assert both.ci_high - both.estimate == pytest.approx(stats.t.ppf(0.975, 1) * math.sqrt(2))
+    welch = contrast([Arm({0: 1.0, 1: 3.0}), Arm({0: 0.0, 1: 0.0, 2: 3.0})], [1.0, -1.0])
+    # parts 1 and 3 / 3 = 1: (1 + 1)^2 / (1 / 1 + 1 / 2)
+    assert welch.dof == pytest.approx(4 / 1.5)
+    fixed_only = contrast([Arm({"published": 2.0}, sampling_variance=0.25, fixed=True)], [1.0])
+    assert fixed_only.dof == math.inf and fixed_only.ci_high == pytest.approx(2.0 + 1.959964 * 0.5)
+
+
+def test_one_run_that_could_have_been_another_leaves_the_noise_unmeasured():
+    result = difference(Arm({0: 0.9}, label="MLP 32"), Arm({0: 0.5}, label="MLP 1024"))
+    assert not result.measured and "MLP 32" in result.unmeasured and "unmeasured" in result.unmeasured
+    assert math.isnan(result.ci_low) and math.isnan(result.p_value) and result.estimate == pytest.approx(0.4)
+    # A published checkpoint is one given model: no training noise to measure on its side.
+    fixed = difference(Arm({0: 0.60, 1: 0.64}), Arm({"published": 0.50}, fixed=True))
+    assert fixed.measured and fixed.dof == pytest.approx(1) and fixed.per_seed == pytest.approx((0.10, 0.14))
+
+
+def test_a_slope_over_sizes_is_a_linear_contrast():
+    x = np.log10([1e6, 2e6, 4e6])
+    c = (x - x.mean()) / ((x - x.mean()) ** 2).sum()
+    arms = [Arm({0: 0.30, 1: 0.32}), Arm({0: 0.25, 1: 0.27}), Arm({0: 0.20, 1: 0.22})]
+    result = contrast(arms, c)
+    assert result.estimate == pytest.approx(np.polyfit(x, [0.31, 0.26, 0.21], 1)[0])
+    assert result.ci_high < 0
+
+
+def _verdict_rate(effect: float, seed_sd: float, seeds: int, trials: int = 2000) -> float:
+    """Share of simulated experiments whose paired interval excludes zero."""
+    rng = np.random.default_rng(7)
+    hits = 0
+    for _ in range(trials):
+        item_noise = rng.normal(0, 0.3, seeds)  # per seed, known sampling error 0.3
+        d = effect + rng.normal(0, seed_sd, seeds) + item_noise
+        result = contrast([Arm(dict(enumerate(d)), sampling_variance=0.09 / seeds)], [1.0])
+        hits += result.ci_low > 0 or result.ci_high < 0
+    return hits / trials
+
+
+@pytest.mark.parametrize("seeds", [2, 3])
+def test_no_effect_with_wide_seed_spread_is_rarely_called_a_finding(seeds):
+    # A percentile bootstrap over 2 seeds would call about half of these significant.
+    assert _verdict_rate(effect=0.0, seed_sd=2.0, seeds=seeds) <= 0.06
+
+
+def test_a_true_effect_well_beyond_the_seed_spread_is_found():
+    assert _verdict_rate(effect=5.0, seed_sd=0.5, seeds=3) >= 0.95
+
+
+def test_one_outlier_seed_widens_the_interval_instead_of_deciding_it():
+    # Per seed -0.1, -0.05 and -4.9 (a run that collapsed): pooled items alone call it significant.
+    result = contrast([Arm({0: -0.1, 1: -0.05, 2: -4.9}, sampling_variance=0.04)], [1.0])
+    assert result.ci_low < 0 < result.ci_high
+
+
+def test_holm_multiplies_by_the_remaining_count_and_keeps_the_order():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    adjusted = holm([0.5, math.nan, 0.001])
+    assert math.isnan(adjusted[1]) and adjusted[0] == pytest.approx(0.5) and adjusted[2] == pytest.approx(0.002)
+    assert holm([0.4, 0.3]) == pytest.approx([0.6, 0.6]) and holm([0.9, 0.8]) == pytest.approx([1.0, 1.0])
+    assert holm([]) == []

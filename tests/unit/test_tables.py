@@ -16,8 +16,10 @@ import re
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from condensation.evaluation import scores as S
 from condensation.evaluation.score_files import (
@@ -304,7 +306,8 @@ def test_load_items_keeps_unfiltered_rows(tmp_path):
 
 def test_table2_rows_and_columns(t2, tidy):
     assert list(t2.index) == ["pretrained", "ce", "ortho", "dispersion"]
-    per_target = ["diff", "ci_low", "ci_high", "p", "n_items", "mcnemar_p"]
+    per_target = ["diff", "ci_low", "ci_high", "p", "p_holm", "dof", "per_seed",
+                  "items_ci_low", "items_ci_high", "items_p", "n_items", "mcnemar_p"]
     assert list(tidy.columns) == table2.table2_columns(TASKS, ["ce", "dispersion"]) == [
         "model", "method", "label", "n_seeds",
         "persuasion_cloze_mean", "persuasion_cloze_std", "persuasion_cloze_rank",
@@ -370,29 +373,41 @@ def test_table2_item_comparisons_against_hand_counts(t2):
     assert ce["n_items_vs_dispersion"] == 3 * 2 * N_ITEMS  # 3 shared seeds x 2 tasks x 100 items
     assert ce["diff_vs_dispersion"] == pytest.approx(-21 / 600 * 100)  # = -3.5
     assert ce["mcnemar_p_vs_dispersion"] == pytest.approx(2.0**-20)
-    assert ce["p_vs_dispersion"] == pytest.approx(2 / (R + 1))
-    assert ce["ci_low_vs_dispersion"] < -3.5 < ce["ci_high_vs_dispersion"] < 0
+    assert ce["items_p_vs_dispersion"] == pytest.approx(2 / (R + 1))
+    assert ce["items_ci_low_vs_dispersion"] < -3.5 < ce["items_ci_high_vs_dispersion"] < 0
+    # Seed-aware: the same-seed differences of the averages, 43 - 45, 45 - 48, 42.5 - 48, give a t
+    # interval with 2 degrees of freedom, wider than the items' (which treat the runs as fixed).
+    assert ce["per_seed_vs_dispersion"] == "-2.00; -3.00; -5.50" and ce["dof_vs_dispersion"] == pytest.approx(2)
+    seed_se = np.std([-2, -3, -5.5], ddof=1) / math.sqrt(3)
+    half = ce["ci_high_vs_dispersion"] - ce["diff_vs_dispersion"]
+    assert stats.t.ppf(0.975, 2) * seed_se < half < stats.t.ppf(0.975, 2) * (seed_se + 1.0)
+    assert ce["ci_low_vs_dispersion"] < ce["items_ci_low_vs_dispersion"] and ce["p_vs_dispersion"] > ce["items_p_vs_dispersion"]
     d = t2.loc["dispersion"]
     assert d["diff_vs_ce"] == pytest.approx(3.5) and d["mcnemar_p_vs_ce"] == pytest.approx(2.0**-20)
-    assert 0 < d["ci_low_vs_ce"] < 3.5 < d["ci_high_vs_ce"]
+    assert 0 < d["items_ci_low_vs_ce"] < 3.5 < d["items_ci_high_vs_ce"]
+    assert d["p_vs_ce"] == pytest.approx(ce["p_vs_dispersion"])
+    # Holm over the table's 5 distinct comparisons (ce-dispersion counted once): never below p.
+    assert d["p_holm_vs_ce"] == ce["p_holm_vs_dispersion"] >= d["p_vs_ce"]
     # ortho against dispersion: ortho alone right on 2, 0, 0 + 1, 0, 0 = 3 items, dispersion
     # alone on 0, 0, 2 + 0, 3, 1 = 6: McNemar 2 * P(X <= 3 | 9) = 2 * 130 / 512.
     o = t2.loc["ortho"]
     assert o["diff_vs_dispersion"] == pytest.approx(-0.5)
     assert o["mcnemar_p_vs_dispersion"] == pytest.approx(260 / 512)
-    assert o["ci_low_vs_dispersion"] < 0 < o["ci_high_vs_dispersion"] and o["p_vs_dispersion"] > 0.05
+    assert o["items_ci_low_vs_dispersion"] < 0 < o["items_ci_high_vs_dispersion"] and o["items_p_vs_dispersion"] > 0.05
     # ortho against ce: ortho alone right on 3, 2, 3 + 4, 1, 5 = 18 items -> +3.0 points.
     assert o["diff_vs_ce"] == pytest.approx(3.0) and o["mcnemar_p_vs_ce"] == pytest.approx(2.0**-17)
     # Those 18 pairs sit on only 8 distinct items (3 cloze, 5 next_sentence), and an item's pairs
     # are resampled together: a resample misses all 8 of the 200 items with probability
     # (192/200)^200 ~ 2.8e-4, so about 3 of 10,000 resampled differences are 0 and p ~ 8e-4.
     # Had the 600 pairs been resampled one by one, none would be and p = 2 / (R + 1).
-    assert 2 / (R + 1) < o["p_vs_ce"] < 0.005
+    assert 2 / (R + 1) < o["items_p_vs_ce"] < 0.005
     # The pretrained run is paired with each of ce's 3 seeds: 600 pairs, ce alone right on
     # 19 + 20 + 19 + 12 + 15 + 11 = 96 of them.
     p = t2.loc["pretrained"]
     assert p["n_items_vs_ce"] == 600 and p["diff_vs_ce"] == pytest.approx(27.5 - 43.5)
     assert p["mcnemar_p_vs_ce"] == pytest.approx(2.0**-95)
+    # ... a fixed reference: its one run against each of ce's seeds.
+    assert p["per_seed_vs_ce"] == "-15.50; -17.50; -15.00" and p["dof_vs_ce"] == pytest.approx(2)
     # A method is not compared with itself.
     for method, target in (("ce", "ce"), ("dispersion", "dispersion")):
         assert math.isnan(t2.loc[method, f"diff_vs_{target}"]) and math.isnan(t2.loc[method, f"p_vs_{target}"])
@@ -520,6 +535,13 @@ def test_task_at_chance_is_flagged_in_table_caption_and_metrics(tmp_path):
     caption, table = (out / "table2.md").read_text().split("\n\n")
     assert "At chance, every row within 2 points of guessing: next_sentence (chance 37.5 %)." in caption
     assert markdown_cells(table)[0][3:5] == ["persuasion_cloze", "next_sentence (at chance)"]
+    assert "Tasks at chance are shown but left out of the average" in caption
+    # The task at chance weighs nothing: the average and the comparisons are cloze's alone.
+    tidy = pd.read_csv(out / "table2.csv").set_index("method")
+    assert tidy.loc["ce", "average_mean"] == pytest.approx(51.0) and tidy.loc["dispersion", "average_mean"] == pytest.approx(54.0)
+    assert tidy.loc["dispersion", "diff_vs_ce"] == pytest.approx(3.0)
+    assert tidy.loc["dispersion", "n_items_vs_ce"] == 2 * N_ITEMS  # 2 seeds x the cloze items
+    assert tidy.loc["dispersion", "avg_rank"] == tidy.loc["dispersion", "persuasion_cloze_rank"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -587,7 +609,7 @@ def test_format_table2_strings_and_bold_best(tidy):
     display = table2.format_table2(tidy, TASKS, TARGETS)
     assert list(display.columns) == [
         "Model", "Method", "Seeds", "persuasion_cloze", "next_sentence", "Average", "Avg. rank",
-        "Δ vs Cross-entropy", "Δ vs Dispersion",
+        "Δ vs Cross-entropy", "per seed vs Cross-entropy", "Δ vs Dispersion", "per seed vs Dispersion",
     ]
     shown = display.set_index("Method")
     # Ties for the best cloze mean: both rows bold.
@@ -599,17 +621,17 @@ def test_format_table2_strings_and_bold_best(tidy):
     assert shown.loc["Dispersion", "Average"] == "**47.00 ± 1.73**"
     assert shown.loc["pretrained", "Average"] == "27.50"
     assert shown.loc["Ortho_reg", "Avg. rank"] == "1.8"  # 1.75, one decimal
-    # The comparison cells: difference, interval (typographic minus) and p from the tidy numbers.
+    # The comparison cells: difference, seed-aware interval (typographic minus), p and Holm p.
     t2 = tidy.set_index("method")
-    low, high = t2.loc["ce", "ci_low_vs_dispersion"], t2.loc["ce", "ci_high_vs_dispersion"]
-    expected = f"−3.5 [{low:.1f}, {high:.1f}], p<0.001".replace("-", "−")
+    ce = t2.loc["ce"]
+    low, high = ce["ci_low_vs_dispersion"], ce["ci_high_vs_dispersion"]
+    expected = F.comparison_cell(-3.5, low, high, ce["p_vs_dispersion"], holm=ce["p_holm_vs_dispersion"])
     assert shown.loc["Cross-entropy", "Δ vs Dispersion"] == expected
-    assert re.fullmatch(r"−3\.5 \[−\d+\.\d, −\d\.\d\], p<0\.001", expected)
-    assert re.fullmatch(r"\+3\.5 \[\d\.\d, \d+\.\d\], p<0\.001", shown.loc["Dispersion", "Δ vs Cross-entropy"])
+    assert re.fullmatch(r"−3\.5 \[−\d+\.\d, [−+]?\d+\.\d\], p=0\.\d+, Holm p=0\.\d+", expected)
+    assert shown.loc["Cross-entropy", "per seed vs Dispersion"] == "−2.00; −3.00; −5.50"
     assert shown.loc["pretrained", "Δ vs Cross-entropy"].startswith("−16.0 [")
-    p_ortho = t2.loc["ortho", "p_vs_dispersion"]
-    assert shown.loc["Ortho_reg", "Δ vs Dispersion"].endswith(f", p={p_ortho:.2g}")
     assert shown.loc["Dispersion", "Δ vs Dispersion"] == "—" and shown.loc["Cross-entropy", "Δ vs Cross-entropy"] == "—"
+    assert shown.loc["Dispersion", "per seed vs Dispersion"] == "—"
 
 
 def test_comparison_cell():
@@ -617,6 +639,8 @@ def test_comparison_cell():
     assert F.comparison_cell(-3.5, -5.06, -1.94, 0.0002) == "−3.5 [−5.1, −1.9], p<0.001"
     assert F.comparison_cell(0.0, 0.0, 0.0, 1.0) == "+0.0 [0.0, 0.0], p=1"
     assert F.comparison_cell(math.nan, math.nan, math.nan, math.nan) == "—"
+    assert F.comparison_cell(-3.5, -5.06, -1.94, 0.0002, holm=0.0123) == "−3.5 [−5.1, −1.9], p<0.001, Holm p=0.012"
+    assert F.comparison_cell(2.0, math.nan, math.nan, math.nan) == "+2.0 (one run: noise unmeasured)"
 
 
 def test_write_table_files(tidy, tmp_path):
@@ -626,19 +650,21 @@ def test_write_table_files(tidy, tmp_path):
     counts = {f"n_items_vs_{target}": "Int64" for target in TARGETS}
     back = pd.read_csv(stem.with_suffix(".csv"), dtype=counts)
     pd.testing.assert_frame_equal(back, tidy, check_dtype=False, rtol=0, atol=1e-12)
-    assert back.loc[back.method == "ce", "p_vs_dispersion"].item() == 2 / (R + 1)
+    assert back.loc[back.method == "ce", "items_p_vs_dispersion"].item() == 2 / (R + 1)
 
     md = stem.with_suffix(".md").read_text()
     first_paragraph, table = md.split("\n\n")
     assert "Δ vs ce and dispersion: the row's average minus that method's, in points" in first_paragraph
-    assert "two-sided p from a paired bootstrap over test items (10000 resamples)" in first_paragraph
-    assert "paired with the other method's on the same item and seed" in first_paragraph
-    assert "pooled over tasks and seeds" in first_paragraph
+    assert "cover both the training runs and the test items" in first_paragraph
+    assert "paired bootstrap over test items (10000 resamples" in first_paragraph
+    assert "Holm p: adjusted over the table's distinct comparisons" in first_paragraph
+    assert "A seed varies the order of the training data" in first_paragraph
     assert "checkpoint chosen per seed by the lowest validation loss" in first_paragraph
     display = table2.format_table2(tidy, TASKS, TARGETS)
     assert markdown_cells(table) == [list(display.columns), *display.values.tolist()]
     assert markdown_cells(table)[4][:4] == ["toy-mlp128", "Dispersion", "3", "**52.0 ± 2.0**"]
-    assert re.fullmatch(r"\|:-+\|:-+\|-+:\|-+:\|-+:\|-+:\|-+:\|-+:\|-+:\|", md.split("\n\n")[1].splitlines()[1])
+    # Model and Method left, the 9 columns of numbers right
+    assert re.fullmatch(r"\|:-+\|:-+\|(-+:\|){9}", md.split("\n\n")[1].splitlines()[1])
 
     page = stem.with_suffix(".html").read_text()
     assert page.startswith("<p>Downstream acc (%) as mean ± sample std") and "<table" in page
@@ -649,7 +675,8 @@ def test_write_table_files(tidy, tmp_path):
     assert r"\textbf{52.0 $\pm$ 2.0}" in tex
     assert r"Ortho\_reg" in tex
     assert r"49.3 $\pm$ 0.6 &" in tex and r"\textbf{49.3" not in tex
-    assert r"$-$3.5 [$-$" in tex and r"p$<$0.001" in tex and r"$\Delta$ vs Dispersion" in tex
+    assert r"$-$3.5 [$-$" in tex and "Holm p=" in tex and r"$\Delta$ vs Dispersion" in tex
+    assert r"$-$2.00; $-$3.00; $-$5.50" in tex
     assert "±" not in tex and "**" not in tex and "−" not in tex
     assert tex.count(r"\begin{tabular}") == 1 and tex.rstrip().endswith(r"\end{tabular}")
     # Every body row has as many cells as the header.
@@ -801,7 +828,7 @@ def trajectory_frame(points: dict = TRAJECTORY) -> pd.DataFrame:
     for (method, seed, step), (half, rho, tau) in points.items():
         rows.append({"method": method, "seed": seed, "step": step, "val_loss": 4.0 - step / 100,
                      "spearman_rho": rho, "kendall_tau": tau, **{f"last_{n}": half for n in range(1, 6)},
-                     "last_half": half})
+                     "last_half": half, "last_half_low": half - 0.0196, "last_half_high": half + 0.0196})
     # Shuffled, so that nothing relies on the file's order.
     return pd.DataFrame(rows).sample(frac=1.0, random_state=0).reset_index(drop=True)
 
@@ -865,9 +892,10 @@ def test_write_table4_files(tmp_path):
     caption, body = stem.with_suffix(".md").read_text().split("\n\n")
     assert caption.startswith("Models pre-trained from scratch with each loss")
     assert "final checkpoint" in caption and "lowest validation loss" in caption and "Δ vs CE:" in caption
+    assert "A seed varies the initialisation and the order of the training data" in caption
     cells = markdown_cells(body)
     assert cells[0] == ["Model", "Method", "Seeds", "persuasion_cloze", "next_sentence", "Average", "Avg. rank",
-                        "Δ vs CE", "Deep cos", "Spearman ρ", "Kendall τ"]
+                        "Δ vs CE", "per seed vs CE", "Deep cos", "Spearman ρ", "Kendall τ"]
     assert cells[1][-4:] == ["—", "0.820 ± 0.028", "0.600 ± 0.141", "0.400 ± 0.141"]
     assert cells[2][1] == "Dispersion" and cells[2][5] == "**49.00 ± 0.00**"
     assert cells[2][7].startswith("+3.0 [")
@@ -880,19 +908,19 @@ def test_condensation_effects_by_hand():
     assert list(effects.columns) == list(condensation_effects.EFFECT_COLUMNS)
     assert effects["method"].tolist() == ["dispersion"] * 3 and effects["step"].tolist() == [0, 10, 20]
     final = effects.set_index("step").loc[20]
-    # 0.62 - 0.82; squared deviations 2 x 0.02^2 per method over 2 dof -> pooled sqrt(0.0008).
-    assert final["difference"] == pytest.approx(-0.20)
+    # Same-seed differences 0.60 - 0.80 and 0.64 - 0.84: both -0.20, no spread between seeds; each
+    # run's sequence error 0.01 (a 95 % interval of +-0.0196) gives the difference an error of
+    # sqrt(4 x 0.01^2) / 2 = 0.01, read with the t of 1 degree of freedom (two seeds).
+    assert final["difference"] == pytest.approx(-0.20) and final["per_seed"] == "-0.2000; -0.2000"
     assert final["mean"] == pytest.approx(0.62) and final["reference_mean"] == pytest.approx(0.82)
-    assert final["pooled_std"] == pytest.approx(math.sqrt(0.0008))
-    assert final["paired_min"] == pytest.approx(-0.20) and final["paired_max"] == pytest.approx(-0.20)
-    assert bool(final["exceeds_seed_spread"]) is True  # 0.20 > 2 x 0.028
+    half = stats.t.ppf(0.975, 1) * 0.01
+    assert (final["ci_low"], final["ci_high"]) == (pytest.approx(-0.20 - half, rel=1e-4), pytest.approx(-0.20 + half, rel=1e-4))
+    assert final["p"] < 0.05
     middle = effects.set_index("step").loc[10]
-    # 0.80 - 0.80 with seeds 0.79, 0.81: no difference, pooled std 0.01, same-seed range -0.01..0.01.
+    # -0.01 and +0.01: seed part 0.0002 / 2 = 1e-4, sequence part 1e-4, 1 degree of freedom.
     assert middle["difference"] == pytest.approx(0.0, abs=1e-12)
-    assert middle["pooled_std"] == pytest.approx(0.01)
-    assert (middle["paired_min"], middle["paired_max"]) == (pytest.approx(-0.01), pytest.approx(0.01))
-    assert bool(middle["exceeds_seed_spread"]) is False
-    assert bool(effects.set_index("step").loc[0, "exceeds_seed_spread"]) is False  # identical start
+    assert middle["ci_high"] == pytest.approx(stats.t.ppf(0.975, 1) * math.sqrt(2e-4), rel=1e-4)
+    assert middle["p"] == pytest.approx(1.0)
     rho = condensation_effects.condensation_effects(trajectory_frame(), metric="spearman_rho").set_index("step")
     assert rho.loc[20, "difference"] == pytest.approx(-0.2 - 0.6)
 
@@ -900,8 +928,8 @@ def test_condensation_effects_by_hand():
 def test_condensation_effects_without_spread_and_errors():
     single = {key: value for key, value in TRAJECTORY.items() if key[1] == 0}
     effects = condensation_effects.condensation_effects(trajectory_frame(single))
-    assert effects["exceeds_seed_spread"].isna().all()  # one seed each: no spread known
-    assert effects["pooled_std"].isna().all() and (effects["n_seeds"] == 1).all()
+    assert effects["ci_low"].isna().all() and effects["p"].isna().all()  # one seed each: noise unmeasured
+    assert (effects["n_seeds"] == 1).all() and effects.set_index("step").loc[20, "difference"] == pytest.approx(-0.2)
     with pytest.raises(ValueError, match=r"reference 'whitening'"):
         condensation_effects.condensation_effects(trajectory_frame(), reference="whitening")
     doubled = pd.concat([trajectory_frame(), trajectory_frame().iloc[:1]])
@@ -919,9 +947,9 @@ def test_write_condensation_effects(tmp_path):
     assert back.columns.tolist() == list(condensation_effects.EFFECT_COLUMNS)
     assert back["difference"].round(5).tolist() == written["difference"].round(5).tolist()
     caption, body = (tmp_path / "effects.md").read_text().split("\n\n")
-    assert "|difference| > 2 x pooled std" in caption and "not a test" in caption
+    assert "95 % interval and p over the training seeds" in caption and "the text sequences" in caption
     cells = markdown_cells(body)
-    assert cells[0] == ["method", "step", "n_seeds", "mean", "ce mean", "difference", "pooled_std",
-                        "paired_min", "paired_max", "beyond spread"]
-    assert cells[3] == ["dispersion", "20", "2", "0.6200", "0.8200", "-0.2000", "0.0283", "-0.2000", "-0.2000", "yes"]
-    assert cells[1][-1] == "no"
+    assert cells[0] == ["method", "step", "n_seeds", "mean", "ce mean", "difference", "ci_low", "ci_high", "p",
+                        "per seed"]
+    assert cells[3][:6] == ["dispersion", "20", "2", "0.6200", "0.8200", "-0.2000"] and cells[3][-1] == "-0.2000; -0.2000"
+    assert float(cells[3][7]) < 0

@@ -21,6 +21,7 @@ Setting = tuple[str, ...]
 
 NOT_SHAPING = {
     ("gpu_memory_gb",): "sets how many GPUs a job asks for (a resource), not what it computes",
+    ("models", "minilm-l6", "seed"): "a seed draws weights only for pretrain and init models; this one's are given",
 }
 """Settings no rule reads into an output, with the reason."""
 
@@ -85,6 +86,7 @@ ALTERNATIVES: dict[Setting, Any] = {
 }
 
 EXPECTED_RULES: list[tuple[Setting, set[str]]] = [
+    (("seed_offset",), {"pretrain", "train_study_run"}),
     (("sampling",), {"sample_dataset"}),
     (("extraction",), {"extract"}),
     (("trend",), {"trend_table"}),
