@@ -9,8 +9,9 @@ training noise its interval is meant to cover.
     python benchmarks/rerun_verdicts.py --compare-only       # compare two finished runs again
 
 Each run works in a copy of the repository's files (``git ls-files``) under ``--workdir``, with
-that copy first on PYTHONPATH, so editing the checkout meanwhile changes neither run; Snakemake
-continues where a run stopped. Exit status 0 when every verdict is the same in both runs, 1 if
+that copy first on PYTHONPATH, so editing the checkout meanwhile changes neither run. A second
+call refreshes the copies with the checkout's files (unchanged files keep their times) and
+Snakemake reruns what the changes shape, keeping the rest. Exit status 0 when every verdict is the same in both runs, 1 if
 any moved.
 """
 
@@ -35,20 +36,19 @@ def copy_repository(target: Path) -> None:
                            capture_output=True, text=True).stdout.split()
     for name in files:
         source = ROOT / name
-        if source.is_file():
-            destination = target / name
+        destination = target / name
+        if source.is_file() and not (destination.exists() and destination.read_bytes() == source.read_bytes()):
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, destination)
     debs = ROOT / "resources/debs"  # the text packages tools/install.sh fetched (git-ignored)
-    if debs.is_dir():
+    if debs.is_dir() and not (target / "resources/debs").exists():
         (target / "resources").mkdir(parents=True, exist_ok=True)
         (target / "resources/debs").symlink_to(debs)
 
 
 def run(directory: Path, offset: int, cores: str, extra: list[str]) -> float:
     """The default pipeline in ``directory`` with ``seed_offset=offset``; its wall time in seconds."""
-    if not (directory / "Snakefile").exists():
-        copy_repository(directory)
+    copy_repository(directory)  # the code as it is now; results already made are kept
     env = dict(os.environ, PYTHONPATH=str(directory))
     command = [sys.executable, "-m", "snakemake", "--cores", cores, "--config", f"seed_offset={offset}", *extra]
     print(f"[rerun] offset {offset}: {' '.join(command)} in {directory}", flush=True)

@@ -48,6 +48,19 @@ DRAWN_MODELS = [name for name, spec in MODELS.items() if spec.source in ("pretra
 SEED_OFFSET = config["seed_offset"]
 
 
+def series_group(spec):
+    """Which runs the findings page reads together for the Fig. 4 claim: the pre-training runs of
+    one family done here (every width and seed: draws of one procedure), else the series' model."""
+    if spec["model"] in DRAWN_MODELS:
+        for family, members in config["families"].items():
+            if spec["model"] in members["models"]:
+                return f"{family}, pre-trained here"
+    return LABELS[spec["model"]]
+
+
+SERIES_GROUPS = {name: series_group(spec) for name, spec in config["series"].items()}
+
+
 def model_seed(wildcards):
     """The seed a model is pre-trained or initialised with: its own, else its ``of`` model's,
     else pretrain.seed; plus seed_offset. None for a model whose weights are given."""

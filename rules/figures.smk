@@ -163,7 +163,7 @@ rule findings:
         studies=studies(config),
         uncounted_trend_tables=[Path(table).stem for table in trend_tables(compares_size=False)],
         drawn_models=DRAWN_MODELS,
-        series_labels={name: LABELS[spec["model"]] for name, spec in config["series"].items()},
+        series_labels=SERIES_GROUPS,
         drawn_series=[name for name, spec in config["series"].items() if spec["model"] in DRAWN_MODELS],
     script:
         "../workflow_scripts/findings.py"

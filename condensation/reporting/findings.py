@@ -11,8 +11,9 @@ reads as:
 - ``inconclusive``: it holds zero, or the training noise is unmeasured (one run where a training
   here could have drawn another), said in words. Overlap is never agreement.
 
-A claim agrees (or disagrees) only when every piece of its evidence does; evidence that splits
-makes it inconclusive, with the reason. ``cannot test``: the config measures nothing that bears
+A claim's pieces are decided together (their p-values Holm-adjusted, so more evidence is not more
+chances); the claim takes the direction its decided pieces share when none is decided the other
+way, and is inconclusive when they contradict or none is decided, with the reason. ``cannot test``: the config measures nothing that bears
 on it. Condensation is the deeper layers' mean cosine (``last_half``); Spearman rho and Kendall
 tau (the paper's own statistics) are shown beside it, and the page says which one a verdict reads.
 
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Collection, Mapping, Sequence
 
@@ -38,6 +39,7 @@ from condensation.reporting.statistics import (
     SeedAwareEstimate,
     contrast,
     difference,
+    holm,
 )
 from condensation.runtime.io import write_json, write_text
 
@@ -69,26 +71,40 @@ def read(result: SeedAwareEstimate, direction: int, p_adjusted: float | None = N
     or -1), and the reason when it is inconclusive."""
     if not result.measured:
         return INCONCLUSIVE, result.unmeasured
+    if not (result.ci_low > 0 or result.ci_high < 0):
+        return INCONCLUSIVE, "the interval holds zero"
     if p_adjusted is not None and not p_adjusted < ALPHA:
         return INCONCLUSIVE, f"Holm-adjusted p = {p_adjusted:.2g}, not below {ALPHA:g}"
-    if result.ci_low > 0 or result.ci_high < 0:
-        return (AGREES, "") if (result.ci_low > 0) == (direction > 0) else (DISAGREES, "")
-    return INCONCLUSIVE, "the interval holds zero"
+    return (AGREES, "") if (result.ci_low > 0) == (direction > 0) else (DISAGREES, "")
 
 
 def combine(claim: str, evidence: Sequence[Evidence], notes: Sequence[str] = ()) -> Finding:
-    """A claim's verdict from its pieces of evidence (see the module docstring)."""
+    """A claim's verdict from its pieces of evidence: the direction its decided pieces share, when
+    none is decided the other way (undecided pieces are counted in the reason); inconclusive when
+    decided pieces contradict each other, or none is decided. Each piece was decided after Holm's
+    adjustment over the claim's pieces (:func:`decide`), so more evidence is not more chances."""
     lines = [f"{e.text}: **{e.verdict}**" + (f" ({e.reason})" if e.reason else "") for e in evidence]
-    verdicts = {e.verdict for e in evidence}
     if not evidence:
         return Finding(claim, UNTESTED, lines, "", list(notes))
-    if len(verdicts) == 1:
-        verdict = verdicts.pop()
-        reasons = sorted({e.reason for e in evidence if e.reason})
-        return Finding(claim, verdict, lines, "; ".join(reasons) if verdict == INCONCLUSIVE else "", list(notes))
-    counts = ", ".join(f"{sum(e.verdict == v for e in evidence)} {v}" for v in (AGREES, DISAGREES, INCONCLUSIVE)
-                       if any(e.verdict == v for e in evidence))
-    return Finding(claim, INCONCLUSIVE, lines, f"the evidence splits: {counts}", list(notes))
+    decided = {e.verdict for e in evidence if e.verdict in (AGREES, DISAGREES)}
+    undecided = sum(e.verdict == INCONCLUSIVE for e in evidence)
+    if len(decided) == 1:
+        verdict = decided.pop()
+        reason = f"{undecided} of {len(evidence)} pieces undecided" if undecided else ""
+        return Finding(claim, verdict, lines, reason, list(notes))
+    if decided:
+        counts = ", ".join(f"{sum(e.verdict == v for e in evidence)} {v}" for v in (AGREES, DISAGREES, INCONCLUSIVE)
+                           if any(e.verdict == v for e in evidence))
+        return Finding(claim, INCONCLUSIVE, lines, f"the evidence splits: {counts}", list(notes))
+    reasons = sorted({e.reason for e in evidence if e.reason})
+    return Finding(claim, INCONCLUSIVE, lines, "; ".join(reasons), list(notes))
+
+
+def decide(results: Sequence[SeedAwareEstimate], direction: int) -> list[tuple[str, str]]:
+    """:func:`read` for each of a claim's pieces, their p-values Holm-adjusted together (an
+    interval excluding zero decides a piece only when its adjusted p is below ALPHA too)."""
+    adjusted = holm([r.p_value if r.measured else math.nan for r in results])
+    return [read(r, direction, p if r.measured else None) for r, p in zip(results, adjusted)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -133,7 +149,7 @@ def _means(rows: pd.DataFrame, column: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def size_evidence(name: str, table: pd.DataFrame, drawn: Collection[str]) -> Evidence | None:
+def size_evidence(name: str, table: pd.DataFrame, drawn: Collection[str]) -> tuple[str, SeedAwareEstimate] | None:
     """The trend of the deeper layers' cosine over log10(parameters) across every size of one
     family (replicates: rows with the same label), seed-aware; the claim predicts a negative slope."""
     groups = [(label, rows) for label, rows in table.groupby("label", sort=False)]
@@ -141,13 +157,14 @@ def size_evidence(name: str, table: pd.DataFrame, drawn: Collection[str]) -> Evi
         return None
     x = np.log10([float(rows["num_parameters"].iloc[0]) for _, rows in groups])
     if np.ptp(x) == 0:
-        return Evidence(f"{name}: every model has the same size", INCONCLUSIVE, "no size to compare")
+        nothing = SeedAwareEstimate(math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan,
+                                    unmeasured="every model has the same size: no size to compare")
+        return f"{name}: every model has the same size", nothing
     c = (x - x.mean()) / ((x - x.mean()) ** 2).sum()
     slope = contrast([arm(rows, label, drawn) for label, rows in groups], c)
-    verdict, reason = read(slope, -1)
     sizes = "; ".join(f"{label} {_means(rows, 'last_half')} (rho {_means(rows, 'spearman_rho')})" for label, rows in groups)
     text = f"{name}: deeper-layer cosine per size ({len(groups)} sizes; runs per size {'/'.join(str(len(r)) for _, r in groups)}) {sizes}; slope per decade of parameters {_interval(slope)}"
-    return Evidence(text, verdict, reason)
+    return text, slope
 
 
 def size_claim(trend_tables: Mapping[str, pd.DataFrame], uncounted: Collection[str] = (),
@@ -156,15 +173,15 @@ def size_claim(trend_tables: Mapping[str, pd.DataFrame], uncounted: Collection[s
     each dataset. The datasets measure the same models again, so they are not independent
     evidence: the claim needs every one to agree. Groups of unrelated models (``uncounted``) are
     listed, not counted."""
-    evidence, notes = [], []
+    pieces, notes = [], []
     for name, table in trend_tables.items():
         if name in uncounted:
             notes.append(f"{name}: not counted (its models differ in more than size: compares_size is false)")
             continue
         found = size_evidence(name, table, drawn)
         if found is not None:
-            evidence.append(found)
-    return combine("A larger or wider model condenses less (Fig. 2, S1)", evidence, notes)
+            pieces.append(found)
+    return combine("A larger or wider model condenses less (Fig. 2, S1)", decided(pieces, -1), notes)
 
 
 def _pair_kind(labels: Sequence[str]) -> str | None:
@@ -176,7 +193,7 @@ def pair_claims(pairs: Mapping[str, tuple[Sequence[str], pd.DataFrame]], drawn: 
     is not less condensed), and condensation is highest at initialisation (pairs labelled init...:
     the first member, at initialisation, is the more condensed). Pairs whose members share labels
     are replicates of one comparison."""
-    distill, init, notes = [], [], []
+    distill, init, notes, init_labels = [], [], [], []
     for name, (labels, table) in pairs.items():
         kind = _pair_kind(labels)
         first, second = table[table["member"] == 0].reset_index(drop=True), table[table["member"] == 1].reset_index(drop=True)
@@ -189,18 +206,23 @@ def pair_claims(pairs: Mapping[str, tuple[Sequence[str], pd.DataFrame]], drawn: 
                     f"difference {_interval(result)}; Spearman rho {_means(rows_a, 'spearman_rho')} vs "
                     f"{_means(rows_b, 'spearman_rho')} ({_interval(rho, 2)})")
             if kind == "distill":  # distilled (second) minus the other: the claim holds unless it is lower
-                verdict, reason = read(replace_sign(result), +1)
-                distill.append(Evidence(text, verdict, reason))
+                distill.append((text, replace_sign(result)))
             elif kind == "init":
-                verdict, reason = read(result, +1)
-                init.append(Evidence(text, verdict, reason))
-                if verdict == DISAGREES:
-                    notes.append(width_note(label_a, float(rows_a["last_half"].mean()), float(rows_b["last_half"].mean())))
+                init.append((text, result))
+                init_labels.append((label_a, float(rows_a["last_half"].mean()), float(rows_b["last_half"].mean())))
+    init_evidence = decided(init, +1)
+    notes = [width_note(*labels) for labels, e in zip(init_labels, init_evidence) if e.verdict == DISAGREES]
     return [
-        combine("Distillation does not remove condensation (Fig. 3)", distill),
+        combine("Distillation does not remove condensation (Fig. 3)", decided(distill, +1)),
         combine("Condensation is highest at initialisation and falls with training (Fig. 4, pairs; verdict on "
-                "the deeper-layer cosine, rho shown)", init, notes),
+                "the deeper-layer cosine, rho shown)", init_evidence, notes),
     ]
+
+
+def decided(pieces: Sequence[tuple[str, SeedAwareEstimate]], direction: int) -> list[Evidence]:
+    """Each piece's text with its verdict, decided together (:func:`decide`)."""
+    verdicts = decide([result for _, result in pieces], direction)
+    return [Evidence(text, verdict, reason) for (text, _), (verdict, reason) in zip(pieces, verdicts)]
 
 
 def replace_sign(result: SeedAwareEstimate) -> SeedAwareEstimate:
@@ -222,28 +244,28 @@ def width_note(label: str, at_init: float, trained: float) -> str:
 def series_claim(series_tables: Mapping[str, pd.DataFrame], labels: Mapping[str, str] | None = None,
                  drawn_series: Collection[str] = ()) -> Finding:
     """Condensation is highest at initialisation and falls over (pre-)training: the first
-    checkpoint of each run against its last, paired by run, series of the same model label
-    (``labels``: series -> label) being replicates. ``drawn_series`` are runs of this workflow
+    checkpoint of each run against its last, paired by run, series of the same group (``labels``:
+    series -> group; the workflow groups the runs of one family pre-trained here, every width and
+    seed, as draws of one procedure, whose spread then holds the widths' differences too). ``drawn_series`` are runs of this workflow
     (else one given run). A checkpoint between them that peaks is named, with whether condensation
     falls from that peak to the end."""
     labels = dict(labels or {})
     groups: dict[str, list[str]] = {}
     for name in series_tables:
         groups.setdefault(labels.get(name, name), []).append(name)
-    evidence = []
+    pieces = []
     for label, names in groups.items():
         firsts = pd.DataFrame([series_tables[n].iloc[0] for n in names])
         lasts = pd.DataFrame([series_tables[n].iloc[-1] for n in names])
         fixed = not any(n in drawn_series for n in names)
         result = difference(_series_arm(firsts, label, fixed), _series_arm(lasts, label, fixed))
-        verdict, reason = read(result, +1)
         text = (f"{label} ({len(names)} run{'s' if len(names) > 1 else ''}): {firsts['checkpoint'].iloc[0]} "
                 f"{_means(firsts, 'last_half')} (rho {_means(firsts, 'spearman_rho')}) -> "
                 f"{lasts['checkpoint'].iloc[0]} {_means(lasts, 'last_half')} (rho {_means(lasts, 'spearman_rho')}), "
                 f"first - last {_interval(result)}{_peaks(series_tables, names)}")
-        evidence.append(Evidence(text, verdict, reason))
+        pieces.append((text, result))
     return combine("Condensation is highest at initialisation and falls over pre-training (Fig. 4; verdict on "
-                   "the deeper-layer cosine, rho shown)", evidence)
+                   "the deeper-layer cosine, rho shown)", decided(pieces, +1))
 
 
 def _series_arm(rows: pd.DataFrame, label: str, fixed: bool) -> Arm:
@@ -266,7 +288,7 @@ def _peaks(series_tables: Mapping[str, pd.DataFrame], names: Sequence[str]) -> s
 def dispersion_condensation_claim(effects: Mapping[str, pd.DataFrame], method: str = "dispersion") -> Finding:
     """Dispersion lowers condensation: its deeper-layer cosine against CE's at the last checkpoint,
     with the seed-aware interval of the effects table."""
-    evidence = []
+    pieces = []
     for name, table in effects.items():
         rows = table[table["method"] == method]
         if rows.empty:
@@ -274,11 +296,10 @@ def dispersion_condensation_claim(effects: Mapping[str, pd.DataFrame], method: s
         last = rows.loc[rows["step"].idxmax()]
         result = _from_columns(last, "difference", "ci_low", "ci_high", "p", "per_seed",
                                unmeasured=f"{int(last['n_seeds'])} seed(s) of {method}: training noise unmeasured")
-        verdict, reason = read(result, -1)
         text = (f"{name}, step {int(last['step'])}: {method} {last['mean']:.3f} vs CE {last['reference_mean']:.3f} over "
-                f"{int(last['n_seeds'])} seeds, difference {_interval(result)}")
-        evidence.append(Evidence(text, verdict, reason))
-    return combine("The dispersion loss lowers condensation (Fig. 6)", evidence)
+                f"{int(last['n_seeds'])} seeds, difference {_interval(result)}, p = {last['p']:.2g}")
+        pieces.append((text, result))
+    return combine("The dispersion loss lowers condensation (Fig. 6)", decided(pieces, -1))
 
 
 def _from_columns(row: Mapping, estimate: str, low: str, high: str, p: str, per_seed: str, unmeasured: str) -> SeedAwareEstimate:
@@ -293,20 +314,22 @@ def _from_columns(row: Mapping, estimate: str, low: str, high: str, p: str, per_
 
 def dispersion_score_claim(tables: Mapping[str, pd.DataFrame], method: str = "dispersion") -> Finding:
     """Dispersion improves scores: its difference from CE with the seed-aware interval, the
-    Holm-adjusted p of its table, and the item-only interval beside them."""
-    evidence = []
+    Holm-adjusted p of its table (what :func:`decide` adjusts again over the claim's pieces), and
+    the item-only interval beside them."""
+    pieces = []
     for name, table in tables.items():
         for row in table[table["method"] == method].to_dict("records"):
             result = _from_columns(row, "diff_vs_ce", "ci_low_vs_ce", "ci_high_vs_ce", "p_vs_ce", "per_seed_vs_ce",
                                    unmeasured=f"{int(row['n_seeds'])} seed(s): training noise unmeasured")
-            holm = row.get("p_holm_vs_ce")
-            verdict, reason = read(result, +1, float(holm) if result.measured and pd.notna(holm) else None)
+            p_holm = row.get("p_holm_vs_ce")
+            if result.measured and pd.notna(p_holm):
+                result = replace(result, p_value=float(p_holm))
             text = (f"{name}, {row['model']}: {method} - CE = {_interval(result, 2)} points over {int(row['n_seeds'])} "
-                    f"seeds, p = {row['p_vs_ce']:.2g}, Holm p = {holm:.2g}; items only (runs taken as fixed) "
+                    f"seeds, p = {row['p_vs_ce']:.2g}, Holm p = {p_holm:.2g}; items only (runs taken as fixed) "
                     f"[{row['items_ci_low_vs_ce']:+.2f}, {row['items_ci_high_vs_ce']:+.2f}], p = {row['items_p_vs_ce']:.2g} "
                     f"over {int(row['n_items_vs_ce'])} item pairs")
-            evidence.append(Evidence(text, verdict, reason))
-    return combine("The dispersion loss improves downstream scores (Tables 2, 4)", evidence)
+            pieces.append((text, result))
+    return combine("The dispersion loss improves downstream scores (Tables 2, 4)", decided(pieces, +1))
 
 
 # --------------------------------------------------------------------------------------------
@@ -322,8 +345,9 @@ def render(findings: Sequence[Finding], chance: Mapping[str, Mapping] | None = N
         "Computed from the results of this run. Each piece of evidence is a difference (or a slope over",
         "sizes) with a 95 % interval that covers the training runs (a t interval over seeds) and the text",
         "sequences or test items; agrees / disagrees: the interval excludes zero in the paper's direction /",
-        "the other way (scores: Holm-adjusted p < 0.05 too); inconclusive: it holds zero, or a single run",
-        "leaves the training noise unmeasured. A claim agrees or disagrees only when all its evidence does.",
+        "the other way, and its p, Holm-adjusted over the claim's pieces (scores: also over the table), is",
+        "below 0.05; inconclusive: otherwise, or a single run leaves the training noise unmeasured. A claim",
+        "takes the direction its decided pieces share when none contradicts them.",
         "Cosines: the deeper layers' mean pairwise cosine.",
     ]
     for finding in findings:

@@ -127,4 +127,7 @@ def test_page_lists_every_claim_with_its_verdict_reason_and_the_tasks_at_chance(
     page = claims.render([claims.size_claim({}), finding], chance={"next": {"at_chance": True}, "cloze": {"at_chance": False}})
     assert "**cannot test**" in page and "nothing in this config measures it" in page
     assert "## claim: **inconclusive** (the interval holds zero)" in page
+    # decided pieces that share a direction carry the claim; undecided ones are counted, not votes against
+    mixed = claims.combine("c", [claims.Evidence("a", claims.DISAGREES), claims.Evidence("b", claims.INCONCLUSIVE, "x")])
+    assert mixed.verdict == claims.DISAGREES and mixed.reason == "1 of 2 pieces undecided"
     assert "at chance for every model" in page and "next" in page and "cloze" not in page.split("chance for")[1]
