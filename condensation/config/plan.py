@@ -25,22 +25,37 @@ def studies(config: Mapping[str, Any]) -> list[str]:
     return [study for study in STUDIES if config[study]["models"]]
 
 
-def _plain_dispersion(spec: Mapping[str, Any]) -> tuple[float, float] | None:
-    """(weight, tau) of a method that is the dispersion loss with nothing else changed, else None
-    (``kernel`` changes how the loss is computed, not its value)."""
-    if spec["objective"] != "dispersion" or not set(spec) <= {"objective", "weight", "tau", "kernel"}:
+_GRID_AXES = {"weight", "tau", "kernel"}
+"""What a Table 3 point may differ in from the study's dispersion method (``kernel`` changes how
+the loss is computed, not its value)."""
+
+
+def _grid_base(section: Mapping[str, Any]) -> dict[str, Any]:
+    """The options every grid point shares: the study's first dispersion method without its
+    weight and tau (e.g. its clamp), so that the grid varies those two alone."""
+    for spec in section["methods"].values():
+        if spec["objective"] == "dispersion":
+            return {key: value for key, value in spec.items() if key not in _GRID_AXES}
+    return {"objective": "dispersion"}
+
+
+def _plain_dispersion(spec: Mapping[str, Any], base: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(weight, tau) of a method that is the grid's dispersion loss (``base``) with only those two
+    set, else None."""
+    if {key: value for key, value in spec.items() if key not in _GRID_AXES} != dict(base):
         return None
     defaults = AuxLossConfig("dispersion")
     return float(spec.get("weight", defaults.weight)), float(spec.get("tau", defaults.tau))
 
 
 def _ablation_methods(section: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The grid's runs, minus points a configured method already trains (the paper's default
-    lambda=0.1, tau=1 sits in its own grid): no run is trained twice."""
-    grid = section["ablation"]
-    configured = {_plain_dispersion(spec) for spec in section["methods"].values()}
+    """The grid's runs (the study's dispersion method at each weight and tau), minus points a
+    configured method already trains (the paper's default lambda=0.1, tau=1 sits in its own
+    grid): no run is trained twice."""
+    grid, base = section["ablation"], _grid_base(section)
+    configured = {_plain_dispersion(spec, base) for spec in section["methods"].values()}
     return {
-        f"dispersion-lam{weight:g}-tau{tau:g}": {"objective": "dispersion", "weight": weight, "tau": tau}
+        f"dispersion-lam{weight:g}-tau{tau:g}": {**base, "weight": weight, "tau": tau}
         for weight in grid["weights"]
         for tau in grid["taus"]
         if (float(weight), float(tau)) not in configured
@@ -65,7 +80,8 @@ def study_runs(config: Mapping[str, Any], study: str) -> list[tuple[str, str, in
 def ablation_grid(config: Mapping[str, Any], study: str = "midtrain") -> dict[str, tuple[float, float]]:
     """Method name -> (weight, tau) of every dispersion run of Table 3: the ablation grid plus
     each configured method that is the plain dispersion loss (the paper's default row)."""
-    grid = {name: _plain_dispersion(spec) for name, spec in study_methods(config, study).items()}
+    base = _grid_base(config[study])
+    grid = {name: _plain_dispersion(spec, base) for name, spec in study_methods(config, study).items()}
     return {name: point for name, point in grid.items() if point is not None}
 
 

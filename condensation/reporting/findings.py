@@ -34,6 +34,7 @@ from typing import Collection, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from condensation.reporting.condensation_effects import Z95
 from condensation.reporting.statistics import (
     Arm,
     SeedAwareEstimate,
@@ -45,8 +46,6 @@ from condensation.runtime.io import write_json, write_text
 
 AGREES, DISAGREES, INCONCLUSIVE, UNTESTED = "agrees", "disagrees", "inconclusive", "cannot test"
 ALPHA = 0.05
-Z95 = 1.959964
-"""Tables store 95 % intervals over sequences; a run's standard error is their half-width / Z95."""
 
 
 @dataclass(frozen=True)
@@ -118,16 +117,20 @@ def _sampling_se(rows: pd.DataFrame, column: str) -> np.ndarray:
     return np.zeros(len(rows))
 
 
-def arm(rows: pd.DataFrame, label: str, drawn: Collection[str], column: str = "last_half") -> Arm:
-    """The runs of one label (one row each, replicates in order) as an arm: a published model's
-    one row is a fixed reference, rows of models drawn here are runs whose spread is training noise.
-    Where the same model appears twice (a published model paired twice) it counts once."""
-    if "model" in rows:
-        rows = rows.drop_duplicates("model")
+def arm(rows: pd.DataFrame, label: str, *, fixed: bool = False, column: str = "last_half") -> Arm:
+    """Runs (one row each, replicates in order) as an arm, their sampling error from the rows'
+    ``<column>_low/_high`` interval when there is one; ``fixed`` applies to a single row only."""
     se = np.nan_to_num(_sampling_se(rows, column))
     values = {index: float(value) for index, value in enumerate(rows[column])}
-    fixed = "model" in rows and len(rows) == 1 and rows["model"].iloc[0] not in drawn
-    return Arm(values, float((se**2).sum() / len(rows) ** 2), fixed=bool(fixed), label=label)
+    return Arm(values, float((se**2).sum() / len(rows) ** 2), fixed=fixed and len(rows) == 1, label=label)
+
+
+def model_arm(rows: pd.DataFrame, label: str, drawn: Collection[str], column: str = "last_half") -> Arm:
+    """The models of one label as an arm: a published model's one row is a fixed reference, rows
+    of models drawn here are runs whose spread is training noise. A model listed twice (a published
+    model paired twice) counts once."""
+    rows = rows.drop_duplicates("model")
+    return arm(rows, label, fixed=rows["model"].iloc[0] not in drawn, column=column)
 
 
 def _interval(result: SeedAwareEstimate, digits: int = 3) -> str:
@@ -161,7 +164,7 @@ def size_evidence(name: str, table: pd.DataFrame, drawn: Collection[str]) -> tup
                                     unmeasured="every model has the same size: no size to compare")
         return f"{name}: every model has the same size", nothing
     c = (x - x.mean()) / ((x - x.mean()) ** 2).sum()
-    slope = contrast([arm(rows, label, drawn) for label, rows in groups], c)
+    slope = contrast([model_arm(rows, label, drawn) for label, rows in groups], c)
     sizes = "; ".join(f"{label} {_means(rows, 'last_half')} (rho {_means(rows, 'spearman_rho')})" for label, rows in groups)
     text = f"{name}: deeper-layer cosine per size ({len(groups)} sizes; runs per size {'/'.join(str(len(r)) for _, r in groups)}) {sizes}; slope per decade of parameters {_interval(slope)}"
     return text, slope
@@ -200,8 +203,9 @@ def pair_claims(pairs: Mapping[str, tuple[Sequence[str], pd.DataFrame]], drawn: 
         keys = pd.Series(list(zip(first["label"], second["label"])))
         for (label_a, label_b) in dict.fromkeys(keys):
             rows_a, rows_b = first[(keys == (label_a, label_b)).to_numpy()], second[(keys == (label_a, label_b)).to_numpy()]
-            result = difference(arm(rows_a, label_a, drawn), arm(rows_b, label_b, drawn))
-            rho = difference(arm(rows_a, label_a, drawn, "spearman_rho"), arm(rows_b, label_b, drawn, "spearman_rho"))
+            result = difference(model_arm(rows_a, label_a, drawn), model_arm(rows_b, label_b, drawn))
+            rho = difference(model_arm(rows_a, label_a, drawn, "spearman_rho"),
+                             model_arm(rows_b, label_b, drawn, "spearman_rho"))
             text = (f"{name}: {label_a} {_means(rows_a, 'last_half')} vs {label_b} {_means(rows_b, 'last_half')}, "
                     f"difference {_interval(result)}; Spearman rho {_means(rows_a, 'spearman_rho')} vs "
                     f"{_means(rows_b, 'spearman_rho')} ({_interval(rho, 2)})")
@@ -258,7 +262,7 @@ def series_claim(series_tables: Mapping[str, pd.DataFrame], labels: Mapping[str,
         firsts = pd.DataFrame([series_tables[n].iloc[0] for n in names])
         lasts = pd.DataFrame([series_tables[n].iloc[-1] for n in names])
         fixed = not any(n in drawn_series for n in names)
-        result = difference(_series_arm(firsts, label, fixed), _series_arm(lasts, label, fixed))
+        result = difference(arm(firsts, label, fixed=fixed), arm(lasts, label, fixed=fixed))
         text = (f"{label} ({len(names)} run{'s' if len(names) > 1 else ''}): {firsts['checkpoint'].iloc[0]} "
                 f"{_means(firsts, 'last_half')} (rho {_means(firsts, 'spearman_rho')}) -> "
                 f"{lasts['checkpoint'].iloc[0]} {_means(lasts, 'last_half')} (rho {_means(lasts, 'spearman_rho')}), "
@@ -266,12 +270,6 @@ def series_claim(series_tables: Mapping[str, pd.DataFrame], labels: Mapping[str,
         pieces.append((text, result))
     return combine("Condensation is highest at initialisation and falls over pre-training (Fig. 4; verdict on "
                    "the deeper-layer cosine, rho shown)", decided(pieces, +1))
-
-
-def _series_arm(rows: pd.DataFrame, label: str, fixed: bool) -> Arm:
-    se = np.nan_to_num(_sampling_se(rows, "last_half"))
-    values = {index: float(v) for index, v in enumerate(rows["last_half"])}
-    return Arm(values, float((se**2).sum() / len(rows) ** 2), fixed=fixed and len(rows) == 1, label=label)
 
 
 def _peaks(series_tables: Mapping[str, pd.DataFrame], names: Sequence[str]) -> str:

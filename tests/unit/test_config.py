@@ -168,6 +168,13 @@ def test_ablation_does_not_retrain_the_default_dispersion_point():
     config = validate_config(with_changes(midtrain=midtrain))
     assert ablation_grid(config) == {"dispersion": (0.1, 1.0), "dispersion-lam1-tau1": (1.0, 1.0)}
     assert [method for _, method, _ in study_runs(config, "midtrain")] == ["ce", "dispersion", "dispersion-lam1-tau1"]
+    # the grid varies weight and tau of the study's own dispersion method, its clamp included
+    clamped = {**midtrain, "methods": {"ce": {"objective": "ce"},
+                                       "dispersion": {"objective": "dispersion", "weight": 0.1, "tau": 1.0, "clamp": 0.1}}}
+    config = validate_config(with_changes(midtrain=clamped))
+    assert ablation_grid(config) == {"dispersion": (0.1, 1.0), "dispersion-lam1-tau1": (1.0, 1.0)}
+    from condensation.config.plan import study_methods
+    assert study_methods(config, "midtrain")["dispersion-lam1-tau1"]["clamp"] == 0.1
 
 
 def test_mapping_order_is_kept():
