@@ -24,15 +24,17 @@ Z95 = 1.959964
 
 
 def run_arm(runs: pd.DataFrame, metric: str, label: str, fixed: bool = False) -> Arm:
-    """Runs (one row each, with ``seed``) as an :class:`~condensation.reporting.statistics.Arm`:
-    per seed its ``metric``; the sequences' sampling error from the runs' ``<metric>_low/_high``
-    interval when the table has one (each run's standard error, averaged in as independent)."""
-    values = {int(s) if pd.notna(s) else "single run": float(v) for s, v in zip(runs["seed"], runs[metric])}
+    """Runs (one row each) as an :class:`~condensation.reporting.statistics.Arm`: per seed (the
+    ``seed`` column, else the row's position) its ``metric``; the sequences' sampling error from
+    the runs' ``<metric>_low/_high`` interval when the table has one (each run's standard error,
+    averaged in as independent). ``fixed`` marks a single given model (a published checkpoint)."""
+    keys = runs["seed"] if "seed" in runs else range(len(runs))
+    values = {int(s) if pd.notna(s) else "single run": float(v) for s, v in zip(keys, runs[metric])}
     variance = 0.0
     if f"{metric}_low" in runs and f"{metric}_high" in runs:
         se = (runs[f"{metric}_high"] - runs[f"{metric}_low"]) / (2 * Z95)
         variance = float((se**2).sum() / len(runs) ** 2)
-    return Arm(values, variance, fixed=fixed, label=label)
+    return Arm(values, variance, fixed=fixed and len(runs) == 1, label=label)
 
 
 def condensation_effects(trajectory: pd.DataFrame, reference: str = "ce", metric: str = "last_half") -> pd.DataFrame:

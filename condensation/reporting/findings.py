@@ -34,7 +34,7 @@ from typing import Collection, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from condensation.reporting.condensation_effects import Z95
+from condensation.reporting.condensation_effects import run_arm
 from condensation.reporting.statistics import (
     Arm,
     SeedAwareEstimate,
@@ -111,26 +111,12 @@ def decide(results: Sequence[SeedAwareEstimate], direction: int) -> list[tuple[s
 # --------------------------------------------------------------------------------------------
 
 
-def _sampling_se(rows: pd.DataFrame, column: str) -> np.ndarray:
-    if f"{column}_low" in rows and f"{column}_high" in rows:
-        return ((rows[f"{column}_high"] - rows[f"{column}_low"]) / (2 * Z95)).to_numpy(dtype=float)
-    return np.zeros(len(rows))
-
-
-def arm(rows: pd.DataFrame, label: str, *, fixed: bool = False, column: str = "last_half") -> Arm:
-    """Runs (one row each, replicates in order) as an arm, their sampling error from the rows'
-    ``<column>_low/_high`` interval when there is one; ``fixed`` applies to a single row only."""
-    se = np.nan_to_num(_sampling_se(rows, column))
-    values = {index: float(value) for index, value in enumerate(rows[column])}
-    return Arm(values, float((se**2).sum() / len(rows) ** 2), fixed=fixed and len(rows) == 1, label=label)
-
-
 def model_arm(rows: pd.DataFrame, label: str, drawn: Collection[str], column: str = "last_half") -> Arm:
     """The models of one label as an arm: a published model's one row is a fixed reference, rows
     of models drawn here are runs whose spread is training noise. A model listed twice (a published
     model paired twice) counts once."""
     rows = rows.drop_duplicates("model")
-    return arm(rows, label, fixed=rows["model"].iloc[0] not in drawn, column=column)
+    return run_arm(rows, column, label, fixed=rows["model"].iloc[0] not in drawn)
 
 
 def _interval(result: SeedAwareEstimate, digits: int = 3) -> str:
@@ -262,7 +248,7 @@ def series_claim(series_tables: Mapping[str, pd.DataFrame], labels: Mapping[str,
         firsts = pd.DataFrame([series_tables[n].iloc[0] for n in names])
         lasts = pd.DataFrame([series_tables[n].iloc[-1] for n in names])
         fixed = not any(n in drawn_series for n in names)
-        result = difference(arm(firsts, label, fixed=fixed), arm(lasts, label, fixed=fixed))
+        result = difference(run_arm(firsts, "last_half", label, fixed), run_arm(lasts, "last_half", label, fixed))
         text = (f"{label} ({len(names)} run{'s' if len(names) > 1 else ''}): {firsts['checkpoint'].iloc[0]} "
                 f"{_means(firsts, 'last_half')} (rho {_means(firsts, 'spearman_rho')}) -> "
                 f"{lasts['checkpoint'].iloc[0]} {_means(lasts, 'last_half')} (rho {_means(lasts, 'spearman_rho')}), "

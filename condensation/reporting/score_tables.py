@@ -199,8 +199,14 @@ def counted_tasks(blocks: list[list[Row]], tasks: list[str], items: pd.DataFrame
     when every task is (then the caption says that nothing here is clear of guessing)."""
     means = pd.concat([score_block(rows, tasks, {}) for rows in blocks], ignore_index=True)
     chance = task_chance(means, items, tasks)
+    return chance, counted_of(chance, tasks)
+
+
+def counted_of(chance: pd.DataFrame, tasks: Sequence[str]) -> list[str]:
+    """The tasks of ``chance`` (:func:`condensation.reporting.comparisons.task_chance`) that count
+    in averages and tests: those not at chance, or all of them when every task is."""
     counted = [task for task, flagged in zip(chance["task"], chance["at_chance"]) if not flagged]
-    return chance, counted or list(tasks)
+    return counted or list(tasks)
 
 
 def compared_blocks(
@@ -316,15 +322,17 @@ def score_metrics(
     Same selection and averaging as :func:`table2`, rounded to 4 decimals so that ``dvc metrics
     diff`` shows real changes rather than float noise. Values are plain floats (JSON-ready).
     With ``chance`` (:func:`condensation.reporting.comparisons.task_chance`) a ``"chance_flags"`` entry
-    ``{task: {chance, max_distance, at_chance}}`` is added beside the models.
+    ``{task: {chance, max_distance, at_chance}}`` is added beside the models, and the average
+    leaves out the tasks at chance, as the table's does (:func:`counted_of`).
     """
     tasks = check_tasks(tasks)
     methods = check_methods(methods)
+    counted = list(tasks) if chance is None else counted_of(chance, tasks)
     metrics: dict[str, Any] = {}
     for rows in model_rows(select_checkpoints(scores), tasks, methods):
         for row in rows:
             entry = {task: round(float(row.values[task].mean()), 4) for task in tasks}
-            entry["average"] = round(float(row.per_seed_average.mean()), 4)
+            entry["average"] = round(float(row.values[counted].mean(axis=1).mean()), 4)
             metrics.setdefault(row.model, {})[row.method] = entry
     if chance is not None:
         metrics["chance_flags"] = chance_flags(chance)

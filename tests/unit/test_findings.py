@@ -4,8 +4,9 @@ no effect with a wide spread between seeds, one outlier seed, a single run, a pu
 import pandas as pd
 
 from condensation.reporting import findings as claims
+from condensation.reporting.condensation_effects import Z95
 
-SE = 0.002 * claims.Z95  # a run's 95 % interval over sequences: +-0.004 (standard error 0.002)
+SE = 0.002 * Z95  # a run's 95 % interval over sequences: +-0.004 (standard error 0.002)
 
 
 def run(model, label, value, rho=1.0, params=1e6, **extra):

@@ -527,7 +527,8 @@ def test_task_at_chance_is_flagged_in_table_caption_and_metrics(tmp_path):
         plot_path=out / "plot.csv",
     )
     # Row means on next_sentence: 38, 37.5, 37.5 -> at most 0.5 points from 37.5.
-    flags = json.loads((out / "metrics.json").read_text())["chance_flags"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    flags = metrics["chance_flags"]
     assert flags == {
         "persuasion_cloze": {"chance": 25.0, "max_distance": 29.0, "at_chance": False},
         "next_sentence": {"chance": 37.5, "max_distance": 0.5, "at_chance": True},
@@ -542,6 +543,8 @@ def test_task_at_chance_is_flagged_in_table_caption_and_metrics(tmp_path):
     assert tidy.loc["dispersion", "diff_vs_ce"] == pytest.approx(3.0)
     assert tidy.loc["dispersion", "n_items_vs_ce"] == 2 * N_ITEMS  # 2 seeds x the cloze items
     assert tidy.loc["dispersion", "avg_rank"] == tidy.loc["dispersion", "persuasion_cloze_rank"]
+    # ... and so does the DVC metric of the average
+    assert metrics[MODEL]["ce"]["average"] == pytest.approx(51.0) and metrics[MODEL]["dispersion"]["average"] == pytest.approx(54.0)
 
 
 # ---------------------------------------------------------------------------------------------
