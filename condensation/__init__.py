@@ -6,7 +6,10 @@ Folders by stage of the pipeline, in the order the data flows (each folder's doc
   data/       offline corpora, a dataset's rows and sampled sequences, packed training blocks
   models      one place for loading: hub id, local directory, pkg:// path, GGUF, init, GPT2 shape
   geometry    the one cosine helper, per-layer cosine statistics reduced on the fly, trend
-              statistics, the condensation probe
+              statistics, the condensation probe; lenses: anisotropy, IsoScore*, effective
+              rank, PC1 share from the same pass
+  measurement ``measure``: one model measured in one call (API and command; the extract rule's
+              stage calls it)
   training/   the one training loop (accelerate), its checkpoints, the losses and their tiled
               kernel, the baselines
   evaluation/ offline lm-eval tasks from held-out text, lm-eval scoring, score files and records
@@ -17,7 +20,8 @@ Folders by stage of the pipeline, in the order the data flows (each folder's doc
 Imports run down this list and never up (stages -> reporting, evaluation, training -> geometry,
 models, data -> config -> runtime). ``python -m condensation verify`` checks every artifact.
 
-Public names, for adding the auxiliary loss to one's own training loop (see the README):
+Public names (see the README): ``measure(model, texts)`` (a model's condensation layer by
+layer, through several lenses), and, for adding the auxiliary loss to one's own training loop,
 ``AuxLossConfig`` (which loss, its weight and constants) and ``auxiliary_loss(hidden_states,
 config)`` (the unweighted loss of a Hugging Face ``output.hidden_states`` tuple). They load on
 first use, so that ``import condensation`` and its torch-free parts (config/, runtime/), which
@@ -32,9 +36,10 @@ __version__ = "0.1.0"
 _LAZY_NAMES = {
     "AuxLossConfig": "config.objectives",
     "auxiliary_loss": "training.losses",
+    "measure": "measurement",
 }
 
-__all__ = ["AuxLossConfig", "auxiliary_loss"]
+__all__ = ["AuxLossConfig", "auxiliary_loss", "measure"]
 
 
 def __getattr__(name: str):

@@ -1,5 +1,7 @@
 """The package's command line: ``python -m condensation COMMAND [OPTIONS]``.
 
+    measure MODEL [MODEL ...] [--texts FILE | --dataset NAME] [...]
+                                    a model's condensation layer by layer (measurement; --help)
     verify [--repair] [ROOTS ...]   check every artifact against its manifest (runtime.verify)
 """
 
@@ -10,7 +12,7 @@ import sys
 from typing import Sequence
 
 # command -> the module whose ``main(argv)`` runs it; imported only when called
-COMMANDS = {"verify": "condensation.runtime.verify"}
+COMMANDS = {"measure": "condensation.measurement", "verify": "condensation.runtime.verify"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import torch
 
+from condensation import lenses as lens_module
 from condensation.config.specs import TrendConfig
 from condensation.runtime.io import atomic_path, verify_manifest, write_manifest
 
@@ -107,6 +108,8 @@ class CosineStatistics:
     # [N, L+1] per-sequence layer means; None in files written before they were stored
     sequence_layer_mean: np.ndarray | None = None
     sequence_layer_mean_offdiag: np.ndarray | None = None
+    # the other lenses (condensation.lenses); None in files written before they were measured
+    lenses: lens_module.LensStatistics | None = None
 
     @property
     def num_layers(self) -> int:
@@ -127,6 +130,11 @@ class CosineStatistics:
             for name in _SEQUENCE_ARRAYS
             if (values := getattr(self, name)) is not None
         }
+        if self.lenses is not None:
+            per_sequence |= {
+                "lens_values": self.lenses.values, "lens_jackknife": self.lenses.jackknife,
+                "lens_names": np.array(lens_module.LENS_NAMES), "lens_sample_tokens": np.int64(self.lenses.sample_tokens),
+            }
         with atomic_path(path) as tmp:
             with open(tmp, "wb") as handle:  # a file object keeps numpy from appending ".npz"
                 np.savez_compressed(
@@ -150,6 +158,10 @@ class CosineStatistics:
         """
         verify_manifest(path)
         with np.load(path, allow_pickle=False) as data:
+            lenses = None
+            if "lens_values" in data.files and tuple(data["lens_names"]) == lens_module.LENS_NAMES:
+                lenses = lens_module.LensStatistics(data["lens_values"], data["lens_jackknife"],
+                                                    int(data["lens_sample_tokens"]))
             return cls(
                 mean_cosine=data["mean_cosine"],
                 hist_of_mean=data["hist_of_mean"],
@@ -159,6 +171,7 @@ class CosineStatistics:
                 num_sequences=int(data["num_sequences"]),
                 meta=json.loads(str(data["meta"])),
                 **{name: data[name] if name in data.files else None for name in _SEQUENCE_ARRAYS},
+                lenses=lenses,
             )
 
 
@@ -231,24 +244,35 @@ def extract_cosine_statistics(
     batch_size: int = 8,
     meta: dict[str, Any] | None = None,
     progress: Callable[[int], object] | None = None,
+    lens_tokens: int | None = lens_module.SAMPLE_TOKENS,
 ) -> CosineStatistics:
     """Run ``model`` on ``input_ids`` ``[N, T]`` in batches and reduce all hidden states on the fly.
 
     All sequences have exactly ``T`` tokens, so batches need no padding and no attention mask.
     The cosine reductions run on the model's device. ``progress`` is called with each batch's
-    number of sequences (e.g. ``progress.ProgressLog(...).update``).
+    number of sequences (e.g. ``progress.ProgressLog(...).update``). The other lenses
+    (:mod:`condensation.lenses`) read the same hidden states, their spectral ones from a sample of
+    ``lens_tokens`` tokens per layer; None (or a single sequence) measures the cosines alone.
     """
     if input_ids.ndim != 2 or input_ids.shape[0] == 0:
         raise ValueError(f"input_ids must be [N, T] with N >= 1, got shape {tuple(input_ids.shape)}")
     device = model.get_input_embeddings().weight.device  # where the first layer is, spread or not
     accumulator = CosineAccumulator()
+    lens_sums = None
+    if lens_tokens is not None and input_ids.shape[0] >= 2:
+        lens_sums = lens_module.LensAccumulator(*input_ids.shape, sample_tokens=lens_tokens)
     for start in range(0, input_ids.shape[0], batch_size):
         batch = input_ids[start : start + batch_size].to(device)
         output = model(input_ids=batch, output_hidden_states=True, use_cache=False)
         accumulator.update(output.hidden_states)
+        if lens_sums is not None:
+            lens_sums.update(output.hidden_states)
         if progress is not None:
             progress(batch.shape[0])
-    return accumulator.finalize(meta)
+    stats = accumulator.finalize(meta)
+    if lens_sums is not None:
+        stats.lenses = lens_sums.finalize()
+    return stats
 
 
 # ---------------------------------------------------------------------------------------------
@@ -391,6 +415,33 @@ def depth_trend(stats: CosineStatistics, trend: TrendConfig) -> TrendStatistics:
     return trend_statistics(
         trend_layer_means(stats, trend), None if sequences is None else sequences[:, first:], fraction[first:]
     )
+
+
+def deep_layers(num_layers: int, trend: TrendConfig) -> np.ndarray:
+    """Indices (into the ``L + 1`` hidden states) of the deeper half of the layers a trend reads:
+    what ``last_half`` averages."""
+    first = 0 if trend.include_embedding_layer else 1
+    count = num_layers - first
+    return np.arange(num_layers - (count + 1) // 2, num_layers)
+
+
+def lens_summary(stats: CosineStatistics, trend: TrendConfig) -> dict[str, float]:
+    """Each lens of :mod:`condensation.lenses` over the deeper half of the layers, with a 95 %
+    interval from its jackknife over groups of sequences: ``{lens}``, ``{lens}_low``,
+    ``{lens}_high``. Empty for a file written before the lenses were measured."""
+    if stats.lenses is None:
+        return {}
+    layers = deep_layers(stats.num_layers, trend)
+    columns: dict[str, float] = {}
+    for name in lens_module.LENS_NAMES:
+        estimate, se = stats.lenses.summary(name, layers)
+        columns |= {name: estimate, f"{name}_low": estimate - Z95 * se, f"{name}_high": estimate + Z95 * se}
+    return columns
+
+
+Z95 = 1.959964
+"""Normal quantile of a 95 % interval: the lenses' jackknife intervals are estimate +- Z95 x SE,
+so that a table's interval gives back the standard error (reporting's ``run_arm``)."""
 
 
 @torch.no_grad()

@@ -34,6 +34,9 @@ class ExtractionConfig:
     """Model weights' dtype; ``auto`` = bfloat16 on a CUDA device that supports it, else float32."""
     device: str
     """``auto`` = CUDA when available."""
+    lens_tokens: int | None = 1024
+    """Tokens per layer the spectral lenses sample (``condensation.lenses.SAMPLE_TOKENS``); None:
+    the cosines alone."""
 
 
 @dataclass(frozen=True)

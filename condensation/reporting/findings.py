@@ -138,11 +138,13 @@ def _means(rows: pd.DataFrame, column: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def size_evidence(name: str, table: pd.DataFrame, drawn: Collection[str]) -> tuple[str, SeedAwareEstimate] | None:
-    """The trend of the deeper layers' cosine over log10(parameters) across every size of one
-    family (replicates: rows with the same label), seed-aware; the claim predicts a negative slope."""
+def size_evidence(name: str, table: pd.DataFrame, drawn: Collection[str],
+                  column: str = "last_half") -> tuple[str, SeedAwareEstimate] | None:
+    """The trend of ``column`` (the deeper layers' cosine by default, or another lens) over
+    log10(parameters) across every size of one family (replicates: rows with the same label),
+    seed-aware; the claim predicts a negative slope of condensation."""
     groups = [(label, rows) for label, rows in table.groupby("label", sort=False)]
-    if len(groups) < 2:
+    if len(groups) < 2 or column not in table:
         return None
     x = np.log10([float(rows["num_parameters"].iloc[0]) for _, rows in groups])
     if np.ptp(x) == 0:
@@ -150,9 +152,13 @@ def size_evidence(name: str, table: pd.DataFrame, drawn: Collection[str]) -> tup
                                     unmeasured="every model has the same size: no size to compare")
         return f"{name}: every model has the same size", nothing
     c = (x - x.mean()) / ((x - x.mean()) ** 2).sum()
-    slope = contrast([model_arm(rows, label, drawn) for label, rows in groups], c)
-    sizes = "; ".join(f"{label} {_means(rows, 'last_half')} (rho {_means(rows, 'spearman_rho')})" for label, rows in groups)
-    text = f"{name}: deeper-layer cosine per size ({len(groups)} sizes; runs per size {'/'.join(str(len(r)) for _, r in groups)}) {sizes}; slope per decade of parameters {_interval(slope)}"
+    slope = contrast([model_arm(rows, label, drawn, column) for label, rows in groups], c)
+    rho = column == "last_half"
+    sizes = "; ".join(f"{label} {_means(rows, column)}" + (f" (rho {_means(rows, 'spearman_rho')})" if rho else "")
+                      for label, rows in groups)
+    what = "deeper-layer cosine" if rho else column
+    text = (f"{name}: {what} per size ({len(groups)} sizes; runs per size {'/'.join(str(len(r)) for _, r in groups)}) "
+            f"{sizes}; slope per decade of parameters {_interval(slope)}")
     return text, slope
 
 
@@ -171,6 +177,30 @@ def size_claim(trend_tables: Mapping[str, pd.DataFrame], uncounted: Collection[s
         if found is not None:
             pieces.append(found)
     return combine("A larger or wider model condenses less (Fig. 2, S1)", decided(pieces, -1), notes)
+
+
+def lens_claims(trend_tables: Mapping[str, pd.DataFrame], uncounted: Collection[str] = (),
+                drawn: Collection[str] = ()) -> list[Finding]:
+    """Does the size ordering hold under every lens? For each lens of :mod:`condensation.lenses`
+    the size claim again, on that lens's deeper-half value with its jackknife interval over
+    sequences; the predicted sign of the slope follows the lens's direction (IsoScore* and the
+    effective rank rise as condensation falls). A lens no table carries is left out."""
+    from condensation.lenses import LENSES
+
+    findings = []
+    for lens in LENSES:
+        pieces = []
+        for name, table in trend_tables.items():
+            if name in uncounted:
+                continue
+            found = size_evidence(name, table, drawn, lens.name)
+            if found is not None:
+                pieces.append(found)
+        if pieces:
+            arrow = "lower" if lens.condensed > 0 else "higher"
+            findings.append(combine(f"The size ordering under another lens: {lens.title} ({arrow} in larger models)",
+                                    decided(pieces, -lens.condensed)))
+    return findings
 
 
 def _pair_kind(labels: Sequence[str]) -> str | None:
@@ -332,7 +362,9 @@ def render(findings: Sequence[Finding], chance: Mapping[str, Mapping] | None = N
         "the other way, and its p, Holm-adjusted over the claim's pieces (scores: also over the table), is",
         "below 0.05; inconclusive: otherwise, or a single run leaves the training noise unmeasured. A claim",
         "takes the direction its decided pieces share when none contradicts them.",
-        "Cosines: the deeper layers' mean pairwise cosine.",
+        "Cosines: the deeper layers' mean pairwise cosine. The other lenses (anisotropy, the within-sequence",
+        "excess over it, IsoScore*, effective rank, PC1 share; README \"Measure a model\") read the same layers",
+        "with a jackknife interval over groups of sequences.",
     ]
     for finding in findings:
         reason = f" ({finding.reason})" if finding.reason else ""

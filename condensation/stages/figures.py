@@ -42,7 +42,7 @@ def _entries(
         stats = geometry.CosineStatistics.load(geometry_path)
         size = None if handle_path is None else models.ModelHandle.load(handle_path).num_parameters
         label = f"{label} #{seen[label]}" if repeats[label] > 1 else label
-        entries.append(FamilyEntry(label, stats, size, geometry.depth_trend(stats, trend)))
+        entries.append(FamilyEntry(label, stats, size, geometry.depth_trend(stats, trend), geometry.lens_summary(stats, trend)))
     return entries
 
 
@@ -190,8 +190,10 @@ def findings(
     study_effects = {
         f"{study}, {Path(path).parent.name}": pd.read_csv(path) for study, paths in effects.items() for path in paths
     }
+    trends = claims.read_tables(trend_tables)
     results = [
-        claims.size_claim(claims.read_tables(trend_tables), uncounted=set(uncounted_trend_tables), drawn=set(drawn_models)),
+        claims.size_claim(trends, uncounted=set(uncounted_trend_tables), drawn=set(drawn_models)),
+        *claims.lens_claims(trends, uncounted=set(uncounted_trend_tables), drawn=set(drawn_models)),
         *claims.pair_claims(pairs, drawn=set(drawn_models)),
         claims.series_claim(claims.read_tables(series_tables), series_labels, set(drawn_series)),
         claims.dispersion_condensation_claim(study_effects),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -16,9 +15,8 @@ from condensation.config.specs import (
     TrendConfig,
     typed,
 )
-from condensation.data import packing, text
+from condensation.data import text
 from condensation.runtime.io import atomic_path, write_json
-from condensation.runtime.progress import ProgressLog
 
 if TYPE_CHECKING:  # pandas and the table module load in the table stages only, not in extraction jobs
     import pandas as pd
@@ -26,52 +24,26 @@ if TYPE_CHECKING:  # pandas and the table module load in the table stages only, 
 log = logging.getLogger("condensation")
 
 
-def measure(
-    handle: models.ModelHandle, texts: list[str], sampling: SamplingConfig, extraction: ExtractionConfig,
-    meta: Mapping[str, Any],
-) -> geometry.CosineStatistics:
-    """Cosine statistics of every hidden layer of one model on the sampled texts."""
-    tokenizer = models.load_tokenizer(handle)
-    model = models.load_model(handle, extraction.dtype, extraction.device)
-    limit = models.max_positions(model.config)
-    if limit is not None and sampling.seq_len > limit:
-        raise ValueError(
-            f"model '{handle.name}' accepts at most {limit} positions, fewer than sampling.seq_len={sampling.seq_len}"
-        )
-    input_ids = packing.tokenize_exactly(tokenizer, texts, sampling.seq_len, where=f"{meta.get('dataset')}: ")
-    started = time.perf_counter()
-    progress = ProgressLog(input_ids.shape[0], "seq", every=1, every_seconds=0, label=f"{handle.name} on {meta.get('dataset')}")
-    stats = geometry.extract_cosine_statistics(
-        model,
-        input_ids,
-        batch_size=extraction.batch_size,
-        progress=progress.update,
-        meta={
-            **meta,
-            "model": handle.name,
-            "num_parameters": handle.num_parameters,
-            "dtype": str(next(model.parameters()).dtype),
-            "device": str(next(model.parameters()).device),
-        },
-    )
-    stats.meta["seconds"] = time.perf_counter() - started
-    log.info("%s: %d sequences x %d tokens, %d layers, %.1f s", handle.name, *input_ids.shape, stats.num_layers, stats.meta["seconds"])
-    return stats
-
-
 def extract(
     *, handle_path: str | Path, samples_path: str | Path, out_path: str | Path,
     sampling: SamplingConfig | Mapping[str, Any], extraction: ExtractionConfig | Mapping[str, Any], threads: int = 1,
 ) -> None:
-    """Cosine statistics of one prepared model on one dataset's samples."""
+    """Cosine statistics of one prepared model on one dataset's samples: :func:`condensation.measure`
+    on the sampled texts, saved as the workflow's ``.npz``."""
     import torch
 
     sampling = typed(SamplingConfig, sampling)
     extraction = typed(ExtractionConfig, extraction)
     torch.set_num_threads(threads)
+    from condensation.measurement import measure
+
     texts = text.read_samples(samples_path)
-    stats = measure(models.ModelHandle.load(handle_path), texts, sampling, extraction, {"dataset": Path(samples_path).stem})
-    stats.save(out_path)
+    measurement = measure(
+        models.ModelHandle.load(handle_path), texts, seq_len=sampling.seq_len, batch_size=extraction.batch_size,
+        dtype=extraction.dtype, device=extraction.device, meta={"dataset": Path(samples_path).stem},
+        lens_tokens=extraction.lens_tokens,
+    )
+    measurement.statistics.save(out_path)
 
 
 def trend_rows(
@@ -95,6 +67,7 @@ def trend_rows(
                 "num_parameters": handle.num_parameters,
                 "num_layers": handle.num_layers,
                 **statistics.as_row(),
+                **geometry.lens_summary(stats, trend),
             }
         )
     return pd.DataFrame(rows)

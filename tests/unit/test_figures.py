@@ -6,6 +6,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+from dataclasses import replace
+
 import matplotlib.image as mpimg  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -207,6 +209,27 @@ def test_family_trend_shows_the_deeper_layers_with_their_intervals(tmp_path):
     np.testing.assert_allclose(bars[:, 1:], intervals(entries))
     assert (bars[:, 2] - bars[:, 1] > 0.01).all()  # the sequences differ by +-0.03: a real interval
     assert not panel.texts  # every model has its interval
+
+
+def test_family_trend_draws_the_other_lenses_when_every_model_has_them(tmp_path):
+    from condensation.lenses import LENSES
+
+    def lens_values(shift: float) -> dict[str, float]:
+        return {f"{lens.name}{end}": 0.2 + shift + 0.1 * i + delta for i, lens in enumerate(LENSES)
+                for end, delta in (("", 0.0), ("_low", -0.01), ("_high", 0.01))}
+
+    entries = [replace(e, lenses=lens_values(0.05 * i)) for i, e in enumerate(family(2))]
+    fig = trends.plot_family_trend(entries, tmp_path / "lenses.png", "lenses")
+    assert_png(tmp_path / "lenses.png")
+    panel = next(ax for ax in fig.axes if ax.get_title() == trends.LENS_TITLE)
+    assert fig.axes.index(panel) == 3  # after the trend panel, its twin and the deeper-layers panel
+    drawn = [line for line in panel.lines if not line.get_label().startswith("_")]  # not the zero line
+    assert len(drawn) == len(LENSES)
+    np.testing.assert_allclose(drawn[2].get_ydata(), [0.4, 0.45])  # IsoScore*, per model
+    assert [text.get_text() for text in panel.get_legend().get_texts()][2] == "IsoScore* ↓"
+    # one model without lenses (a file written before them): no lens panel, as before
+    fig = trends.plot_family_trend([entries[1], family(1)[0]], tmp_path / "mixed.png", "mixed")
+    assert not any(ax.get_title() == trends.LENS_TITLE for ax in fig.axes)
 
 
 def test_family_trend_without_per_sequence_means_draws_points_and_says_why(tmp_path):

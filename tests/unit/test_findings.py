@@ -132,3 +132,27 @@ def test_page_lists_every_claim_with_its_verdict_reason_and_the_tasks_at_chance(
     mixed = claims.combine("c", [claims.Evidence("a", claims.DISAGREES), claims.Evidence("b", claims.INCONCLUSIVE, "x")])
     assert mixed.verdict == claims.DISAGREES and mixed.reason == "1 of 2 pieces undecided"
     assert "at chance for every model" in page and "next" in page and "cloze" not in page.split("chance for")[1]
+
+
+def test_lens_claims_follow_each_lens_direction():
+    """The size claim again under each lens: a lens where larger models are less condensed agrees
+    whichever way it counts condensation (IsoScore* rises, PC1 share falls); a lens the tables do
+    not carry is left out; a lens whose interval holds zero stays inconclusive."""
+    rows = []
+    for label, params, iso, pc1, excess in (("S", 1e6, 0.10, 0.40, 0.05), ("M", 2e6, 0.20, 0.30, 0.05),
+                                            ("L", 4e6, 0.30, 0.20, 0.05)):
+        for seed, jitter in enumerate((-0.002, 0.002)):
+            lens = {"isoscore": iso + jitter, "pc1_share": pc1 + jitter, "within_excess": excess + 5 * jitter}
+            extra = {f"{name}{end}": value + shift for name, value in lens.items()
+                     for end, shift in (("", 0.0), ("_low", -SE), ("_high", SE))}
+            rows.append(run(f"{label}-s{seed}", label, 0.3, params=params, **extra))
+    table = pd.DataFrame(rows)
+    found = {f.claim.split(": ", 1)[1].split(" (")[0]: f for f in claims.lens_claims({"toy": table}, drawn=drawn(table))}
+    assert set(found) == {"IsoScore*", "variance share of PC 1", "within-sequence cosine minus anisotropy"}
+    assert found["IsoScore*"].verdict == claims.AGREES  # rises with size: less condensed
+    assert found["variance share of PC 1"].verdict == claims.AGREES  # falls with size
+    assert found["within-sequence cosine minus anisotropy"].verdict == claims.INCONCLUSIVE
+    flipped = table.assign(isoscore=table["isoscore"][::-1].to_numpy(), isoscore_low=table["isoscore_low"][::-1].to_numpy(),
+                           isoscore_high=table["isoscore_high"][::-1].to_numpy())
+    found = {f.claim: f for f in claims.lens_claims({"toy": flipped}, drawn=drawn(flipped))}
+    assert next(f for c, f in found.items() if "IsoScore*" in c).verdict == claims.DISAGREES

@@ -59,6 +59,8 @@ class FamilyEntry:
     stats: CosineStatistics
     size: float | None  # parameter count, shown under the label ("4.2M")
     trend: TrendStatistics
+    lenses: Mapping[str, float] | None = None
+    """The other lenses over the deeper half (``geometry.lens_summary``); None or empty: not measured."""
 
     @property
     def tick_label(self) -> str:
@@ -159,6 +161,34 @@ def _deeper_panel(ax: Axes, labels: Sequence[str], series: Sequence[_Points]) ->
     ax.set_title(DEEPER_TITLE)
 
 
+LENS_TITLE = "other lenses, deeper half\n(95 % interval; ↑/↓: more condensed)"
+
+
+def _lens_panel(ax: Axes, labels: Sequence[str], entries: Sequence[FamilyEntry]) -> None:
+    """Each lens of :mod:`condensation.lenses` per model (models along x), one colour each, with
+    its jackknife interval; all lie in [-1, 1]. The legend marks with an arrow which way is more
+    condensed."""
+    from condensation.lenses import LENSES
+
+    x = _model_axis(ax, labels)
+    colors = matplotlib.colormaps["Dark2"].colors
+    dx = np.linspace(-0.2, 0.2, len(LENSES))
+    for offset, lens, color in zip(dx, LENSES, colors):
+        value = np.array([e.lenses[lens.name] for e in entries], dtype=float)
+        low = np.array([e.lenses[f"{lens.name}_low"] for e in entries], dtype=float)
+        high = np.array([e.lenses[f"{lens.name}_high"] for e in entries], dtype=float)
+        arrow = "↑" if lens.condensed > 0 else "↓"
+        ax.plot(x + offset, value, ls="-", marker="o", ms=4, lw=1.1, color=color, clip_on=False,
+                label=f"{lens.short} {arrow}", zorder=3)
+        shown = np.isfinite(low) & np.isfinite(high)
+        ax.vlines((x + offset)[shown], low[shown], high[shown], color=color, lw=1.0, zorder=2)
+    ax.axhline(0.0, color="0.45", linestyle=":", linewidth=1.0, zorder=0)
+    ax.set_ylim(-0.1, 1.05)
+    ax.spines["right"].set_visible(False)
+    ax.set_title(LENS_TITLE)
+    ax.legend(fontsize=6, loc="upper right", frameon=True, framealpha=0.85, handlelength=1.2, borderpad=0.3)
+
+
 def _join_pairs(ax: Axes, dx: tuple[float, float], first: np.ndarray, second: np.ndarray) -> None:
     """A dashed grey line from each first member's point to its second member's."""
     for i, ends in enumerate(zip(first, second)):
@@ -205,7 +235,8 @@ def plot_family_trend(
 
     ``entries`` in x-axis order (smallest model first). Left, rho and tau; next, the deeper half
     of layers' mean cosine with its interval over sequences as error bars (separates models
-    whose rho and tau are all 1). Both panels span every heatmap row; heatmaps wrap after six
+    whose rho and tau are all 1); then, when every model has them, the other lenses
+    (:mod:`condensation.lenses`) over the same layers. The panels span every heatmap row; heatmaps wrap after six
     per row, in balanced rows (8 models: 4 + 4).
     """
     entries = list(entries)
@@ -216,16 +247,19 @@ def plot_family_trend(
     nrows = math.ceil(n / MAX_COLUMNS)
     ncols = math.ceil(n / nrows)
     trend_ratio = float(np.clip(0.32 * n, 1.6, 2.8))
+    panels = 3 if all(e.lenses for e in entries) else 2  # the lenses' panel when every model has them
     with matplotlib.rc_context(RC):
-        fig = new_figure(1.75 * (ncols + 2 * trend_ratio) + 1.9, 2.35 * nrows + 1.3)
-        grid = fig.add_gridspec(nrows, ncols + 2, width_ratios=[trend_ratio] * 2 + [1.0] * ncols)
+        fig = new_figure(1.75 * (ncols + panels * trend_ratio) + 1.9, 2.35 * nrows + 1.3 + 0.9 * (panels == 3))
+        grid = fig.add_gridspec(nrows, ncols + panels, width_ratios=[trend_ratio] * panels + [1.0] * ncols)
         ax = fig.add_subplot(grid[:, 0])
         labels = [e.tick_label for e in entries]
         _trend_panel(ax, labels, [_plain_series(entries)])
         ax.set_title("depth trend")
         _deeper_panel(fig.add_subplot(grid[:, 1]), labels, [_Points(entries, 0.0, _deep_style(len(entries)))])
+        if panels == 3:
+            _lens_panel(fig.add_subplot(grid[:, 2]), labels, entries)
         rows = [_cells(entries[r * ncols : (r + 1) * ncols]) for r in range(nrows)]
-        heatmap_grid(fig, grid, rows, ["cosine similarity"] * nrows, heatmaps, first_column=2)
+        heatmap_grid(fig, grid, rows, ["cosine similarity"] * nrows, heatmaps, first_column=panels)
         fig.suptitle(title)
         return save(fig, path)
 

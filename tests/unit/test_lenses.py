@@ -1,0 +1,140 @@
+"""The other lenses (condensation.lenses): known geometric answers, brute force, the IsoScore package."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from condensation import geometry, lenses
+
+
+def accumulate(hidden: list[torch.Tensor], batch: int, **options) -> lenses.LensStatistics:
+    """Feed ``[N, T, d]`` hidden states per layer in batches of ``batch`` sequences."""
+    n, t = hidden[0].shape[:2]
+    acc = lenses.LensAccumulator(n, t, **options)
+    for start in range(0, n, batch):
+        acc.update([h[start : start + batch] for h in hidden])
+    return acc.finalize()
+
+
+def test_isoscore_star_is_the_packages():
+    isoscore = pytest.importorskip("IsoScore.IsoScore")  # the reference implementation (PyPI IsoScore, MIT)
+    rng = np.random.default_rng(0)
+    points = rng.normal(size=(400, 24)) * np.linspace(0.05, 2.0, 24)
+    eigenvalues = lenses.covariance_eigenvalues(torch.from_numpy(points))
+    target = np.eye(24) * np.trace(np.cov(points.T)) / 24  # the scaled identity our shrinkage uses
+    assert lenses.isoscore_star(eigenvalues, 0.1) == pytest.approx(float(isoscore.IsoScore_star(points, target, 0.1)), rel=1e-7)
+    assert lenses.isoscore_star(eigenvalues, 0.0) == pytest.approx(float(isoscore.IsoScore(points)), rel=1e-7)
+
+
+def test_spectral_lenses_known_answers():
+    d = 16
+    line = torch.zeros(200, d, dtype=torch.float64)
+    line[:, 0] = torch.randn(200, dtype=torch.float64)  # every token on one axis
+    eigenvalues = lenses.covariance_eigenvalues(line)
+    assert lenses.isoscore_star(eigenvalues, 0.0) == pytest.approx(0.0, abs=1e-6)  # unit rows in float32, sums in float64
+    assert lenses.pc1_share(eigenvalues) == pytest.approx(1.0)
+    assert lenses.effective_rank_share(eigenvalues, d) == pytest.approx(1 / d)
+    even = torch.eye(d, dtype=torch.float64).repeat(20, 1)  # the d axes, equally often
+    even = torch.cat([even, -even])  # mean zero: every axis carries the same variance
+    eigenvalues = lenses.covariance_eigenvalues(even)
+    assert lenses.isoscore_star(eigenvalues, 0.0) == pytest.approx(1.0)
+    assert lenses.pc1_share(eigenvalues) == pytest.approx(1 / d)
+    assert lenses.effective_rank_share(eigenvalues, d) == pytest.approx(1.0)
+    assert math.isnan(lenses.pc1_share(np.zeros(d)))  # no variance: no direction to share it
+
+
+def test_gram_and_scatter_give_one_spectrum():
+    tokens = torch.randn(12, 40, dtype=torch.float64)  # fewer tokens than dimensions: the Gram route
+    wide = lenses.covariance_eigenvalues(tokens)
+    assert wide.shape == (40,)
+    reference = np.linalg.eigvalsh(np.cov(tokens.numpy().T))
+    np.testing.assert_allclose(np.sort(wide), np.clip(reference, 0, None), atol=1e-10)
+
+
+def brute_force(hidden: torch.Tensor, sequences: np.ndarray) -> tuple[float, float]:
+    """(anisotropy, within-sequence off-diagonal mean) of one layer over the chosen sequences."""
+    unit = torch.nn.functional.normalize(hidden[sequences].double(), dim=-1)
+    n, t, _ = unit.shape
+    flat = unit.reshape(n * t, -1)
+    cos = flat @ flat.T
+    same = torch.block_diag(*[torch.ones(t, t, dtype=torch.bool)] * n)
+    eye = torch.eye(n * t, dtype=torch.bool)
+    return float(cos[~same].mean()), float(cos[same & ~eye].mean())
+
+
+def test_exact_lenses_and_their_jackknife_match_brute_force():
+    torch.manual_seed(0)
+    n, t, d = 10, 6, 8
+    shared = torch.randn(d)
+    hidden = [torch.randn(n, t, d) + scale * shared for scale in (0.0, 1.0, 3.0)]
+    result = accumulate(hidden, batch=3, groups=4)
+    for layer, states in enumerate(hidden):
+        anisotropy, within = brute_force(states, np.arange(n))
+        assert result.layer_values("anisotropy")[layer] == pytest.approx(anisotropy, abs=1e-6)  # unit rows in float32, sums in float64
+        assert result.layer_values("within_excess")[layer] == pytest.approx(within - anisotropy, abs=1e-6)  # unit rows in float32, sums in float64
+        for group in range(4):
+            kept = np.arange(n)[np.arange(n) % 4 != group]
+            anisotropy, within = brute_force(states, kept)
+            assert result.jackknife[0, group, layer] == pytest.approx(anisotropy, abs=1e-6)  # unit rows in float32, sums in float64
+            assert result.jackknife[1, group, layer] == pytest.approx(within - anisotropy, abs=1e-6)  # unit rows in float32, sums in float64
+    assert result.layer_values("anisotropy")[0] < 0.1 < 0.5 < result.layer_values("anisotropy")[2]
+
+
+def test_sequences_collapsed_onto_their_own_direction():
+    """Each sequence's tokens all on one direction, the directions orthogonal across sequences:
+    the within-sequence cosine is 1 and none of it is shared."""
+    n, t, d = 6, 5, 12
+    hidden = [torch.eye(d)[:n, None, :].expand(n, t, d).clone() * 2.0]
+    result = accumulate(hidden, batch=4, groups=3, sample_tokens=n * t)
+    assert result.layer_values("anisotropy")[0] == pytest.approx(0.0, abs=1e-12)
+    assert result.layer_values("within_excess")[0] == pytest.approx(1.0)
+    # n orthonormal points, each t times: n - 1 equal variances after centring
+    assert result.layer_values("effective_rank")[0] == pytest.approx((n - 1) / d, rel=1e-6)
+
+
+def test_batching_and_memory_do_not_depend_on_the_number_of_sequences():
+    torch.manual_seed(1)
+    hidden = [torch.randn(16, 32, 24) for _ in range(3)]
+    one = accumulate(hidden, batch=1, sample_tokens=100)
+    many = accumulate(hidden, batch=7, sample_tokens=100)
+    np.testing.assert_allclose(one.values, many.values, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(one.jackknife, many.jackknife, rtol=1e-10, atol=1e-12, equal_nan=True)
+    acc = lenses.LensAccumulator(400, 32, sample_tokens=100)
+    acc.update([torch.randn(8, 32, 24) for _ in range(3)])
+    assert tuple(acc._sample.shape) == (3, 100, 24)  # K tokens x width per layer, whatever N
+    # the spectral jackknife covers the deeper half of the layers only
+    assert np.isnan(one.jackknife[2:, :, 0]).all() and np.isfinite(one.jackknife[2:, :, 1:]).all()
+
+
+def test_summary_interval_and_storage(tmp_path):
+    torch.manual_seed(2)
+    from condensation.config.specs import TrendConfig
+
+    class Model(torch.nn.Module):  # three "layers" of growing shared direction
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(50, 16)
+
+        def get_input_embeddings(self):
+            return self.embed
+
+        def forward(self, input_ids, output_hidden_states, use_cache):
+            h = self.embed(input_ids)
+            return type("Out", (), {"hidden_states": (h, h + 1.0, h + 3.0)})
+
+    ids, model = torch.randint(0, 50, (12, 10)), Model()
+    stats = geometry.extract_cosine_statistics(model, ids, batch_size=5)
+    summary = geometry.lens_summary(stats, TrendConfig(include_embedding_layer=True, include_diagonal=True))
+    assert summary["anisotropy_low"] < summary["anisotropy"] < summary["anisotropy_high"]
+    stats.save(tmp_path / "s.npz")
+    loaded = geometry.CosineStatistics.load(tmp_path / "s.npz")
+    np.testing.assert_array_equal(loaded.lenses.values, stats.lenses.values)
+    np.testing.assert_array_equal(loaded.lenses.jackknife, stats.lenses.jackknife)
+    assert geometry.lens_summary(loaded, TrendConfig(True, True)) == summary
+    cosines_only = geometry.extract_cosine_statistics(model, ids, batch_size=5, lens_tokens=None)
+    assert cosines_only.lenses is None
+    np.testing.assert_array_equal(cosines_only.layer_mean, stats.layer_mean)  # the lenses change no cosine
