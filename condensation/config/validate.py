@@ -14,6 +14,7 @@ import jsonschema
 import yaml
 
 from condensation.config.corpora import CORPORA
+from condensation.config.datasets import check_datasets, check_local_tasks
 from condensation.config.objectives import OBJECTIVES
 from condensation.config.plan import (
     STUDIES,
@@ -48,8 +49,6 @@ def load_schema() -> dict[str, Any]:
     method["objective"]["enum"] = list(OBJECTIVES)
     properties = schema["properties"]
     properties["datasets"]["additionalProperties"]["properties"]["source"]["enum"] = ["hub", *CORPORA, "files"]
-    local_task = properties["evaluation"]["properties"]["local_tasks"]["additionalProperties"]["properties"]
-    local_task["corpus"]["enum"] = list(CORPORA)
     return schema
 
 
@@ -89,9 +88,24 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
     ]
     if not problems:
         problems = _add_series_models(config) or _cross_check(config)
+    if not problems:  # the file system, once the names all refer to something
+        problems = check_datasets(config) + check_local_tasks(config)
     if problems:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems) + _overlay_hint(problems))
     return config
+
+
+OVERLAY_HINT = (
+    "\n(a file of configs/ is an overlay: give it after config.yaml, "
+    "`snakemake --configfile config.yaml configs/<overlay>.yaml`; a --configfile replaces config.yaml)"
+)
+
+
+def _overlay_hint(problems: list[str]) -> str:
+    """The hint for a config that lacks a top-level required section: most likely an overlay
+    given alone."""
+    lacking = any(problem == f"config: '{key}' is a required property" for problem in problems for key in ("models", "datasets"))
+    return OVERLAY_HINT if lacking else ""
 
 
 def _add_series_models(config: dict[str, Any]) -> list[str]:
