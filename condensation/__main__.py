@@ -1,6 +1,7 @@
 """The package's command line: ``python -m condensation COMMAND [OPTIONS]``.
 
     verify [--repair] [ROOTS ...]   check every artifact against its manifest (runtime.verify)
+    objectives                      the registered training objectives, their options (config.objectives)
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import sys
 from typing import Sequence
 
 # command -> the module whose ``main(argv)`` runs it; imported only when called
-COMMANDS = {"verify": "condensation.runtime.verify"}
+COMMANDS = {"verify": "condensation.runtime.verify", "objectives": "condensation.config.objectives"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

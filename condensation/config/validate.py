@@ -15,7 +15,7 @@ import yaml
 
 from condensation.config.corpora import CORPORA
 from condensation.config.datasets import check_datasets, check_local_tasks
-from condensation.config.objectives import OBJECTIVES
+from condensation.config.objectives import OBJECTIVES, check_objective
 from condensation.config.plan import (
     STUDIES,
     check_series,
@@ -42,14 +42,27 @@ def load_schema() -> dict[str, Any]:
         raise ConfigError(f"schema $defs.train and config.runs.TrainConfig disagree on {sorted(set(train) ^ set(defaults))}")
     for name, default in defaults.items():
         train[name]["default"] = list(default) if isinstance(default, tuple) else default
-    method = schema["$defs"]["method"]["properties"]
-    options = {option for objective in OBJECTIVES.values() for option in objective.options}
-    if set(method) - {"objective"} != options:
-        raise ConfigError(f"schema $defs.method and config.objectives.OBJECTIVES disagree on {sorted((set(method) - {'objective'}) ^ options)}")
-    method["objective"]["enum"] = list(OBJECTIVES)
+    _objectives_into(schema["$defs"]["method"]["properties"])
     properties = schema["properties"]
     properties["datasets"]["additionalProperties"]["properties"]["source"]["enum"] = ["hub", *CORPORA, "files"]
     return schema
+
+
+def _objectives_into(method: dict[str, Any]) -> None:
+    """The registry's objectives and options into the schema of a method: the objective names and
+    what each does, and any option the schema does not describe (a registered objective's own),
+    taken as any value there and checked by its settings dataclass (``resolve_method``)."""
+    problems = [problem for objective in OBJECTIVES.values() for problem in check_objective(objective)]
+    options = {option: name for name, objective in OBJECTIVES.items() for option in objective.options}
+    stale = sorted(set(method) - {"objective"} - set(options))
+    if stale:
+        problems.append(f"schema $defs.method describes options no objective of config.objectives.OBJECTIVES takes: {stale}")
+    if problems:
+        raise ConfigError("; ".join(problems))
+    for option, objective in options.items():
+        method.setdefault(option, {"description": f"an option of {objective} (checked by its settings dataclass)"})
+    method["objective"]["enum"] = list(OBJECTIVES)
+    method["objective"]["description"] = "; ".join(f"{name}: {o.summary or o.kind}" for name, o in OBJECTIVES.items())
 
 
 def _with_defaults(validator_class: type) -> type:
