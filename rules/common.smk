@@ -176,6 +176,11 @@ def text_inputs(spec):
 # The text of each local task's corpus (a dataset, or a built-in corpus read whole): its entry as
 # plain data for the job, and what reading it needs.
 TASK_TEXTS = task_text_datasets(config)
+# The local tasks as their build reads them: a permission to overlap training text changes no item.
+LOCAL_TASK_SPECS = {
+    name: {key: value for key, value in spec.items() if key not in ("allow_overlap", "overlap_reason")}
+    for name, spec in config["evaluation"]["local_tasks"].items()
+}
 TASK_TEXT_INPUTS = {name: text_inputs(DatasetSpec.from_config(name, entry)) for name, entry in TASK_TEXTS.items()}
 
 

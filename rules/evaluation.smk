@@ -13,7 +13,7 @@ rule build_eval_tasks:
     benchmark:
         "logs/benchmarks/build_eval_tasks.tsv"
     params:
-        specs=lookup(dpath="evaluation/local_tasks", within=config),
+        specs=LOCAL_TASK_SPECS,
         texts=TASK_TEXTS,
         text_dirs={name: inputs.get("corpus") for name, inputs in TASK_TEXT_INPUTS.items()},
     script:
