@@ -15,6 +15,7 @@ from condensation.evaluation.score_files import item_rows_path, lm_eval_path
 from condensation.evaluation.tasks import build_local_tasks
 from condensation.runtime.io import atomic_path, read_json, write_json, write_manifest
 from condensation.runtime.run_dir import RunDir, parse_step, step_name
+from condensation.stages.data import naming_the_dataset
 
 # the table modules (pandas, scipy: 2 s) are imported by the table stages only; scoring and
 # picking a score are jobs of their own that need neither.
@@ -34,7 +35,10 @@ def build_eval_tasks(
     each task's ``corpus`` to its dataset entry (``config.datasets.task_text_datasets``) and
     ``text_dirs`` to its built corpus or fetched hub text (None for a ``files`` dataset)."""
     # each text read once, through the same (manifest-checked) reader as the datasets
-    documents = {name: text.read_documents(DatasetSpec.from_config(name, entry), text_dirs[name]) for name, entry in texts.items()}
+    documents = {}
+    for name, entry in texts.items():
+        with naming_the_dataset(name):
+            documents[name] = text.read_documents(DatasetSpec.from_config(name, entry), text_dirs[name])
     with atomic_path(out_dir) as tmp:
         for name, spec in specs.items():
             task_spec = {key: value for key, value in spec.items() if key not in TASK_TEXT_KEYS}
