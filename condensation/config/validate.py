@@ -109,8 +109,8 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 OVERLAY_HINT = (
-    "\n(a file of configs/ is an overlay: give it after config.yaml, "
-    "`snakemake --configfile config.yaml configs/<overlay>.yaml`; a --configfile replaces config.yaml)"
+    "\n(an overlay goes after the config it changes, which a --configfile replaces: give it after config.yaml, "
+    "`--configfile config.yaml mine.yaml`; configs/paper-miniature.yaml goes after configs/paper.yaml)"
 )
 
 
