@@ -3,6 +3,7 @@
     measure MODEL [MODEL ...] [--texts FILE | --dataset NAME] [...]
                                     a model's condensation layer by layer (measurement; --help)
     verify [--repair] [ROOTS ...]   check every artifact against its manifest (runtime.verify)
+    objectives                      the registered training objectives, their options (config.objectives)
 """
 
 from __future__ import annotations
@@ -12,7 +13,11 @@ import sys
 from typing import Sequence
 
 # command -> the module whose ``main(argv)`` runs it; imported only when called
-COMMANDS = {"measure": "condensation.measurement", "verify": "condensation.runtime.verify"}
+COMMANDS = {
+    "measure": "condensation.measurement",
+    "objectives": "condensation.config.objectives",
+    "verify": "condensation.runtime.verify",
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

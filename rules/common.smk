@@ -21,10 +21,10 @@ from condensation.config.plan import (
     study_runs,
 )
 from condensation.config.corpora import CORPORA
+from condensation.config.datasets import local_files, task_text_datasets
 from condensation.config.specs import DatasetSpec, ModelSpec
 from condensation.config.validate import validate_config
 from condensation.data.corpus import find_deb
-from condensation.data.text import local_files
 from condensation.evaluation.score_files import SCORE_FILES
 from condensation.runtime.io import read_json
 from condensation.runtime.run_dir import STEP_PATTERN, RunDir
@@ -160,12 +160,28 @@ wildcard_constraints:
 
 def dataset_inputs(name):
     """What reading a dataset needs: its built corpus, the user's files, or its fetched text (hub)."""
-    spec = DATASETS[name]
+    return text_inputs(DATASETS[name])
+
+
+def text_inputs(spec):
+    """What reading the text of a dataset spec needs (a dataset's, or a local task's corpus)."""
+    name = spec.dataset
     if spec.source in CORPORA:
         return {"corpus": fill(path.corpus, corpus=spec.source)}
     if spec.source == "files":
         return {"files": local_files(spec.files)}
     return {"corpus": fill(path.hub_dataset, dataset=name)}  # its text, fetched
+
+
+# The text of each local task's corpus (a dataset, or a built-in corpus read whole): its entry as
+# plain data for the job, and what reading it needs.
+TASK_TEXTS = task_text_datasets(config)
+# The local tasks as their build reads them: a permission to overlap training text changes no item.
+LOCAL_TASK_SPECS = {
+    name: {key: value for key, value in spec.items() if key not in ("allow_overlap", "overlap_reason")}
+    for name, spec in config["evaluation"]["local_tasks"].items()
+}
+TASK_TEXT_INPUTS = {name: text_inputs(DatasetSpec.from_config(name, entry)) for name, entry in TASK_TEXTS.items()}
 
 
 def get_deb(wildcards):

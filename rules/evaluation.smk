@@ -5,9 +5,7 @@
 
 rule build_eval_tasks:
     input:
-        corpora=lambda wildcards: sorted(
-            {fill(path.corpus, corpus=spec["corpus"]) for spec in config["evaluation"]["local_tasks"].values()}
-        ),
+        texts=lambda wildcards: sorted({file for inputs in TASK_TEXT_INPUTS.values() for files in inputs.values() for file in ([files] if isinstance(files, str) else files)}),
     output:
         directory(path.eval_tasks),
     log:
@@ -15,7 +13,9 @@ rule build_eval_tasks:
     benchmark:
         "logs/benchmarks/build_eval_tasks.tsv"
     params:
-        specs=lookup(dpath="evaluation/local_tasks", within=config),
+        specs=LOCAL_TASK_SPECS,
+        texts=TASK_TEXTS,
+        text_dirs={name: inputs.get("corpus") for name, inputs in TASK_TEXT_INPUTS.items()},
     script:
         "../workflow_scripts/build_eval_tasks.py"
 

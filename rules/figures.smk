@@ -18,6 +18,7 @@ rule family_figure:
         "logs/benchmarks/family_figure/{family}_{dataset}.tsv"
     params:
         models=lookup(dpath="families/{family}/models", within=config),
+        compares_size=lookup(dpath="families/{family}/compares_size", within=config),
         labels=LABELS,
         trend=TREND,
     script:

@@ -34,6 +34,7 @@ rule trend_table:
         "logs/benchmarks/trend_table/{family}_{dataset}.tsv"
     params:
         models=lookup(dpath="families/{family}/models", within=config),
+        compares_size=lookup(dpath="families/{family}/compares_size", within=config),
         labels=LABELS,
         trend=TREND,
     script:

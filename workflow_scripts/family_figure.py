@@ -13,4 +13,5 @@ with logged(snakemake.log[0]):
         labels=snakemake.params.labels,
         trend=snakemake.params.trend,
         out_path=snakemake.output[0],
+        compares_size=snakemake.params.compares_size,
     )

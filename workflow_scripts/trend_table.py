@@ -8,4 +8,5 @@ with logged(snakemake.log[0]):
         family=snakemake.wildcards.family, dataset=snakemake.wildcards.dataset, model_names=snakemake.params.models,
         geometry_paths=snakemake.input.geometry, handle_paths=snakemake.input.handles, labels=snakemake.params.labels,
         trend=snakemake.params.trend, csv_path=snakemake.output.csv, markdown_path=snakemake.output.markdown,
+        compares_size=snakemake.params.compares_size,
     )

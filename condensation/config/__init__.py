@@ -7,5 +7,7 @@
   runs       a training run's settings with the reason for every default, its step arithmetic
              and its plan (run.json)
   objectives the registry of training objectives (auxiliary losses, baselines) and their settings
+  datasets   what the file system tells before a run: your files' globs and length, the text of a
+             local task, and whether training reads it too (the leak check)
   plan       what a config implies: runs, checkpoints, scored tasks, score tables, GPUs
 """

@@ -7,8 +7,10 @@ disagree."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -140,51 +142,119 @@ class ActiveForgettingConfig:
             raise ValueError(f"ActiveForgettingConfig.std must be a finite number > 0, or None, got {self.std}")
 
 
+KINDS = ("ce", "auxiliary", "baseline")
+
+
 @dataclass(frozen=True)
 class Objective:
-    """One value of a method's ``objective``: what it adds to cross-entropy and how to set it."""
+    """One value of a method's ``objective``: everything the pipeline knows of it, in one entry.
+    The config schema (its objective names and per-method options), ``python -m condensation
+    objectives`` (the README points there) and the loss tests all read the registry."""
 
     name: str
     kind: str
     """``ce`` (cross-entropy alone), ``auxiliary`` (CE + weight x a loss on the hidden states)
     or ``baseline`` (CE with a hook into the training loop)."""
     settings: type | None
-    """The dataclass that holds its options (``AuxLossConfig`` for every auxiliary loss)."""
+    """The dataclass that holds its options and checks them in ``__post_init__`` (for an
+    auxiliary loss, ``AuxLossConfig`` or a subclass of it that adds the loss' own options)."""
     options: tuple[str, ...]
-    """The option names a method with this objective may set, each a field of ``settings``."""
+    """The option names a method with this objective may set, each a field of ``settings``.
+    An option the schema does not describe is taken as any value, checked by ``settings``."""
     implementation: str = ""
-    """``module:attribute`` of the torch code: a layer loss ``(z, AuxLossConfig) -> scalar`` or a
+    """``module:attribute`` of the torch code: a layer loss ``(z, settings) -> scalar`` or a
     ``TrainingBaseline`` class; imported only when a run trains."""
+    reference: str = ""
+    """auxiliary: ``module:attribute`` of the plain formula ``(z, settings) -> scalar`` on float64
+    ``[B, T, F]`` states (loops, no tricks) that the loss tests compare the implementation with;
+    an auxiliary objective without one fails those tests, saying so."""
+    summary: str = ""
+    """One line on what it does, shown by ``python -m condensation objectives`` and in the schema."""
 
     def load(self) -> Any:
-        module, _, attribute = self.implementation.partition(":")
-        return getattr(importlib.import_module(module), attribute)
+        return _import(self.implementation)
+
+    def load_reference(self) -> Any:
+        if not self.reference:
+            raise NotImplementedError(
+                f"objective {self.name!r} has no reference formula: set reference='module:function' in its "
+                "OBJECTIVES entry (a plain float64 transcription of the loss, for the tests)"
+            )
+        return _import(self.reference)
+
+
+def _import(target: str) -> Any:
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 _AUX = ("weight", "placement", "max_tokens")
 
 
+_LOSSES = "condensation.training.losses"
+
+
 OBJECTIVES: dict[str, Objective] = {
     objective.name: objective
     for objective in (
-        Objective("ce", "ce", None, ()),
+        Objective("ce", "ce", None, (), summary="cross-entropy only"),
         Objective(
-            "dispersion", "auxiliary", AuxLossConfig, (*_AUX, "tau", "clamp", "kernel"), "condensation.training.losses:dispersion"
-        ),
-        Objective("decorrelation", "auxiliary", AuxLossConfig, _AUX, "condensation.training.losses:decorrelation"),
-        Objective("l2_repel", "auxiliary", AuxLossConfig, (*_AUX, "tau", "norm_weight"), "condensation.training.losses:l2_repel"),
-        Objective(
-            "orthogonalization", "auxiliary", AuxLossConfig, (*_AUX, "clamp", "margin"), "condensation.training.losses:orthogonalization"
+            "dispersion", "auxiliary", AuxLossConfig, (*_AUX, "tau", "clamp", "kernel"), f"{_LOSSES}:dispersion",
+            f"{_LOSSES}:reference_dispersion", "the paper's loss: log-mean-exp of minus the tokens' angular distances / tau",
         ),
         Objective(
-            "noisy_embedding", "baseline", NoisyEmbeddingConfig, ("alpha",), "condensation.training.baselines:NoisyEmbedding"
+            "decorrelation", "auxiliary", AuxLossConfig, _AUX, f"{_LOSSES}:decorrelation",
+            f"{_LOSSES}:reference_decorrelation", "mean squared correlation between distinct tokens",
+        ),
+        Objective(
+            "l2_repel", "auxiliary", AuxLossConfig, (*_AUX, "tau", "norm_weight"), f"{_LOSSES}:l2_repel",
+            f"{_LOSSES}:reference_l2_repel", "dispersion with squared Euclidean distance, plus a norm penalty",
+        ),
+        Objective(
+            "orthogonalization", "auxiliary", AuxLossConfig, (*_AUX, "clamp", "margin"), f"{_LOSSES}:orthogonalization",
+            f"{_LOSSES}:reference_orthogonalization", "hinge on the angular distance of pairs closer than margin",
+        ),
+        Objective(
+            "noisy_embedding", "baseline", NoisyEmbeddingConfig, ("alpha",), "condensation.training.baselines:NoisyEmbedding",
+            summary="uniform noise added to the input embeddings",
         ),
         Objective(
             "active_forgetting", "baseline", ActiveForgettingConfig, ("every", "tied_head", "std"),
-            "condensation.training.baselines:ActiveForgetting",
+            "condensation.training.baselines:ActiveForgetting", summary="the input embeddings re-initialised every `every` steps",
         ),
     )
 }
+
+
+def check_objective(objective: Objective) -> list[str]:
+    """What is wrong with a registry entry, in words (empty when nothing): a known kind, settings
+    that hold every option, and for an auxiliary loss settings built on ``AuxLossConfig``."""
+    problems = []
+    where = f"OBJECTIVES[{objective.name!r}]"
+    if objective.kind not in KINDS:
+        problems.append(f"{where}: kind {objective.kind!r} is not one of {KINDS}")
+    if objective.kind != "ce" and (objective.settings is None or not objective.implementation):
+        problems.append(f"{where}: a {objective.kind} objective needs settings and implementation")
+    if objective.settings is not None:
+        fields = {field.name for field in dataclasses.fields(objective.settings)}
+        missing = sorted(set(objective.options) - fields)
+        if missing:
+            problems.append(f"{where}: options {missing} are no field of {objective.settings.__name__}")
+    if objective.kind == "auxiliary" and objective.settings is not None and not issubclass(objective.settings, AuxLossConfig):
+        problems.append(f"{where}: an auxiliary loss' settings must be AuxLossConfig or a subclass of it")
+    return problems
+
+
+def register(objective: Objective) -> Objective:
+    """Add an objective to the registry (what an entry in ``OBJECTIVES`` above does, for code that
+    lives elsewhere); ValueError if the entry is inconsistent or the name is taken."""
+    if objective.name in OBJECTIVES:
+        raise ValueError(f"objective {objective.name!r} is already registered")
+    problems = check_objective(objective)
+    if problems:
+        raise ValueError("; ".join(problems))
+    OBJECTIVES[objective.name] = objective
+    return objective
 
 
 def loss_names() -> tuple[str, ...]:
@@ -201,7 +271,9 @@ class MethodSettings:
 
     objective: str
     loss: AuxLossConfig | None = None
-    baseline: NoisyEmbeddingConfig | ActiveForgettingConfig | None = None
+    """An auxiliary objective's settings (``AuxLossConfig`` or its subclass in the registry)."""
+    baseline: Any = None
+    """A baseline objective's settings: the dataclass its registry entry names."""
 
     @property
     def aux_weight(self) -> float:
@@ -226,7 +298,23 @@ def resolve_method(spec: Mapping[str, Any]) -> MethodSettings:
     if extra:
         raise ValueError(f"option(s) {extra} do not apply to objective {name!r} (it takes: {list(objective.options)})")
     if objective.kind == "auxiliary":
-        return MethodSettings(name, loss=AuxLossConfig(name=name, **options))
+        return MethodSettings(name, loss=objective.settings(name=name, **options))
     if objective.kind == "baseline":
         return MethodSettings(name, baseline=objective.settings(**options))
     return MethodSettings(name)
+
+
+def describe() -> str:
+    """The registry as a table: name, kind, options, summary."""
+    rows = [(o.name, o.kind, ", ".join(o.options) or "-", o.summary) for o in OBJECTIVES.values()]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return "\n".join(f"{n:<{widths[0]}}  {k:<{widths[1]}}  {opts:<{widths[2]}}  {summary}" for n, k, opts, summary in rows)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m condensation objectives``: every registered objective with its options."""
+    if argv:
+        print("usage: python -m condensation objectives", file=sys.stderr)
+        return 2
+    print(describe())
+    return 0

@@ -10,7 +10,7 @@ A *series* is one model measured at several points of its training (Fig. 4).
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from condensation.config.objectives import AuxLossConfig, resolve_method
 from condensation.config.runs import TrainConfig, checkpoint_steps, total_steps
@@ -195,3 +195,42 @@ def check_series(config: Mapping[str, Any]) -> list[str]:
         if len(set(labels)) != len(labels):
             problems.append(f"{where}.checkpoints: labels repeat")
     return problems
+
+
+class FamilySizeError(ValueError):
+    """A family that compares sizes is not listed smallest first, or holds two models of one size."""
+
+
+def check_size_order(family: str, model_names: Sequence[str], labels: Mapping[str, str], sizes: Sequence[int | None]) -> None:
+    """For a family with ``compares_size``: its sizes (parameter counts, from the handles) must
+    increase along ``config.families.<family>.models``. Models that share a label are replicates
+    of one size (other seeds) and may stand together; two labels of one size are refused, as is a
+    replicate of another size. Raises :class:`FamilySizeError` naming the key and the fix."""
+    where = f"config.families.{family}.models"
+    sized: dict[str, int] = {}  # label -> its size, in list order
+    for name, size in zip(model_names, sizes, strict=True):
+        label = labels.get(name, name)
+        if size is None:
+            raise FamilySizeError(f"{where}: the size of '{name}' is unknown, so the order cannot be checked; set compares_size: false")
+        if label in sized and sized[label] != size:
+            raise FamilySizeError(
+                f"{where}: '{name}' shares the label '{label}' (replicates) with a model of another size "
+                f"({size:,} vs {sized[label]:,} parameters); give it a label of its own"
+            )
+        sized.setdefault(label, size)
+    by_size: dict[int, list[str]] = {}
+    for label, size in sized.items():
+        by_size.setdefault(size, []).append(label)
+    same = [labels_of_one for labels_of_one in by_size.values() if len(labels_of_one) > 1]
+    if same:
+        raise FamilySizeError(
+            f"{where}: {same[0]} have one size ({sized[same[0][0]]:,} parameters), and compares_size asks for sizes "
+            "that differ; give replicates one label, or set compares_size: false"
+        )
+    order = list(sized)
+    smallest_first = sorted(order, key=sized.__getitem__)
+    if order != smallest_first:
+        listed = ", ".join(f"{label} ({sized[label]:,})" for label in order)
+        raise FamilySizeError(
+            f"{where}: listed as {listed}; a family that compares sizes is listed smallest first: {smallest_first}"
+        )

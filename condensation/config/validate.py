@@ -14,7 +14,8 @@ import jsonschema
 import yaml
 
 from condensation.config.corpora import CORPORA
-from condensation.config.objectives import OBJECTIVES
+from condensation.config.datasets import check_datasets, check_local_tasks
+from condensation.config.objectives import OBJECTIVES, check_objective
 from condensation.config.plan import (
     STUDIES,
     check_series,
@@ -41,16 +42,27 @@ def load_schema() -> dict[str, Any]:
         raise ConfigError(f"schema $defs.train and config.runs.TrainConfig disagree on {sorted(set(train) ^ set(defaults))}")
     for name, default in defaults.items():
         train[name]["default"] = list(default) if isinstance(default, tuple) else default
-    method = schema["$defs"]["method"]["properties"]
-    options = {option for objective in OBJECTIVES.values() for option in objective.options}
-    if set(method) - {"objective"} != options:
-        raise ConfigError(f"schema $defs.method and config.objectives.OBJECTIVES disagree on {sorted((set(method) - {'objective'}) ^ options)}")
-    method["objective"]["enum"] = list(OBJECTIVES)
+    _objectives_into(schema["$defs"]["method"]["properties"])
     properties = schema["properties"]
     properties["datasets"]["additionalProperties"]["properties"]["source"]["enum"] = ["hub", *CORPORA, "files"]
-    local_task = properties["evaluation"]["properties"]["local_tasks"]["additionalProperties"]["properties"]
-    local_task["corpus"]["enum"] = list(CORPORA)
     return schema
+
+
+def _objectives_into(method: dict[str, Any]) -> None:
+    """The registry's objectives and options into the schema of a method: the objective names and
+    what each does, and any option the schema does not describe (a registered objective's own),
+    taken as any value there and checked by its settings dataclass (``resolve_method``)."""
+    problems = [problem for objective in OBJECTIVES.values() for problem in check_objective(objective)]
+    options = {option: name for name, objective in OBJECTIVES.items() for option in objective.options}
+    stale = sorted(set(method) - {"objective"} - set(options))
+    if stale:
+        problems.append(f"schema $defs.method describes options no objective of config.objectives.OBJECTIVES takes: {stale}")
+    if problems:
+        raise ConfigError("; ".join(problems))
+    for option, objective in options.items():
+        method.setdefault(option, {"description": f"an option of {objective} (checked by its settings dataclass)"})
+    method["objective"]["enum"] = list(OBJECTIVES)
+    method["objective"]["description"] = "; ".join(f"{name}: {o.summary or o.kind}" for name, o in OBJECTIVES.items())
 
 
 def _with_defaults(validator_class: type) -> type:
@@ -89,9 +101,24 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
     ]
     if not problems:
         problems = _add_series_models(config) or _cross_check(config)
+    if not problems:  # the file system, once the names all refer to something
+        problems = check_datasets(config) + check_local_tasks(config)
     if problems:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems) + _overlay_hint(problems))
     return config
+
+
+OVERLAY_HINT = (
+    "\n(an overlay goes after the config it changes, which a --configfile replaces: give it after config.yaml, "
+    "`--configfile config.yaml mine.yaml`; configs/paper-miniature.yaml goes after configs/paper.yaml)"
+)
+
+
+def _overlay_hint(problems: list[str]) -> str:
+    """The hint for a config that lacks a top-level required section: most likely an overlay
+    given alone."""
+    lacking = any(problem == f"config: '{key}' is a required property" for problem in problems for key in ("models", "datasets"))
+    return OVERLAY_HINT if lacking else ""
 
 
 def _add_series_models(config: dict[str, Any]) -> list[str]:

@@ -11,13 +11,13 @@ are stored as text, tokenizer-independent; each model's tokenizer then cuts exac
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 import numpy as np
 
+from condensation.config.datasets import local_files, too_short
 from condensation.config.specs import DatasetSpec, SamplingConfig
 from condensation.data.corpus import paragraphs
 from condensation.runtime.io import (
@@ -33,11 +33,6 @@ START_FRACTION = 0.95
 
 class DatasetError(ValueError):
     """A dataset cannot provide what was asked of it (empty, too short, unreadable)."""
-
-
-def local_files(patterns: Sequence[str]) -> list[str]:
-    """The files a ``files`` dataset names: every pattern globbed (``**`` recursive), sorted, once each."""
-    return sorted({path for pattern in patterns for path in glob.glob(pattern, recursive=True)})
 
 
 def read_local_documents(spec: DatasetSpec, corpus_dir: str | Path | None) -> dict[str, str]:
@@ -104,6 +99,14 @@ def iter_rows(spec: DatasetSpec, corpus_dir: str | Path | None = None, batch_siz
         yield [text for text in batch[spec.field] if isinstance(text, str) and text.strip()]
 
 
+def read_documents(spec: DatasetSpec, corpus_dir: str | Path | None = None) -> dict[str, str]:
+    """The dataset's documents by name: a local dataset's files or corpus documents; a hub
+    dataset's rows joined into one document named after the dataset (paragraphs between rows)."""
+    if spec.source != "hub":
+        return read_local_documents(spec, corpus_dir)
+    return {spec.dataset: "\n\n".join(row for batch in iter_rows(spec, corpus_dir) for row in batch)}
+
+
 def load_rows(spec: DatasetSpec, corpus_dir: str | Path | None = None) -> list[str]:
     """The dataset as an ordered list of non-empty text rows (hub rows, or local paragraphs)."""
     rows = [row for batch in iter_rows(spec, corpus_dir) for row in batch]
@@ -112,15 +115,19 @@ def load_rows(spec: DatasetSpec, corpus_dir: str | Path | None = None) -> list[s
     return rows
 
 
+OVERLAP_WARNING_FRACTION = 0.1
+"""Above this share of sampled rows that repeat rows of other sequences, sampling warns: the
+sequences are then far from independent, while the intervals over them count them so (a text set
+of a few times ``num_sequences x min_words`` words exceeds it; the built-in corpora stay near 0)."""
+
+
 def sample_sequences(rows: list[str], sampling: SamplingConfig) -> list[dict[str, Any]]:
-    """``num_sequences`` windows of consecutive rows holding at least ``min_words`` words each."""
+    """``num_sequences`` windows of consecutive rows holding at least ``min_words`` words each.
+    DatasetError when the rows hold fewer than ``num_sequences x min_words`` words."""
     word_counts = np.array([len(row.split()) for row in rows])
-    total_words = int(word_counts.sum())
-    if total_words < sampling.min_words:
-        raise DatasetError(
-            f"dataset holds {total_words} words in all, fewer than min_words={sampling.min_words} "
-            "needed for one sequence"
-        )
+    problem = too_short(int(word_counts.sum()), sampling.num_sequences, sampling.min_words)
+    if problem:
+        raise DatasetError(problem)
     samples = []
     for index in range(sampling.num_sequences):
         rng = np.random.default_rng([sampling.seed, index])
@@ -130,8 +137,18 @@ def sample_sequences(rows: list[str], sampling: SamplingConfig) -> list[dict[str
             taken.append(rows[row])
             words += int(word_counts[row])
             row = (row + 1) % len(rows)
-        samples.append({"index": index, "start_row": start, "num_words": words, "text": "\n".join(taken)})
+        samples.append({"index": index, "start_row": start, "num_rows": len(taken), "num_words": words, "text": "\n".join(taken)})
     return samples
+
+
+def repeated_fraction(samples: list[dict[str, Any]], num_rows: int) -> float:
+    """The share of the sampled rows that another sequence (or the same one, wrapped) also holds:
+    0 for disjoint windows, near 1 when every sequence reads the same few paragraphs."""
+    counts = np.zeros(num_rows, dtype=np.int64)
+    for sample in samples:
+        np.add.at(counts, (sample["start_row"] + np.arange(sample["num_rows"])) % num_rows, 1)
+    used = int(counts.sum())
+    return float(counts[counts > 1].sum() / used) if used else 0.0
 
 
 def write_samples(path: str | Path, samples: list[dict[str, Any]], **manifest_fields: Any) -> None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from condensation import models
 from condensation.config.corpora import CORPORA
@@ -30,12 +31,31 @@ def fetch_dataset(*, name: str, spec: Mapping[str, Any], out_dir: str | Path) ->
     log.info("%s: %d rows of %s", name, rows, spec["path"])
 
 
+@contextlib.contextmanager
+def naming_the_dataset(name: str) -> Iterator[None]:
+    """A DatasetError raised inside, with the config key of the dataset it is about in front."""
+    try:
+        yield
+    except text.DatasetError as error:
+        if str(error).startswith("config."):
+            raise
+        raise text.DatasetError(f"config.datasets.{name}: {error}") from error
+
+
 def sample_dataset(
     *, name: str, spec: Mapping[str, Any], sampling: SamplingConfig | Mapping[str, Any], out_path: str | Path, corpus_dir: str | Path | None
 ) -> None:
     sampling = typed(SamplingConfig, sampling)
-    rows = text.load_rows(DatasetSpec.from_config(name, spec), corpus_dir)
-    samples = text.sample_sequences(rows, sampling)
+    with naming_the_dataset(name):
+        rows = text.load_rows(DatasetSpec.from_config(name, spec), corpus_dir)
+        samples = text.sample_sequences(rows, sampling)
+    repeated = text.repeated_fraction(samples, len(rows))
+    if repeated > text.OVERLAP_WARNING_FRACTION:
+        log.warning(
+            "config.datasets.%s: %.0f%% of the sampled text is shared between sequences (over %.0f%%): they are "
+            "far from independent, and the intervals treat them as independent; add text, or lower "
+            "config.sampling.num_sequences or min_words", name, 100 * repeated, 100 * text.OVERLAP_WARNING_FRACTION,
+        )
     text.write_samples(
         out_path,
         samples,
@@ -45,6 +65,7 @@ def sample_dataset(
         seq_len=sampling.seq_len,
         min_words=sampling.min_words,
         seed=sampling.seed,
+        repeated_fraction=repeated,
     )
     log.info("%s: %d sequences from %d rows", name, len(samples), len(rows))
 
@@ -65,6 +86,7 @@ def pack_training_data(
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(str(source))
-    batches = text.iter_rows(DatasetSpec.from_config(dataset, spec), corpus_dir)
-    num_train, num_val = packing.pack_token_blocks(batches, tokenizer, block_size, validation_fraction, out_path)
+    with naming_the_dataset(dataset):
+        batches = text.iter_rows(DatasetSpec.from_config(dataset, spec), corpus_dir)
+        num_train, num_val = packing.pack_token_blocks(batches, tokenizer, block_size, validation_fraction, out_path)
     log.info("packed %d train + %d validation blocks of %d tokens", num_train, num_val, block_size)

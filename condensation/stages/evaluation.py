@@ -15,6 +15,7 @@ from condensation.evaluation.score_files import item_rows_path, lm_eval_path
 from condensation.evaluation.tasks import build_local_tasks
 from condensation.runtime.io import atomic_path, read_json, write_json, write_manifest
 from condensation.runtime.run_dir import RunDir, parse_step, step_name
+from condensation.stages.data import naming_the_dataset
 
 # the table modules (pandas, scipy: 2 s) are imported by the table stages only; scoring and
 # picking a score are jobs of their own that need neither.
@@ -22,16 +23,31 @@ from condensation.runtime.run_dir import RunDir, parse_step, step_name
 log = logging.getLogger("condensation")
 
 
-def build_eval_tasks(*, corpus_dirs: Sequence[str | Path], specs: Mapping[str, Mapping[str, Any]], out_dir: str | Path) -> None:
-    """The offline multiple-choice tasks, from held-out documents of the built corpora
-    (``data/corpus/<corpus>`` directories)."""
-    # each corpus read once, through the same (manifest-checked) reader as the datasets
-    corpora = [DatasetSpec.from_config(Path(path).name, {"source": Path(path).name}) for path in corpus_dirs]
-    documents = {spec.dataset: text.read_local_documents(spec, path) for spec, path in zip(corpora, corpus_dirs)}
+TASK_TEXT_KEYS = ("corpus", "allow_overlap", "overlap_reason")
+"""Keys of a local task's config entry that say where its text comes from, not how items are built."""
+
+
+def build_eval_tasks(
+    *, specs: Mapping[str, Mapping[str, Any]], texts: Mapping[str, Mapping[str, Any]],
+    text_dirs: Mapping[str, str | Path | None], out_dir: str | Path,
+) -> None:
+    """The offline multiple-choice tasks, from held-out documents of their corpora: ``texts`` maps
+    each task's ``corpus`` to its dataset entry (``config.datasets.task_text_datasets``) and
+    ``text_dirs`` to its built corpus or fetched hub text (None for a ``files`` dataset)."""
+    # each text read once, through the same (manifest-checked) reader as the datasets
+    documents = {}
+    for name, entry in texts.items():
+        with naming_the_dataset(name):
+            documents[name] = text.read_documents(DatasetSpec.from_config(name, entry), text_dirs[name])
     with atomic_path(out_dir) as tmp:
         for name, spec in specs.items():
-            task_spec = {key: value for key, value in spec.items() if key != "corpus"}
-            build_local_tasks(documents[spec["corpus"]], {name: task_spec}, tmp / name)
+            task_spec = {key: value for key, value in spec.items() if key not in TASK_TEXT_KEYS}
+            if task_spec.get("documents") is None:  # all of the corpus' documents, in order
+                task_spec["documents"] = list(documents[spec["corpus"]])
+            try:
+                build_local_tasks(documents[spec["corpus"]], {name: task_spec}, tmp / name)
+            except ValueError as error:
+                raise ValueError(f"config.evaluation.local_tasks.{name}: {error}") from error
         write_json(tmp / "tasks.json", {"tasks": list(specs)})
         write_manifest(tmp, kind="eval_tasks")
 

@@ -49,10 +49,14 @@ def _entries(
 def family_figure(
     *, family: str, dataset: str, model_names: Sequence[str], geometry_paths: Sequence[str | Path],
     handle_paths: Sequence[str | Path], labels: Mapping[str, str], trend: TrendConfig | Mapping[str, Any], out_path: str | Path,
+    compares_size: bool,
 ) -> None:
     from condensation.reporting.figures.trends import plot_family_trend
+    from condensation.stages.geometry import check_family_sizes
 
     trend = typed(TrendConfig, trend)
+    if compares_size:  # the first job that knows the sizes (with the trend table)
+        check_family_sizes(family, model_names, handle_paths, labels)
     entries = _entries(model_names, geometry_paths, handle_paths, labels, trend)
     plot_family_trend(entries, out_path, title=f"{family} on {dataset}")
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from condensation import geometry, models
+from condensation.config.plan import check_size_order
 from condensation.config.specs import (
     ExtractionConfig,
     SamplingConfig,
@@ -73,14 +74,22 @@ def trend_rows(
     return pd.DataFrame(rows)
 
 
+def check_family_sizes(family: str, model_names: Sequence[str], handle_paths: Sequence[str | Path], labels: Mapping[str, str]) -> None:
+    """A family that compares sizes must list them smallest first (``plan.check_size_order``)."""
+    sizes = [models.ModelHandle.load(path).num_parameters for path in handle_paths]
+    check_size_order(family, model_names, labels, sizes)
+
+
 def trend_table(
     *, family: str, dataset: str, model_names: Sequence[str], geometry_paths: Sequence[str | Path],
     handle_paths: Sequence[str | Path], labels: Mapping[str, str], trend: TrendConfig | Mapping[str, Any],
-    csv_path: str | Path, markdown_path: str | Path,
+    csv_path: str | Path, markdown_path: str | Path, compares_size: bool,
 ) -> None:
     from condensation.reporting import trend_tables
 
     trend = typed(TrendConfig, trend)
+    if compares_size:  # the first job that knows the sizes (with the family figure)
+        check_family_sizes(family, model_names, handle_paths, labels)
     table = trend_rows(model_names, geometry_paths, handle_paths, labels, trend)
     trend_tables.write_trend_table(table, family=family, dataset=dataset, csv_path=csv_path, markdown_path=markdown_path)
 

@@ -24,8 +24,9 @@ Losses (``D_ij`` is a distance between tokens ``i != j`` of one sequence):
 
 Every loss computes in float32 at least (bf16/fp16 inputs are upcast, autocast is switched off
 inside) and returns a 0-dim tensor: float32, or float64 for float64 input (so ``gradcheck``
-works). ``reference_layer_loss`` is a slow loop-based float64 transcription of the same
-definitions, kept next to the fast code so that tests can compare the two.
+works). ``reference_layer_loss`` runs an objective's slow loop-based float64 transcription of
+its definition (``reference_dispersion`` and the others here, named by the registry entry), so
+that tests can compare the two.
 """
 
 from __future__ import annotations
@@ -209,44 +210,64 @@ def auxiliary_loss(hidden_states: Sequence[Tensor], config: AuxLossConfig,
 
 
 def reference_layer_loss(z: Tensor, config: AuxLossConfig) -> Tensor:
-    """The definitions, transcribed with Python loops over (b, i, j), in float64. Tests only.
+    """The objective's plain reference formula (its registry entry's ``reference``) in float64.
+    Tests only. NotImplementedError, saying so, for an objective registered without one."""
+    return OBJECTIVES[config.name].load_reference()(z.double(), config)
 
-    Ignores ``max_tokens`` (tests subsample explicitly) and uses a plain clamp, which has the
-    same value and, away from the clamp region, the same gradient as the straight-through one.
-    """
-    z = z.double()
-    batch, num_tokens, features = z.shape
 
-    def cosine(u: Tensor, v: Tensor) -> Tensor:
-        return torch.dot(u, v) / (torch.clamp(u.norm(), min=NORM_EPS) * torch.clamp(v.norm(), min=NORM_EPS))
+# The four definitions, transcribed with Python loops over (b, i, j) in float64. They ignore
+# ``max_tokens`` (tests subsample explicitly) and use a plain clamp, which has the same value and,
+# away from the clamp region, the same gradient as the straight-through one.
 
-    def angular(u: Tensor, v: Tensor) -> Tensor:
-        return torch.acos(torch.clamp(cosine(u, v), -1.0 + config.clamp, 1.0 - config.clamp)) / math.pi
+
+def _reference_cosine(u: Tensor, v: Tensor) -> Tensor:
+    return torch.dot(u, v) / (torch.clamp(u.norm(), min=NORM_EPS) * torch.clamp(v.norm(), min=NORM_EPS))
+
+
+def _reference_angular(u: Tensor, v: Tensor, clamp: float) -> Tensor:
+    return torch.acos(torch.clamp(_reference_cosine(u, v), -1.0 + clamp, 1.0 - clamp)) / math.pi
+
+
+def _pairs(num_tokens: int) -> list[tuple[int, int]]:
+    return [(i, j) for i in range(num_tokens) for j in range(num_tokens) if i != j]
+
+
+def _reference_log_mean_exp(z: Tensor, distance: Callable[[Tensor, Tensor], Tensor], tau: float) -> Tensor:
+    """Batch mean of log(mean over pairs i != j of exp(-distance(z_i, z_j) / tau))."""
+    batch, num_tokens, _ = z.shape
+    total = torch.zeros((), dtype=torch.float64)
+    for b in range(batch):
+        acc = sum(torch.exp(-distance(z[b, i], z[b, j]) / tau) for i, j in _pairs(num_tokens))
+        total = total + torch.log(acc / len(_pairs(num_tokens))) / batch
+    return total
+
+
+def _reference_pair_mean(z: Tensor, term: Callable[[Tensor, Tensor], Tensor]) -> Tensor:
+    """Mean of term(z_i, z_j) over the batch and pairs i != j."""
+    batch, num_tokens, _ = z.shape
+    terms = [term(z[b, i], z[b, j]) for b in range(batch) for i, j in _pairs(num_tokens)]
+    return torch.stack(terms).mean()
+
+
+def reference_dispersion(z: Tensor, config: AuxLossConfig) -> Tensor:
+    return _reference_log_mean_exp(z, lambda u, v: _reference_angular(u, v, config.clamp), config.tau)
+
+
+def reference_l2_repel(z: Tensor, config: AuxLossConfig) -> Tensor:
+    features = z.shape[-1]
+    repel = _reference_log_mean_exp(z, lambda u, v: ((u - v) ** 2).sum() / features, config.tau)
+    return repel + config.norm_weight * (z**2).mean()
+
+
+def reference_decorrelation(z: Tensor, config: AuxLossConfig) -> Tensor:
+    features = z.shape[-1]
 
     def standardised(u: Tensor) -> Tensor:
         centred = u - u.sum() / features
         return centred / torch.clamp(torch.sqrt((centred**2).sum() / features), min=NORM_EPS)
 
-    pairs = [(i, j) for i in range(num_tokens) for j in range(num_tokens) if i != j]
-    total = torch.zeros((), dtype=torch.float64)
-    for b in range(batch):
-        x = z[b]
-        if config.name in ("dispersion", "l2_repel"):
-            acc = torch.zeros((), dtype=torch.float64)
-            for i, j in pairs:
-                if config.name == "dispersion":
-                    dist = angular(x[i], x[j])
-                else:
-                    dist = ((x[i] - x[j]) ** 2).sum() / features
-                acc = acc + torch.exp(-dist / config.tau)
-            total = total + torch.log(acc / len(pairs)) / batch
-        else:
-            for i, j in pairs:
-                if config.name == "decorrelation":
-                    term = ((standardised(x[i]) * standardised(x[j])).sum() / features) ** 2
-                else:  # orthogonalization
-                    term = torch.relu(config.margin - angular(x[i], x[j])) ** 2
-                total = total + term / (batch * len(pairs))
-    if config.name == "l2_repel":
-        total = total + config.norm_weight * (z**2).mean()
-    return total
+    return _reference_pair_mean(z, lambda u, v: ((standardised(u) * standardised(v)).sum() / features) ** 2)
+
+
+def reference_orthogonalization(z: Tensor, config: AuxLossConfig) -> Tensor:
+    return _reference_pair_mean(z, lambda u, v: torch.relu(config.margin - _reference_angular(u, v, config.clamp)) ** 2)

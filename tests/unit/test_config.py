@@ -181,3 +181,131 @@ def test_mapping_order_is_kept():
     methods = {"zeta": {"objective": "ce"}, "alpha": {"objective": "ce"}, "mid": {"objective": "ce"}}
     config = validate_config(with_changes(midtrain={**MIDTRAIN, "methods": methods}))
     assert list(config["midtrain"]["methods"]) == ["zeta", "alpha", "mid"]  # rows of tables and figures
+
+
+# --------------------------------------------------------------------------- text known at plan time
+
+
+def files_dataset(tmp_path, texts, **entry):
+    """A `files` dataset of the given {document: text} under tmp_path."""
+    for name, text in texts.items():
+        (tmp_path / f"{name}.txt").write_text(text)
+    return {"source": "files", "files": [str(tmp_path / "*.txt")], **entry}
+
+
+def test_files_that_read_nothing_stop_validation_with_the_key_and_the_fix(tmp_path):
+    (tmp_path / "folder").mkdir()
+    datasets = {
+        "empty_glob": {"source": "files", "files": [str(tmp_path / "mytext/*.txt")]},
+        "missing": {"source": "files", "files": [str(tmp_path / "gone.txt")]},
+        "folder": {"source": "files", "files": [str(tmp_path / "folder")]},
+    }
+    with pytest.raises(ConfigError) as error:
+        validate_config(with_changes(datasets=datasets))
+    message = str(error.value)
+    assert "config.datasets.empty_glob.files[0]: " in message and "matches no file" in message
+    assert "config.datasets.missing.files[0]: file " in message and "does not exist" in message
+    assert "config.datasets.folder.files[0]: " in message and "is a directory; name its files with a glob" in message
+
+
+def test_a_sampled_files_dataset_too_short_for_its_sequences_stops_validation(tmp_path):
+    mine = files_dataset(tmp_path, {"a": "word " * 225})
+    family = {"f": {"models": ["m"], "datasets": ["mine"]}}
+    sampling = {"num_sequences": 4, "seq_len": 32, "min_words": 60}  # 240 words needed
+    with pytest.raises(ConfigError, match=r"config\.datasets\.mine: holds 225 words, fewer than config\.sampling\.num_sequences x min_words = 4 x 60 = 240"):
+        validate_config(with_changes(datasets={"mine": mine}, families=family, sampling=sampling))
+    validate_config(with_changes(datasets={"mine": mine}, families=family, sampling={**sampling, "num_sequences": 3}))
+    # a dataset nothing samples is not held to it
+    validate_config(with_changes(datasets={"austen": {"source": "austen"}, "mine": mine}))
+
+
+def test_exclude_naming_no_file_is_a_plan_time_error(tmp_path):
+    mine = files_dataset(tmp_path, {"a": "word " * 10}, exclude=["b"])
+    with pytest.raises(ConfigError, match=r"config\.datasets\.mine\.exclude: \['b'\] name no file of the dataset"):
+        validate_config(with_changes(datasets={"mine": mine}))
+
+
+def test_a_config_without_models_hints_that_an_overlay_goes_after_config_yaml():
+    with pytest.raises(ConfigError, match=r"(?s)'models' is a required property.*give it after config\.yaml"):
+        validate_config({"sampling": {"num_sequences": 8}})
+    with pytest.raises(ConfigError) as error:
+        validate_config(with_changes(sampels={}))
+    assert "config.yaml" not in str(error.value)  # only where an overlay alone is likely
+
+
+# --------------------------------------------------------------------------- local tasks' text
+
+
+def trained_on(dataset, **datasets):
+    """A config that mid-trains a model on ``dataset`` and scores one cloze task."""
+    return with_changes(
+        datasets={"austen": {"source": "austen"}, "austen-train": {"source": "austen", "exclude": ["persuasion"]}, **datasets},
+        midtrain={"models": ["m"], "dataset": dataset, "geometry_dataset": "austen", "methods": {"ce": {"objective": "ce"}}},
+    )
+
+
+def with_task(config, **task):
+    config["evaluation"] = {"tasks": {"cloze": "zero"}, "reference": "ce", "local_tasks": {"cloze": {"kind": "cloze", **task}}}
+    return config
+
+
+def test_a_local_task_reads_any_dataset_or_built_in_corpus(tmp_path):
+    mine = files_dataset(tmp_path, {"licence_a": "Some text.", "licence_b": "More text."})
+    config = validate_config(with_task(trained_on("austen-train", licenses=mine), corpus="licenses"))
+    assert config["evaluation"]["local_tasks"]["cloze"]["documents"] is None  # all of its files
+    validate_config(with_task(trained_on("austen-train", licenses=mine), corpus="licenses", documents=["licence_b"]))
+    # a built-in corpus that no dataset names is read whole
+    validate_config(with_task(trained_on("austen-train"), corpus="python_docs", documents=["glossary"]))
+    with pytest.raises(ConfigError, match=r"local_tasks\.cloze\.corpus: 'licences' is neither a dataset of config\.datasets .* nor a built-in corpus"):
+        validate_config(with_task(trained_on("austen-train", licenses=mine), corpus="licences"))
+    with pytest.raises(ConfigError, match=r"local_tasks\.cloze\.documents: \['licence_c'\] are no document of dataset 'licenses'"):
+        validate_config(with_task(trained_on("austen-train", licenses=mine), corpus="licenses", documents=["licence_c"]))
+
+
+def test_held_out_text_that_training_reads_is_an_error_naming_both():
+    leak = with_task(trained_on("austen-train"), corpus="austen", documents=["northangerabbey"])
+    with pytest.raises(ConfigError) as error:
+        validate_config(leak)
+    message = str(error.value)
+    assert "config.evaluation.local_tasks.cloze: its text (corpus 'austen') shares documents ['northangerabbey'] with dataset 'austen-train'" in message
+    assert "config.midtrain.dataset" in message and "allow_overlap: true" in message
+    # Persuasion is held out of austen-train: no leak
+    validate_config(with_task(trained_on("austen-train"), corpus="austen", documents=["persuasion"]))
+    # a corpus training reads whole, asked for all of its documents
+    with pytest.raises(ConfigError, match="shares whichever documents of austen neither excludes"):
+        validate_config(with_task(trained_on("austen"), corpus="austen-train"))
+
+
+def test_overlap_is_allowed_only_with_a_reason():
+    leak = with_task(trained_on("austen-train"), corpus="austen", documents=["emma"], allow_overlap=True)
+    with pytest.raises(ConfigError, match=r"local_tasks\.cloze: 'overlap_reason' is a required property"):
+        validate_config(leak)
+    leak["evaluation"]["local_tasks"]["cloze"]["overlap_reason"] = "measures memorisation on purpose"
+    validate_config(leak)
+
+
+def test_leak_check_compares_files_and_hub_datasets(tmp_path):
+    mine = files_dataset(tmp_path, {"a": "Some text.", "b": "More text."})
+    train_a = {"source": "files", "files": [str(tmp_path / "a.txt")]}
+    with pytest.raises(ConfigError, match=r"shares files \['a'\] with dataset 'train_a'"):
+        validate_config(with_task(trained_on("train_a", mine=mine, train_a=train_a), corpus="mine"))
+    validate_config(with_task(trained_on("train_a", mine=mine, train_a=train_a), corpus="mine", documents=["b"]))
+    wiki = {"source": "hub", "path": "Salesforce/wikitext", "name": "wikitext-2-raw-v1"}
+    with pytest.raises(ConfigError, match="shares the train split of Salesforce/wikitext with dataset 'wiki'"):
+        validate_config(with_task(trained_on("wiki", wiki=wiki, wiki_copy=dict(wiki)), corpus="wiki_copy"))
+    held_out = {**wiki, "split": "test"}
+    validate_config(with_task(trained_on("wiki", wiki=wiki, wiki_test=held_out), corpus="wiki_test"))
+
+
+def test_pretraining_text_counts_as_training_text():
+    config = with_task(
+        with_changes(
+            datasets={"austen": {"source": "austen"}, "austen-train": {"source": "austen", "exclude": ["persuasion"]}},
+            models={"toy": {"source": "pretrain", "arch": {}}},
+            pretrain={"dataset": "austen-train", "train": {"block_size": 128}},
+        ),
+        corpus="austen", documents=["emma"],
+    )
+    config["evaluation"].pop("reference")
+    with pytest.raises(ConfigError, match=r"which training reads \(config\.pretrain\.dataset\)"):
+        validate_config(config)

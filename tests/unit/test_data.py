@@ -8,10 +8,12 @@ import pytest
 from condensation.config.specs import DatasetSpec, SamplingConfig
 from condensation.data.packing import pack_token_blocks, read_blocks, tokenize_exactly
 from condensation.data.text import (
+    OVERLAP_WARNING_FRACTION,
     DatasetError,
     fetch_hub_dataset,
     load_rows,
     read_samples,
+    repeated_fraction,
     sample_sequences,
     write_samples,
 )
@@ -48,8 +50,37 @@ def test_sequence_index_does_not_depend_on_how_many_are_drawn():
 
 
 def test_too_little_text_is_a_clear_error():
-    with pytest.raises(DatasetError, match="fewer than min_words=500"):
+    with pytest.raises(DatasetError, match=r"holds 9 words, fewer than config.sampling.num_sequences x min_words = 6 x 500"):
         sample_sequences(["a few words"] * 3, sampling(min_words=500))
+    # enough for one sequence but not for six of their own: they would share their text
+    with pytest.raises(DatasetError, match="= 6 x 30 = 180; add text to it, or lower"):
+        sample_sequences(["ten words " * 5] * 3, sampling(min_words=30))
+
+
+def test_repeated_fraction_measures_text_the_sequences_share():
+    rows = ["one two three four five"] * 40
+    assert repeated_fraction([{"start_row": 0, "num_rows": 4}, {"start_row": 10, "num_rows": 4}], 40) == 0.0
+    # rows 2 and 3 held by both windows: 4 of the 8 rows read
+    assert repeated_fraction([{"start_row": 0, "num_rows": 4}, {"start_row": 2, "num_rows": 4}], 40) == 0.5
+    # wrapped past the end onto the start of the other
+    assert repeated_fraction([{"start_row": 38, "num_rows": 3}, {"start_row": 0, "num_rows": 1}], 40) == 0.5
+    few = sample_sequences(rows, sampling(num_sequences=6, min_words=30))  # 200 words for 6 x 30
+    assert repeated_fraction(few, len(rows)) > OVERLAP_WARNING_FRACTION
+    assert repeated_fraction(sample_sequences(ROWS * 20, sampling(num_sequences=3)), len(ROWS) * 20) < OVERLAP_WARNING_FRACTION
+
+
+def test_sampling_a_short_dataset_names_its_key_and_warns_on_overlap(tmp_path, caplog):
+    from condensation.stages.data import sample_dataset
+
+    (tmp_path / "short.txt").write_text("Five words and no more.\n")
+    spec = {"source": "files", "files": [str(tmp_path / "short.txt")]}
+    with pytest.raises(DatasetError, match=r"^config\.datasets\.mine: holds 5 words"):
+        sample_dataset(name="mine", spec=spec, sampling=sampling(), out_path=tmp_path / "s.jsonl", corpus_dir=None)
+    (tmp_path / "short.txt").write_text("\n\n".join(f"paragraph {i} " + "word " * 8 for i in range(30)))
+    with caplog.at_level("WARNING", logger="condensation"):
+        sample_dataset(name="mine", spec=spec, sampling=sampling(), out_path=tmp_path / "s.jsonl", corpus_dir=None)
+    assert "config.datasets.mine" in caplog.text and "shared between sequences" in caplog.text
+    assert json.loads((tmp_path / "s.jsonl.manifest.json").read_text())["repeated_fraction"] > OVERLAP_WARNING_FRACTION
 
 
 def test_empty_local_dataset_is_a_clear_error(tmp_path):

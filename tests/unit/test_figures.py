@@ -403,7 +403,7 @@ def test_family_figure_shows_the_trend_table(tmp_path, monkeypatch, include_embe
     monkeypatch.setattr(trends, "plot_family_trend", lambda *a, **k: drawn.append(draw(*a, **k)))
     family_figure(
         family="fam", dataset="wiki", model_names=names, geometry_paths=geometry_paths, handle_paths=handle_paths,
-        labels={"tiny": "Tiny"}, trend=trend, out_path=tmp_path / "family.png",
+        labels={"tiny": "Tiny"}, trend=trend, out_path=tmp_path / "family.png", compares_size=True,
     )
     assert_png(tmp_path / "family.png")
     table = trend_rows(names, geometry_paths, handle_paths, {}, trend)
@@ -416,6 +416,18 @@ def test_family_figure_shows_the_trend_table(tmp_path, monkeypatch, include_embe
                                         "last_half_low"]
     assert list(table.columns[13:]) == ["last_half_high", "depth_slope", "depth_slope_low", "depth_slope_high"]
     assert (table["last_half_low"] < table["last_half"]).all() and (table["last_half"] < table["last_half_high"]).all()
+    # listed largest first, the family stops the figure job with the key and the fix (not checked where sizes are not compared)
+    with pytest.raises(ValueError, match=r"config\.families\.fam\.models: listed as small \(2,000,000\), Tiny \(1,000,000\)"):
+        family_figure(
+            family="fam", dataset="wiki", model_names=names[::-1], geometry_paths=geometry_paths[::-1],
+            handle_paths=handle_paths[::-1], labels={"tiny": "Tiny"}, trend=trend, out_path=tmp_path / "reversed.png",
+            compares_size=True,
+        )
+    family_figure(
+        family="fam", dataset="wiki", model_names=names[::-1], geometry_paths=geometry_paths[::-1],
+        handle_paths=handle_paths[::-1], labels={"tiny": "Tiny"}, trend=trend, out_path=tmp_path / "unordered.png",
+        compares_size=False,
+    )
     # ranks 6, 1..5 against depth give rho = 1 - 6 * 30 / (6 * 35) = 1/7; without layer 0 it is 1
     assert table["spearman_rho"][0] == pytest.approx(1 / 7 if include_embedding_layer else 1.0)
     assert [ax.get_title() for ax in heatmap_axes(drawn[0])] == ["Tiny\n1M", "small\n2M"]

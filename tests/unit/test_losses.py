@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from condensation.config.objectives import LOSS_NAMES, AuxLossConfig
+from condensation.config.objectives import LOSS_NAMES, OBJECTIVES, AuxLossConfig
 from condensation.training.losses import (
     angular_distance,
     auxiliary_loss,
@@ -56,6 +56,14 @@ CONFIGS = {
 }
 
 
+
+
+def loss_config(name: str) -> AuxLossConfig:
+    """The settings a loss is tested with: the constants above, or a newly registered loss' defaults
+    (every loss of the registry is compared with its reference formula)."""
+    return CONFIGS.get(name) or OBJECTIVES[name].settings(name=name)
+
+
 # ----------------------------------------------------------------------------------------------
 # against the reference formula
 
@@ -63,7 +71,7 @@ CONFIGS = {
 @pytest.mark.parametrize("name", LOSS_NAMES)
 @pytest.mark.parametrize("tokens,features", [(5, 4), (7, 8)])
 def test_matches_reference_value_and_gradient(name, tokens, features):
-    config = CONFIGS[name]
+    config = loss_config(name)
     z = random_hidden(tokens=tokens, features=features, seed=tokens)
     value, grad = value_and_grad(lambda x: layer_loss(x, config), z)
     ref_value, ref_grad = value_and_grad(lambda x: reference_layer_loss(x, config), z)
@@ -75,7 +83,7 @@ def test_matches_reference_value_and_gradient(name, tokens, features):
 
 @pytest.mark.parametrize("name", LOSS_NAMES)
 def test_float32_matches_reference(name):
-    config = CONFIGS[name]
+    config = loss_config(name)
     z = random_hidden(tokens=6, features=8, seed=3)
     value, grad = value_and_grad(lambda x: layer_loss(x, config), z.float())
     ref_value, ref_grad = value_and_grad(lambda x: reference_layer_loss(x, config), z)
@@ -86,7 +94,7 @@ def test_float32_matches_reference(name):
 
 @pytest.mark.parametrize("name", LOSS_NAMES)
 def test_gradcheck(name):
-    config = CONFIGS[name]
+    config = loss_config(name)
     z = random_hidden(tokens=5, features=6, seed=7).requires_grad_(True)
     assert torch.autograd.gradcheck(lambda x: layer_loss(x, config), (z,))
 

@@ -37,3 +37,22 @@ def test_paper_plan_has_both_studies_and_their_checkpoints(repo):
     ]
     assert study_runs(config, "scratch") == [("qwen3-0.6b-init", "ce", 0), ("qwen3-0.6b-init", "dispersion", 0)]
     assert config["models"]["olmo3-7b-pretraining.S1-0"]["revision"] == "stage1-step0"
+
+
+# --------------------------------------------------------------------------- a family's size order
+
+
+def test_a_family_that_compares_sizes_is_listed_smallest_first():
+    from condensation.config.plan import FamilySizeError, check_size_order
+
+    labels = {"a": "A", "a-s1": "A", "b": "B", "b-s1": "B", "c": "C"}
+    # replicates (one label) stand together, sizes rise along the list
+    check_size_order("fam", ["a", "a-s1", "b", "b-s1", "c"], labels, [10, 10, 20, 20, 30])
+    with pytest.raises(FamilySizeError, match=r"config\.families\.fam\.models: listed as C \(30\), A \(10\), B \(20\); .* smallest first: \['A', 'B', 'C'\]"):
+        check_size_order("fam", ["c", "a", "b"], labels, [30, 10, 20])
+    with pytest.raises(FamilySizeError, match=r"\['A', 'C'\] have one size \(10 parameters\).*set compares_size: false"):
+        check_size_order("fam", ["a", "c"], labels, [10, 10])
+    with pytest.raises(FamilySizeError, match=r"'a-s1' shares the label 'A' \(replicates\) with a model of another size"):
+        check_size_order("fam", ["a", "a-s1"], labels, [10, 20])
+    with pytest.raises(FamilySizeError, match="the size of 'b' is unknown"):
+        check_size_order("fam", ["a", "b"], labels, [10, None])

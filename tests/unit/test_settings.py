@@ -86,3 +86,15 @@ def test_run_plan_round_trips_through_json(tmp_path):
     fresh.save(tmp_path / "fresh.json")
     assert RunPlan.load(tmp_path / "fresh.json").reinitialise is True
 
+
+
+def test_the_command_line_lists_every_registered_objective_with_its_options():
+    import subprocess
+    import sys
+
+    listed = subprocess.run([sys.executable, "-m", "condensation", "objectives"], capture_output=True, text=True, check=True).stdout
+    rows = {line.split()[0]: line for line in listed.splitlines()}
+    assert list(rows) == list(OBJECTIVES)
+    for name, objective in OBJECTIVES.items():
+        assert objective.kind in rows[name] and all(option in rows[name] for option in objective.options), name
+    assert "the paper's loss" in rows["dispersion"]

@@ -397,3 +397,33 @@ def test_lm_eval_command_line_runs_moved_tasks_from_another_directory(task_dir, 
     row = re.search(r"^\|tiny_cloze\s*\|\s*1\|none\s*\|\s*0\|acc\s*\|[^|]*\|\s*([0-9.]+)\|", done.stdout, re.MULTILINE)
     assert row is not None, done.stdout[-2000:]
     assert 0.0 <= float(row[1]) <= 1.0
+
+
+def test_a_task_built_from_your_own_files_reads_the_files_dataset(tmp_path):
+    """The stage builds a task from a `files` dataset (all its documents when none are named)."""
+    from condensation.config.datasets import task_text_datasets
+    from condensation.stages.evaluation import build_eval_tasks
+
+    (tmp_path / "texts").mkdir()
+    (tmp_path / "texts" / "licence_a.txt").write_text(synthetic_novel(200, seed=1))
+    (tmp_path / "texts" / "licence_b.txt").write_text(synthetic_novel(200, seed=2))
+    config = validate_config({
+        "datasets": {"licenses": {"source": "files", "files": [str(tmp_path / "texts" / "*.txt")]}},
+        "models": {"m": {"source": "hub", "id": "gpt2"}},
+        "evaluation": {
+            "tasks": {"lic_cloze": "zero", "lic_b": "zero"},
+            "local_tasks": {
+                "lic_cloze": {"kind": "cloze", "corpus": "licenses", "num_items": 20},
+                "lic_b": {"kind": "word_order", "corpus": "licenses", "documents": ["licence_b"], "num_items": 10},
+            },
+        },
+    })
+    texts = task_text_datasets(config)
+    assert list(texts) == ["licenses"]
+    out = tmp_path / "tasks"
+    build_eval_tasks(specs=config["evaluation"]["local_tasks"], texts=texts, text_dirs={"licenses": None}, out_dir=out)
+    everything = json.loads((out / "lic_cloze" / "tasks.json").read_text())["details"]["lic_cloze"]
+    assert everything["documents"] == ["licence_a", "licence_b"] and everything["num_items"] == 20
+    only_b = [json.loads(line) for line in (out / "lic_b" / "lic_b.jsonl").read_text().splitlines()]
+    b_text = (tmp_path / "texts" / "licence_b.txt").read_text()
+    assert only_b and all(" ".join(item["choices"][item["gold"]].split()[:3]) in " ".join(b_text.split()) for item in only_b)

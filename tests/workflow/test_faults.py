@@ -144,17 +144,24 @@ BAD_INPUTS = {
         "logs/prepare_model/gone.log",
         "model 'gone': local path /nonexistent/model does not exist",
     ),
+    # your own files are read at plan time: the dry run stops, naming the key and the fix
     "empty dataset": (
         "datasets: {empty: {source: files, files: ['{tmp}/empty.txt']}}\n"
         "families: {packaged: {models: [minilm-l6], datasets: [austen, empty]}}\n",
-        "logs/sample_dataset/empty.log",
-        "dataset 'empty' has no non-empty text rows",
+        None,
+        "config.datasets.empty: holds 0 words, fewer than config.sampling.num_sequences x min_words",
     ),
-    "text shorter than a sequence": (
+    "text shorter than its sequences": (
         "datasets: {short: {source: files, files: ['{tmp}/short.txt']}}\n"
         "families: {packaged: {models: [minilm-l6], datasets: [austen, short]}}\n",
-        "logs/sample_dataset/short.log",
-        "dataset holds 5 words in all, fewer than min_words=20",
+        None,
+        "config.datasets.short: holds 5 words, fewer than config.sampling.num_sequences x min_words",
+    ),
+    "a glob that matches nothing": (
+        "datasets: {mine: {source: files, files: ['{tmp}/mytext/*.txt']}}\n"
+        "families: {packaged: {models: [minilm-l6], datasets: [austen, mine]}}\n",
+        None,
+        "config.datasets.mine.files[0]: ",
     ),
 }
 
