@@ -23,7 +23,7 @@ How to read it:
   clock is read after ``torch.cuda.synchronize()``.
 * ``ours / reference`` is the speed-up of our extraction (higher is better; the target is >= 20x
   on a GPU). ``ours time / bare time`` is what our reductions cost on top of the forward pass
-  (1.00 = free; the target is <= 1.3 on a GPU).
+  (1.00 = free; the target is <= 1.1 on a GPU).
 * On CPU the forward pass dominates both methods and the model runs in float32 for all three
   variants, so both ratios sit near 1: CPU numbers check the plumbing, the targets are for a GPU.
   ``--threads`` limits torch and, through ``threadpoolctl`` when installed, numpy's BLAS (the
@@ -223,7 +223,7 @@ def print_results(result: dict, device: torch.device) -> None:
     print(f"  ours / reference (speed-up): x{ratios['ours_over_reference']:.2f} (min x{ratios['ours_over_reference_min']:.2f}); "
           f"target >= 20x: {verdict(ratios['ours_over_reference'] >= 20)}")
     print(f"  bare / ours (ours time / bare time): x{ratios['bare_over_ours']:.2f} (min x{ratios['bare_over_ours_min']:.2f}); "
-          f"target <= 1.3x: {verdict(ratios['bare_over_ours'] <= 1.3)}")
+          f"target <= 1.1x: {verdict(ratios['bare_over_ours'] <= 1.1)}")
     agreement = result["agreement"]
     print(f"  agreement ours vs reference: per-layer mean cosine max |diff| {agreement['layer_mean_max_abs_diff']:.1e}, "
           f"mean matrices max |diff| {agreement['mean_matrix_max_abs_diff']:.1e}")
