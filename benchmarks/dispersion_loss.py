@@ -16,6 +16,8 @@ load spike on a shared machine hits all of them alike):
     ``ce+tiled``    + weight * tiled dispersion, via ``losses.auxiliary_loss`` (the production path), eager,
     ``ce+compiled`` the same with ``kernel="compiled"``,
     ``ce+dense@K``  + dense dispersion on K random positions (``max_tokens=K``), only when T > K.
+    ``--placement`` moves the loss of every variant from every block output (``all``) to those
+    that placement selects (``last``: the final one only; ``losses.select_layers``).
 
 How to read it:
 
@@ -41,7 +43,7 @@ How to read it:
   its graphs (one each for the first, middle and last tile); it is not part of ``time``.
 
     python benchmarks/dispersion_loss.py [--device cpu|cuda] [--dtype float32|bfloat16]
-        [--reps 15] [--threads 1] [--json results.json] [--only loss|train] [--no-compiled]
+        [--reps 15] [--threads 1] [--json results.json] [--only loss|train] [--no-compiled] [--placement last]
         (--help: sizes)
 
 On CPU it uses one thread by default (``--threads``): with two threads on two cores shared
@@ -69,7 +71,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from condensation.config.objectives import AuxLossConfig  # noqa: E402
+from condensation.config.objectives import PLACEMENTS, AuxLossConfig  # noqa: E402
 from condensation.training.kernels import DEFAULT_TILE, dispersion_tiled  # noqa: E402
 from condensation.training.losses import (  # noqa: E402
     _dispersion_dense,
@@ -268,8 +270,8 @@ def bench_train(args, device: torch.device, dtype: torch.dtype) -> dict:
     model = GPT2LMHeadModel(gpt_config).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(args.vocab, (args.batch, args.tokens), generator=torch.Generator().manual_seed(1)).to(device)
-    config = AuxLossConfig("dispersion", tau=args.tau)
-    subsampled = AuxLossConfig("dispersion", tau=args.tau, max_tokens=args.max_tokens)
+    config = AuxLossConfig("dispersion", tau=args.tau, placement=args.placement)
+    subsampled = AuxLossConfig("dispersion", tau=args.tau, placement=args.placement, max_tokens=args.max_tokens)
     gen = torch.Generator().manual_seed(2)
 
     def mean_over_layers(layer_fn, hidden_states):
@@ -321,12 +323,14 @@ def bench_train(args, device: torch.device, dtype: torch.dtype) -> dict:
     loss_results = time_interleaved({name: (lambda aux=aux: loss_only(aux)) for name, aux in aux_losses.items() if aux is not None},
                                     device, args.loss_reps, args.warmup)
     return {"loss_on_step_hidden": loss_results, "batch": args.batch, "tokens": args.tokens, "n_layer": args.n_layer, "n_embd": args.n_embd,
-            "n_head": args.n_head, "vocab": args.vocab, "max_tokens": args.max_tokens, "variants": results}
+            "n_head": args.n_head, "vocab": args.vocab, "max_tokens": args.max_tokens, "placement": args.placement,
+            "layers_with_loss": len(with_loss), "variants": results}
 
 
 def print_train(result: dict) -> None:
     print(f"\n(b) training step, GPT2 n_layer={result['n_layer']} n_embd={result['n_embd']} vocab={result['vocab']}, "
-          f"B={result['batch']} T={result['tokens']}, AdamW; dispersion on all {result['n_layer']} block outputs")
+          f"B={result['batch']} T={result['tokens']}, AdamW; dispersion on {result['layers_with_loss']} of {result['n_layer']} block outputs "
+          f"(placement {result['placement']})")
     variants = result["variants"]
     base = variants["ce"]
     kind = base["memory_kind"]
@@ -396,6 +400,8 @@ def main() -> None:
                         help="small, so that on CPU the LM head does not drown the rest (makes the loss's share of a step larger than with GPT2's 50257)")
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU only, torch.set_num_threads; one thread is much steadier on a shared machine (0: torch's default)")
+    parser.add_argument("--placement", choices=PLACEMENTS, default="all",
+                        help="which block outputs get the loss in (b) (AuxLossConfig.placement); the issue's targets: all, and last")
     parser.add_argument("--max-tokens", type=int, default=256, help="positions kept by the subsampled dense variant (only run when --tokens is larger)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()

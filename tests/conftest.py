@@ -30,6 +30,19 @@ SAMPLE_TEXT = (
 ) * 20
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` need a CUDA device: without one they are skipped, saying so."""
+    gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_tests:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs a CUDA device (none is visible to torch)")
+        for item in gpu_tests:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
     """One intra-op thread: on a busy 2-core machine OpenMP threads wait on each other for whole
