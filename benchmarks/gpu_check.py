@@ -158,9 +158,9 @@ STEPS: dict[str, Step] = {
 
 def environment() -> dict[str, Any]:
     """Device, driver, torch, commit and the versions of the packages the steps need."""
-    import torch
-
     from importlib import metadata
+
+    import torch
 
     info: dict[str, Any] = {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),

@@ -67,9 +67,8 @@ def cuda_synchronised(value):
 
 @pytest.fixture(scope="module")
 def packed_blocks(tmp_path_factory, tiny_tokenizer_dir):
-    from transformers import AutoTokenizer
-
     from conftest import SAMPLE_TEXT
+    from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir))
     path = tmp_path_factory.mktemp("blocks") / "blocks.npy"
@@ -232,7 +231,11 @@ def test_scoring_on_cuda_matches_float32_on_the_cpu(gpt2_handle, tmp_path):
     per-item log-likelihoods follow float32 on the CPU."""
     from test_tasks import synthetic_novel, write_tiny_tasks
 
-    from condensation.evaluation.harness import EvalSettings, score_checkpoint, score_model
+    from condensation.evaluation.harness import (
+        EvalSettings,
+        score_checkpoint,
+        score_model,
+    )
     from condensation.evaluation.score_files import item_rows_path, read_item_rows
 
     tasks = write_tiny_tasks(tmp_path / "tasks", synthetic_novel())
