@@ -179,28 +179,51 @@ def size_claim(trend_tables: Mapping[str, pd.DataFrame], uncounted: Collection[s
     return combine("A larger or wider model condenses less (Fig. 2, S1)", decided(pieces, -1), notes)
 
 
-def lens_claims(trend_tables: Mapping[str, pd.DataFrame], uncounted: Collection[str] = (),
-                drawn: Collection[str] = ()) -> list[Finding]:
-    """Does the size ordering hold under every lens? For each lens of :mod:`condensation.lenses`
-    the size claim again, on that lens's deeper-half value with its jackknife interval over
-    sequences; the predicted sign of the slope follows the lens's direction (IsoScore* and the
-    effective rank rise as condensation falls). A lens no table carries is left out."""
+def lens_size_claim(trend_tables: Mapping[str, pd.DataFrame], lens, uncounted: Collection[str] = (),
+                    drawn: Collection[str] = ()) -> Finding:
+    """Does the size ordering hold under ``lens`` (of :mod:`condensation.lenses`)? The size claim
+    on the lens's deeper-half value with its jackknife interval over sequences, the lens's own
+    numbers shown; the predicted sign of the slope follows the lens (IsoScore* and the effective
+    rank rise as condensation falls)."""
+    pieces = []
+    for name, table in trend_tables.items():
+        if name not in uncounted and (found := size_evidence(name, table, drawn, lens.name)) is not None:
+            pieces.append(found)
+    arrow = "lower" if lens.condensed > 0 else "higher"
+    return combine(f"The size ordering under {lens.title} ({arrow} in larger models)", decided(pieces, -lens.condensed))
+
+
+def oriented(table: pd.DataFrame, lens) -> pd.DataFrame:
+    """``table`` with a lens in place of the deeper-layer cosine, signed so that higher is more
+    condensed (IsoScore* and the effective rank negated), so that every claim reads it as it
+    reads the cosine. Rows without the lens are dropped."""
+    if lens.name not in table:
+        return table.iloc[0:0]
+    sign = float(lens.condensed)
+    low, high = table[f"{lens.name}_low"] * sign, table[f"{lens.name}_high"] * sign
+    return table.assign(last_half=table[lens.name] * sign, last_half_low=np.minimum(low, high),
+                        last_half_high=np.maximum(low, high)).dropna(subset=["last_half"])
+
+
+def claims_under_lenses(
+    trend_tables: Mapping[str, pd.DataFrame], pairs: Mapping[str, tuple[Sequence[str], pd.DataFrame]],
+    series_tables: Mapping[str, pd.DataFrame], uncounted: Collection[str] = (), drawn: Collection[str] = (),
+    series_labels: Mapping[str, str] | None = None, drawn_series: Collection[str] = (),
+) -> dict[str, list[Finding]]:
+    """Each condensation claim again under each lens of :mod:`condensation.lenses`: lens title ->
+    the size claim (:func:`lens_size_claim`), then the pair and series claims read on that lens
+    (``oriented``: higher is more condensed, so the numbers of IsoScore* and the effective rank
+    appear negated there). The dispersion claims read the training probe, which measures the
+    cosine only."""
     from condensation.lenses import LENSES
 
-    findings = []
+    under = {}
     for lens in LENSES:
-        pieces = []
-        for name, table in trend_tables.items():
-            if name in uncounted:
-                continue
-            found = size_evidence(name, table, drawn, lens.name)
-            if found is not None:
-                pieces.append(found)
-        if pieces:
-            arrow = "lower" if lens.condensed > 0 else "higher"
-            findings.append(combine(f"The size ordering under another lens: {lens.title} ({arrow} in larger models)",
-                                    decided(pieces, -lens.condensed)))
-    return findings
+        found = [lens_size_claim(trend_tables, lens, uncounted, drawn)]
+        found += pair_claims({n: (labels, oriented(t, lens)) for n, (labels, t) in pairs.items()}, drawn)
+        found.append(series_claim({n: oriented(t, lens) for n, t in series_tables.items()}, series_labels, drawn_series))
+        under[lens.title] = found
+    return under
 
 
 def _pair_kind(labels: Sequence[str]) -> str | None:
@@ -351,8 +374,11 @@ def dispersion_score_claim(tables: Mapping[str, pd.DataFrame], method: str = "di
 # --------------------------------------------------------------------------------------------
 
 
-def render(findings: Sequence[Finding], chance: Mapping[str, Mapping] | None = None) -> str:
-    """The findings page as Markdown."""
+def render(findings: Sequence[Finding], chance: Mapping[str, Mapping] | None = None,
+           under_lenses: Mapping[str, Sequence[Finding]] | None = None) -> str:
+    """The findings page as Markdown; ``under_lenses`` (:func:`claims_under_lenses`) adds the size
+    ordering under each lens, with its evidence, and a table of each condensation claim's verdict
+    under each lens (the claims in ``findings`` of the same names give the cosine's column)."""
     lines = [
         "# What this run finds, claim by claim",
         "",
@@ -366,21 +392,44 @@ def render(findings: Sequence[Finding], chance: Mapping[str, Mapping] | None = N
         "excess over it, IsoScore*, effective rank, PC1 share; README \"Measure a model\") read the same layers",
         "with a jackknife interval over groups of sequences.",
     ]
-    for finding in findings:
+    sized = [found[0] for found in (under_lenses or {}).values()]
+    for finding in [*findings, *sized]:
         reason = f" ({finding.reason})" if finding.reason else ""
         lines += ["", f"## {finding.claim}: **{finding.verdict}**{reason}", ""]
         lines += [f"- {line}" for line in finding.evidence] or ["- nothing in this config measures it"]
         lines += [f"- note: {note}" for note in finding.notes]
+    if under_lenses:
+        lines += _lens_table(findings, under_lenses)
     flagged = [task for task, flag in (chance or {}).items() if flag.get("at_chance")]
     if flagged:
         lines += ["", f"Tasks at chance for every model (left out of averages and tests): {', '.join(flagged)}."]
     return "\n".join(lines) + "\n"
 
 
+def _lens_table(findings: Sequence[Finding], under_lenses: Mapping[str, Sequence[Finding]]) -> list[str]:
+    """Claims as rows, the cosine and each lens as columns, a verdict per cell."""
+    lenses = list(under_lenses)
+    first = under_lenses[lenses[0]]
+    # the size claim is titled per lens; the others keep the cosine's titles
+    claims = [next(f.claim for f in findings if f.claim.startswith("A larger"))] + [f.claim for f in first[1:]]
+    by_claim = {f.claim: f.verdict for f in findings}
+    lines = ["", "## Each condensation claim under each lens", "",
+             "The same claims, the deeper-layer cosine replaced by each lens over the same layers (its interval a",
+             "jackknife over groups of sequences; IsoScore* and the effective rank counted with their sign flipped,",
+             "since they fall as condensation rises). The evidence behind each cell is in findings.json.", "",
+             "| claim | mean cosine | " + " | ".join(lenses) + " |", "|---" * (len(lenses) + 2) + "|"]
+    for index, claim in enumerate(claims):
+        cells = [under_lenses[lens][index].verdict for lens in lenses]
+        lines.append(f"| {claim.split(' (')[0]} | {by_claim.get(claim, '')} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def write_findings(findings: Sequence[Finding], markdown_path: str | os.PathLike, json_path: str | os.PathLike,
-                   chance: Mapping[str, Mapping] | None = None) -> None:
-    write_text(markdown_path, render(findings, chance))
-    write_json(json_path, {"findings": [asdict(f) for f in findings], "chance_flags": dict(chance or {})})
+                   chance: Mapping[str, Mapping] | None = None,
+                   under_lenses: Mapping[str, Sequence[Finding]] | None = None) -> None:
+    write_text(markdown_path, render(findings, chance, under_lenses))
+    write_json(json_path, {"findings": [asdict(f) for f in findings], "chance_flags": dict(chance or {}),
+                           "under_lenses": {lens: [asdict(f) for f in found] for lens, found in (under_lenses or {}).items()}})
 
 
 def read_tables(paths: Sequence[str | os.PathLike]) -> dict[str, pd.DataFrame]:

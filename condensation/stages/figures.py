@@ -78,7 +78,7 @@ def paired_figure(
     plot_paired_trend(pairs, out_path, title=pair, row_labels=tuple(row_labels))
     rows = [
         {"member": int(index >= len(first)), "model": name, "label": labels.get(name, name), "num_parameters": entry.size,
-         **entry.trend.as_row()}
+         **entry.trend.as_row(), **(entry.lenses or {})}
         for index, (name, entry) in enumerate(zip(names, entries))
     ]
     write_trend_table(pd.DataFrame(rows), family=pair, dataset=dataset, csv_path=csv_path, markdown_path=markdown_path)
@@ -162,9 +162,9 @@ def series_figure(
     entries = []
     for (label, tokens), geometry_path in zip(points, geometry_paths, strict=True):
         stats = geometry.CosineStatistics.load(geometry_path)
-        entries.append(FamilyEntry(label, stats, tokens, geometry.depth_trend(stats, trend)))
+        entries.append(FamilyEntry(label, stats, tokens, geometry.depth_trend(stats, trend), geometry.lens_summary(stats, trend)))
     plot_family_trend(entries, out_path, title=f"{title} over training (tokens under each checkpoint), {dataset}")
-    rows = [{"checkpoint": e.label, "tokens": e.size, **e.trend.as_row()} for e in entries]
+    rows = [{"checkpoint": e.label, "tokens": e.size, **e.trend.as_row(), **(e.lenses or {})} for e in entries]
     write_trend_table(pd.DataFrame(rows), family=series, dataset=dataset, csv_path=csv_path, markdown_path=markdown_path)
 
 
@@ -197,11 +197,12 @@ def findings(
     trends = claims.read_tables(trend_tables)
     results = [
         claims.size_claim(trends, uncounted=set(uncounted_trend_tables), drawn=set(drawn_models)),
-        *claims.lens_claims(trends, uncounted=set(uncounted_trend_tables), drawn=set(drawn_models)),
         *claims.pair_claims(pairs, drawn=set(drawn_models)),
         claims.series_claim(claims.read_tables(series_tables), series_labels, set(drawn_series)),
         claims.dispersion_condensation_claim(study_effects),
         claims.dispersion_score_claim(claims.read_tables(score_tables)),
     ]
+    under_lenses = claims.claims_under_lenses(trends, pairs, claims.read_tables(series_tables), set(uncounted_trend_tables),
+                                              set(drawn_models), series_labels, set(drawn_series))
     chance = read_json(scores_metrics).get("chance_flags") if scores_metrics else None
-    claims.write_findings(results, markdown_path, json_path, chance)
+    claims.write_findings(results, markdown_path, json_path, chance, under_lenses)

@@ -134,25 +134,53 @@ def test_page_lists_every_claim_with_its_verdict_reason_and_the_tasks_at_chance(
     assert "at chance for every model" in page and "next" in page and "cloze" not in page.split("chance for")[1]
 
 
-def test_lens_claims_follow_each_lens_direction():
-    """The size claim again under each lens: a lens where larger models are less condensed agrees
-    whichever way it counts condensation (IsoScore* rises, PC1 share falls); a lens the tables do
-    not carry is left out; a lens whose interval holds zero stays inconclusive."""
+def lens_family(flip_isoscore: bool = False) -> pd.DataFrame:
+    """Three sizes, two seeds each: IsoScore* rises and PC1 share falls with size (less condensed),
+    the within-sequence excess does not move; no anisotropy column."""
     rows = []
-    for label, params, iso, pc1, excess in (("S", 1e6, 0.10, 0.40, 0.05), ("M", 2e6, 0.20, 0.30, 0.05),
-                                            ("L", 4e6, 0.30, 0.20, 0.05)):
+    isoscores = (0.10, 0.20, 0.30)[::-1] if flip_isoscore else (0.10, 0.20, 0.30)
+    for (label, params, pc1), iso in zip((("S", 1e6, 0.40), ("M", 2e6, 0.30), ("L", 4e6, 0.20)), isoscores):
         for seed, jitter in enumerate((-0.002, 0.002)):
-            lens = {"isoscore": iso + jitter, "pc1_share": pc1 + jitter, "within_excess": excess + 5 * jitter}
+            lens = {"isoscore": iso + jitter, "pc1_share": pc1 + jitter, "within_excess": 0.05 + 5 * jitter}
             extra = {f"{name}{end}": value + shift for name, value in lens.items()
                      for end, shift in (("", 0.0), ("_low", -SE), ("_high", SE))}
             rows.append(run(f"{label}-s{seed}", label, 0.3, params=params, **extra))
-    table = pd.DataFrame(rows)
-    found = {f.claim.split(": ", 1)[1].split(" (")[0]: f for f in claims.lens_claims({"toy": table}, drawn=drawn(table))}
-    assert set(found) == {"IsoScore*", "variance share of PC 1", "within-sequence cosine minus anisotropy"}
-    assert found["IsoScore*"].verdict == claims.AGREES  # rises with size: less condensed
-    assert found["variance share of PC 1"].verdict == claims.AGREES  # falls with size
-    assert found["within-sequence cosine minus anisotropy"].verdict == claims.INCONCLUSIVE
-    flipped = table.assign(isoscore=table["isoscore"][::-1].to_numpy(), isoscore_low=table["isoscore_low"][::-1].to_numpy(),
-                           isoscore_high=table["isoscore_high"][::-1].to_numpy())
-    found = {f.claim: f for f in claims.lens_claims({"toy": flipped}, drawn=drawn(flipped))}
-    assert next(f for c, f in found.items() if "IsoScore*" in c).verdict == claims.DISAGREES
+    return pd.DataFrame(rows)
+
+
+def test_the_size_ordering_under_each_lens_follows_its_direction():
+    """A lens where larger models are less condensed agrees whichever way it counts condensation
+    (IsoScore* rises, PC1 share falls); a lens whose interval holds zero stays inconclusive; a lens
+    the tables do not carry cannot be tested."""
+    from condensation.lenses import BY_NAME
+
+    table = lens_family()
+    verdict = {name: claims.lens_size_claim({"toy": table}, BY_NAME[name], drawn=drawn(table)).verdict for name in BY_NAME}
+    assert verdict == {"isoscore": claims.AGREES, "pc1_share": claims.AGREES, "within_excess": claims.INCONCLUSIVE,
+                       "anisotropy": claims.UNTESTED, "effective_rank": claims.UNTESTED}
+    finding = claims.lens_size_claim({"toy": table}, BY_NAME["isoscore"], drawn=drawn(table))
+    assert "isoscore per size" in finding.evidence[0] and "0.100 / 0.100" not in finding.evidence[0]
+    flipped = lens_family(flip_isoscore=True)
+    assert claims.lens_size_claim({"toy": flipped}, BY_NAME["isoscore"], drawn=drawn(flipped)).verdict == claims.DISAGREES
+
+
+def test_each_claim_under_each_lens_and_the_page_table():
+    """The pair claim read on a lens oriented so that higher is more condensed: an init pair whose
+    IsoScore* rises with training (init more condensed) agrees, like its cosine."""
+    table = lens_family()
+    pair_rows = []
+    for seed in (0, 1):
+        for member, (label, cosine, iso) in enumerate((("MLP init", 0.6, 0.1), ("MLP", 0.3, 0.4))):
+            extra = {"isoscore": iso + 0.001 * seed, "isoscore_low": iso - 0.004, "isoscore_high": iso + 0.004}
+            pair_rows.append({**run(f"{label}-s{seed}", label, cosine + 0.001 * seed), "member": member, **extra})
+    pairs = {"init": (["MLP init", "MLP"], pd.DataFrame(pair_rows))}
+    models = drawn(table) | set(pairs["init"][1]["model"])
+    under = claims.claims_under_lenses({"toy": table}, pairs, {}, drawn=models)
+    assert under["IsoScore*"][2].verdict == claims.AGREES  # init pairs, on IsoScore* negated
+    assert under["variance share of PC 1"][2].verdict == claims.UNTESTED
+    base = [claims.size_claim({"toy": table}, drawn=models), *claims.pair_claims(pairs, drawn=models)]
+    page = claims.render(base, under_lenses=under)
+    assert "## Each condensation claim under each lens" in page and "| mean cosine | cosine across sequences" in page
+    assert "## The size ordering under IsoScore* (higher in larger models): **agrees**" in page
+
+
