@@ -141,20 +141,49 @@ class ActiveForgettingConfig:
 
 
 @dataclass(frozen=True)
+class DistillationConfig:
+    """Knowledge distillation (Hinton et al. 2015): CE on the data plus ``weight`` x the KL divergence
+    from the teacher's next-token distribution to the student's, both softened by ``temperature``."""
+
+    teacher: str
+    """A model of the config's ``models`` (any source) with the student's tokenizer; no default,
+    the teacher is the experiment."""
+
+    weight: float = 1.0
+    """The mix, as for the auxiliary losses: ``CE + weight * T^2 * KL``. 1.0 counts the hard and the
+    soft targets alike: the common ``(1 - alpha) * CE + alpha * T^2 * KL`` at alpha = 0.5 (e.g. the
+    distillation trainers of the Hugging Face ecosystem), times 2, a factor Adam's normalisation
+    takes out of the update."""
+
+    temperature: float = 2.0
+    """T of ``softmax(logits / T)`` for teacher and student; the KL is multiplied by T^2 so that
+    its gradient keeps its size whatever T (Hinton et al. 2015). 2.0 is what DistilBERT and
+    DistilGPT2 were trained with (Sanh et al. 2019, Hugging Face's distillation scripts): it lifts
+    the teacher's second choices without flattening the distribution."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.teacher, str) or not self.teacher:
+            raise ValueError(f"DistillationConfig.teacher must name a model of the config's models, got {self.teacher!r}")
+        _check_number("weight", self.weight, low=0.0, low_open=False)
+        _check_number("temperature", self.temperature, low=0.0, low_open=True)
+
+
+@dataclass(frozen=True)
 class Objective:
     """One value of a method's ``objective``: what it adds to cross-entropy and how to set it."""
 
     name: str
     kind: str
-    """``ce`` (cross-entropy alone), ``auxiliary`` (CE + weight x a loss on the hidden states)
-    or ``baseline`` (CE with a hook into the training loop)."""
+    """``ce`` (cross-entropy alone), ``auxiliary`` (CE + weight x a loss on the hidden states),
+    ``baseline`` (CE with a hook into the training loop) or ``distillation`` (CE + weight x the KL
+    to a teacher's next-token distribution)."""
     settings: type | None
     """The dataclass that holds its options (``AuxLossConfig`` for every auxiliary loss)."""
     options: tuple[str, ...]
     """The option names a method with this objective may set, each a field of ``settings``."""
     implementation: str = ""
     """``module:attribute`` of the torch code: a layer loss ``(z, AuxLossConfig) -> scalar`` or a
-    ``TrainingBaseline`` class; imported only when a run trains."""
+    ``TrainingBaseline`` class or the distillation ``Teacher``; imported only when a run trains."""
 
     def load(self) -> Any:
         module, _, attribute = self.implementation.partition(":")
@@ -183,6 +212,10 @@ OBJECTIVES: dict[str, Objective] = {
             "active_forgetting", "baseline", ActiveForgettingConfig, ("every", "tied_head", "std"),
             "condensation.training.baselines:ActiveForgetting",
         ),
+        Objective(
+            "distillation", "distillation", DistillationConfig, ("teacher", "weight", "temperature"),
+            "condensation.training.distillation:Teacher",
+        ),
     )
 }
 
@@ -202,14 +235,17 @@ class MethodSettings:
     objective: str
     loss: AuxLossConfig | None = None
     baseline: NoisyEmbeddingConfig | ActiveForgettingConfig | None = None
+    distillation: DistillationConfig | None = None
 
     @property
     def aux_weight(self) -> float:
-        return self.loss.weight if self.loss is not None else 0.0
+        """The weight of what the loop adds to CE: the auxiliary loss, or the distillation term."""
+        chosen = self.loss or self.distillation
+        return chosen.weight if chosen is not None else 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """Every option with its value, defaults included (what ``run.json`` records)."""
-        chosen = self.loss or self.baseline
+        chosen = self.loss or self.baseline or self.distillation
         options = OBJECTIVES[self.objective].options
         return {"objective": self.objective, **{name: getattr(chosen, name) for name in options}}
 
@@ -229,4 +265,8 @@ def resolve_method(spec: Mapping[str, Any]) -> MethodSettings:
         return MethodSettings(name, loss=AuxLossConfig(name=name, **options))
     if objective.kind == "baseline":
         return MethodSettings(name, baseline=objective.settings(**options))
+    if objective.kind == "distillation":
+        if "teacher" not in options:
+            raise ValueError(f"objective {name!r} needs a teacher: a model of the config's models, e.g. teacher: toy-mlp1024")
+        return MethodSettings(name, distillation=DistillationConfig(**options))
     return MethodSettings(name)
