@@ -42,9 +42,9 @@ STUDY_RUNS = {study: study_runs(config, study) for study in STUDIES}  # (model, 
 MODELS = {name: ModelSpec.from_config(name, entry) for name, entry in config["models"].items()}
 DATASETS = {name: DatasetSpec.from_config(name, entry) for name, entry in config["datasets"].items()}
 LABELS = {name: spec.label for name, spec in MODELS.items()}
-# Models whose weights this workflow draws (pre-trained or initialised here): one run of them
-# leaves the training noise unmeasured; any other model is one given checkpoint.
-DRAWN_MODELS = [name for name, spec in MODELS.items() if spec.source in ("pretrain", "init")]
+# Models whose weights this workflow draws (pre-trained, initialised or trained in a study here):
+# one run of them leaves the training noise unmeasured; any other model is one given checkpoint.
+DRAWN_MODELS = [name for name, spec in MODELS.items() if spec.source in ("pretrain", "init", "run")]
 SEED_OFFSET = config["seed_offset"]
 
 
@@ -192,10 +192,13 @@ def get_deb(wildcards):
 
 
 def get_model_inputs(wildcards):
-    """What a model's handle is made from: a pre-training run, or the tokenizer of an init model."""
+    """What a model's handle is made from: a pre-training run or a study's run, or the tokenizer
+    of an init model."""
     spec = MODELS[wildcards.model]
     if spec.source == "pretrain":
         return {"pretrained": fill(path.pretrain_run.final, model=wildcards.model)}
+    if spec.source == "run":
+        return {"pretrained": fill(path.study_run.final, study=spec.study, model=spec.of, method=spec.method, seed=spec.seed)}
     if spec.source == "init" and MODELS[spec.of].source == "pretrain":
         return {"tokenizer": path.tokenizer}
     if spec.source == "init":  # the architecture and tokenizer of a hub model
@@ -233,9 +236,9 @@ def family_geometry(wildcards):
 
 
 def pair_geometry(wildcards):
-    """The first members, then the second members."""
+    """The first members, then the second members, then the reference row's (where it has one)."""
     spec = config["pairs"][wildcards.pair]
-    models = spec["first"] + spec["second"]
+    models = spec["first"] + spec["second"] + spec.get("reference", [])
     return {
         "geometry": expand(path.geometry, model=models, dataset=spec["dataset"]),
         "handles": expand(path.handle, model=models),
@@ -276,7 +279,7 @@ def all_geometry():
     """Every (model, dataset) measured for a family, a pair or a dataset comparison."""
     families, pairs = config["families"], config["pairs"].values()
     measured = {(m, d) for spec in families.values() for m in spec["models"] for d in spec["datasets"]}
-    measured |= {(m, spec["dataset"]) for spec in pairs for m in spec["first"] + spec["second"]}
+    measured |= {(m, spec["dataset"]) for spec in pairs for m in spec["first"] + spec["second"] + spec.get("reference", [])}
     for family, datasets in config["dataset_robustness"].items():
         measured |= {(m, d) for m in families[family]["models"] for d in datasets}
     return sorted(fill(path.geometry, model=m, dataset=d) for m, d in measured)
@@ -291,6 +294,16 @@ def launcher(section):
     gpus = config[section]["gpus_per_run"]
     start = f"{sys.executable} -m accelerate.commands.launch --multi_gpu --num_processes {gpus}" if gpus > 1 else sys.executable
     return f"{start} {workflow.basedir}/workflow_scripts/train_run.py"
+
+
+def teacher_inputs(wildcards):
+    """The teacher's handle, for a run whose method distils (it names the teacher)."""
+    teacher = STUDY_METHODS[wildcards.study][wildcards.method].get("teacher")
+    return {"teacher": fill(path.handle, model=teacher)} if teacher else {}
+
+
+def teacher_argument(wildcards, input):
+    return f"--teacher {input.teacher}" if "teacher" in input.keys() else ""
 
 
 def model_runs(wildcards):

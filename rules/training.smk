@@ -41,6 +41,7 @@ rule plan_study_run:
 
 rule train_study_run:
     input:
+        unpack(teacher_inputs),
         plan=path.study_run.plan,
         handle=path.handle,
         blocks=path.study_blocks,
@@ -55,6 +56,7 @@ rule train_study_run:
     params:
         python=sys.executable,
         launcher=lambda wildcards: launcher(wildcards.study),
+        teacher=teacher_argument,
     threads: 1
     resources:
         gpu=lambda wildcards: config[wildcards.study]["gpus_per_run"],
@@ -63,7 +65,7 @@ rule train_study_run:
     shell:
         # GPUs of its own on a machine that runs jobs itself (condensation/runtime/gpus.py), then the run
         "{params.python} -m condensation.runtime.gpus {resources.gpu} -- {params.launcher} --plan {input.plan}"
-        " --handle {input.handle} --blocks {input.blocks} --threads {threads} > {log} 2>&1"
+        " --handle {input.handle} --blocks {input.blocks} {params.teacher} --threads {threads} > {log} 2>&1"
 
 
 rule measure_checkpoints:

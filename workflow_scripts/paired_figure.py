@@ -1,4 +1,4 @@
-"""Paired comparison, e.g. scratch vs distilled models (rule paired_figure)."""
+"""Paired comparison, e.g. scratch vs distilled models, with a reference row such as the teacher (rule paired_figure)."""
 
 from condensation.stages import logged
 from condensation.stages.figures import paired_figure
@@ -10,6 +10,7 @@ with logged(snakemake.log[0]):
         dataset=spec["dataset"],
         first=spec["first"],
         second=spec["second"],
+        reference=spec.get("reference", []),
         geometry_paths=snakemake.input.geometry,
         handle_paths=snakemake.input.handles,
         labels=snakemake.params.labels,

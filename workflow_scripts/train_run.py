@@ -15,11 +15,12 @@ parser.add_argument("--blocks", required=True, help="packed token blocks (.npz w
 start = parser.add_mutually_exclusive_group(required=True)
 start.add_argument("--handle", help="models/<model>/handle.json: the model a study's run starts from")
 start.add_argument("--tokenizer", help="the pre-training tokenizer: a run pre-trains the plan's GPT2 shape from scratch")
+parser.add_argument("--teacher", help="models/<model>/handle.json of the teacher, for a run with a distillation method")
 parser.add_argument("--threads", type=int, default=1, help="CPU threads for torch")
 args = parser.parse_args()
 
 with logged(None):  # the rule redirects this process's output into its log
     train_run(
         plan_path=args.plan, blocks_path=args.blocks, handle_path=args.handle, tokenizer_dir=args.tokenizer,
-        threads=args.threads,
+        teacher_handle_path=args.teacher, threads=args.threads,
     )

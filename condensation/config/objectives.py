@@ -142,7 +142,35 @@ class ActiveForgettingConfig:
             raise ValueError(f"ActiveForgettingConfig.std must be a finite number > 0, or None, got {self.std}")
 
 
-KINDS = ("ce", "auxiliary", "baseline")
+KINDS = ("ce", "auxiliary", "baseline", "distillation")
+
+
+@dataclass(frozen=True)
+class DistillationConfig:
+    """Knowledge distillation (Hinton et al. 2015): CE on the data plus ``weight`` x the KL divergence
+    from the teacher's next-token distribution to the student's, both softened by ``temperature``."""
+
+    teacher: str
+    """A model of the config's ``models`` (any source) with the student's tokenizer; no default,
+    the teacher is the experiment."""
+
+    weight: float = 1.0
+    """The mix, as for the auxiliary losses: ``CE + weight * T^2 * KL``. 1.0 counts the hard and the
+    soft targets alike: the common ``(1 - alpha) * CE + alpha * T^2 * KL`` at alpha = 0.5 (e.g. the
+    distillation trainers of the Hugging Face ecosystem), times 2, a factor Adam's normalisation
+    takes out of the update."""
+
+    temperature: float = 2.0
+    """T of ``softmax(logits / T)`` for teacher and student; the KL is multiplied by T^2 so that
+    its gradient keeps its size whatever T (Hinton et al. 2015). 2.0 is what DistilBERT and
+    DistilGPT2 were trained with (Sanh et al. 2019, Hugging Face's distillation scripts): it lifts
+    the teacher's second choices without flattening the distribution."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.teacher, str) or not self.teacher:
+            raise ValueError(f"DistillationConfig.teacher must name a model of the config's models, got {self.teacher!r}")
+        _check_number("weight", self.weight, low=0.0, low_open=False)
+        _check_number("temperature", self.temperature, low=0.0, low_open=True)
 
 
 @dataclass(frozen=True)
@@ -153,8 +181,9 @@ class Objective:
 
     name: str
     kind: str
-    """``ce`` (cross-entropy alone), ``auxiliary`` (CE + weight x a loss on the hidden states)
-    or ``baseline`` (CE with a hook into the training loop)."""
+    """``ce`` (cross-entropy alone), ``auxiliary`` (CE + weight x a loss on the hidden states),
+    ``baseline`` (CE with a hook into the training loop) or ``distillation`` (CE + weight x the KL
+    to a teacher's next-token distribution)."""
     settings: type | None
     """The dataclass that holds its options and checks them in ``__post_init__`` (for an
     auxiliary loss, ``AuxLossConfig`` or a subclass of it that adds the loss' own options)."""
@@ -163,7 +192,7 @@ class Objective:
     An option the schema does not describe is taken as any value, checked by ``settings``."""
     implementation: str = ""
     """``module:attribute`` of the torch code: a layer loss ``(z, settings) -> scalar`` or a
-    ``TrainingBaseline`` class; imported only when a run trains."""
+    ``TrainingBaseline`` class or the distillation ``Teacher``; imported only when a run trains."""
     reference: str = ""
     """auxiliary: ``module:attribute`` of the plain formula ``(z, settings) -> scalar`` on float64
     ``[B, T, F]`` states (loops, no tricks) that the loss tests compare the implementation with;
@@ -222,6 +251,11 @@ OBJECTIVES: dict[str, Objective] = {
             "active_forgetting", "baseline", ActiveForgettingConfig, ("every", "tied_head", "std"),
             "condensation.training.baselines:ActiveForgetting", summary="the input embeddings re-initialised every `every` steps",
         ),
+        Objective(
+            "distillation", "distillation", DistillationConfig, ("teacher", "weight", "temperature"),
+            "condensation.training.distillation:Teacher",
+            summary="CE plus weight x T^2 x the KL divergence to a teacher model's next-token distribution",
+        ),
     )
 }
 
@@ -274,14 +308,18 @@ class MethodSettings:
     """An auxiliary objective's settings (``AuxLossConfig`` or its subclass in the registry)."""
     baseline: Any = None
     """A baseline objective's settings: the dataclass its registry entry names."""
+    distillation: DistillationConfig | None = None
+    """A distillation objective's settings (its teacher, weight and temperature)."""
 
     @property
     def aux_weight(self) -> float:
-        return self.loss.weight if self.loss is not None else 0.0
+        """The weight of what the loop adds to CE: the auxiliary loss, or the distillation term."""
+        chosen = self.loss or self.distillation
+        return chosen.weight if chosen is not None else 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """Every option with its value, defaults included (what ``run.json`` records)."""
-        chosen = self.loss or self.baseline
+        chosen = self.loss or self.baseline or self.distillation
         options = OBJECTIVES[self.objective].options
         return {"objective": self.objective, **{name: getattr(chosen, name) for name in options}}
 
@@ -301,6 +339,10 @@ def resolve_method(spec: Mapping[str, Any]) -> MethodSettings:
         return MethodSettings(name, loss=objective.settings(name=name, **options))
     if objective.kind == "baseline":
         return MethodSettings(name, baseline=objective.settings(**options))
+    if objective.kind == "distillation":
+        if "teacher" not in options:
+            raise ValueError(f"objective {name!r} needs a teacher: a model of the config's models, e.g. teacher: toy-mlp1024")
+        return MethodSettings(name, distillation=DistillationConfig(**options))
     return MethodSettings(name)
 
 

@@ -147,6 +147,9 @@ def check_study(config: Mapping[str, Any], study: str) -> list[str]:
             resolve_method(spec)
         except ValueError as error:
             problems.append(f"{where}.methods.{name}: {error}")
+        teacher = spec.get("teacher")
+        if teacher is not None and teacher not in config["models"]:
+            problems.append(f"{where}.methods.{name}.teacher: unknown model '{teacher}' (known: {', '.join(config['models'])})")
     methods = study_methods(config, study)
     for row in section["figure_rows"]:
         if row not in methods:

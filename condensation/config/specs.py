@@ -105,7 +105,8 @@ class ModelSpec:
     model: str
     """Its name under ``models`` (used in file paths)."""
     source: str
-    """``hub``, ``local``, ``gguf``, ``pretrain`` (pre-trained here) or ``init`` (an initialisation)."""
+    """``hub``, ``local``, ``gguf``, ``pretrain`` (pre-trained here), ``init`` (an initialisation)
+    or ``run`` (the final weights of a training study's run)."""
     id: str | None = None
     """hub: the model id."""
     revision: str | None
@@ -113,13 +114,18 @@ class ModelSpec:
     path: str | None = None
     """local / gguf: a path, or ``pkg://<package>/<file>``."""
     of: str | None = None
-    """init: the model whose initialisation this is."""
+    """init: the model whose initialisation this is; run: the model the study trained."""
+    study: str | None = None
+    """run: the training study (``midtrain`` or ``scratch``)."""
+    method: str | None = None
+    """run: the study's method."""
     arch: dict[str, int] | None = None
     """pretrain: the GPT2 shape."""
     label: str
     """Name shown in figures and tables; the same label on several models marks replicates."""
     seed: int | None = None
-    """pretrain / init: the seed of the initial weights (None: the ``of`` model's, else pretrain.seed)."""
+    """pretrain / init: the seed of the initial weights (None: the ``of`` model's, else pretrain.seed);
+    run: the run's seed."""
     trust_remote_code: bool
 
     @classmethod

@@ -22,6 +22,7 @@ from condensation.config.plan import (
     check_study,
     series_models,
     study_methods,
+    study_runs,
 )
 from condensation.config.runs import TrainConfig, dataclass_defaults
 
@@ -45,6 +46,7 @@ def load_schema() -> dict[str, Any]:
     _objectives_into(schema["$defs"]["method"]["properties"])
     properties = schema["properties"]
     properties["datasets"]["additionalProperties"]["properties"]["source"]["enum"] = ["hub", *CORPORA, "files"]
+    properties["models"]["additionalProperties"]["properties"]["study"]["enum"] = list(STUDIES)
     return schema
 
 
@@ -155,6 +157,8 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
                     f"config.models.{name}.of: '{spec['of']}' is itself an init model; name the model whose "
                     "architecture to initialise (a pretrain model's GPT2 shape, or a hub, local or gguf model's)"
                 )
+        if spec["source"] == "run":
+            problems += _check_run_model(config, name, spec)
     for family, spec in config["families"].items():
         for model in spec["models"]:
             need("model", models, model, f"config.families.{family}.models")
@@ -166,7 +170,18 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
                 f"config.pairs.{pair}: 'first' has {len(spec['first'])} models but 'second' has "
                 f"{len(spec['second'])}; they are compared one to one"
             )
-        for model in spec["first"] + spec["second"]:
+        reference = spec.get("reference", [])
+        if reference and len(reference) != len(spec["first"]):
+            problems.append(
+                f"config.pairs.{pair}.reference: {len(reference)} models for {len(spec['first'])} pairs; "
+                "give one per pair (the same model again where pairs share it)"
+            )
+        if len(spec["labels"]) != (3 if reference else 2):
+            problems.append(
+                f"config.pairs.{pair}.labels: {len(spec['labels'])} labels for {3 if reference else 2} rows; "
+                "name first and second" + (" and reference" if reference else " (a third label needs a reference row)")
+            )
+        for model in spec["first"] + spec["second"] + reference:
             need("model", models, model, f"config.pairs.{pair}")
         need("dataset", datasets, spec["dataset"], f"config.pairs.{pair}.dataset")
     for family, names in config["dataset_robustness"].items():
@@ -191,6 +206,21 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
             "sequences could come out shorter than seq_len tokens"
         )
     return problems
+
+
+def _check_run_model(config: dict[str, Any], name: str, spec: dict[str, Any]) -> list[str]:
+    """A `run` model names one run the config trains: its study, the study's model, method and seed."""
+    study, where = spec["study"], f"config.models.{name}"
+    run = (spec["of"], spec["method"], spec["seed"])
+    if run in study_runs(config, study):
+        return []
+    section = config[study]
+    return [
+        f"{where}: config.{study} trains no run of model '{spec['of']}' with method '{spec['method']}' and seed "
+        f"{spec['seed']} (its models: {', '.join(section['models']) or 'none'}; methods: "
+        f"{', '.join(study_methods(config, study)) or 'none'}; seeds: {', '.join(map(str, section['seeds']))}); "
+        "name one of its runs, or add it to the study"
+    ]
 
 
 def _check_evaluation(config: dict[str, Any]) -> list[str]:

@@ -234,29 +234,40 @@ def pair_claims(pairs: Mapping[str, tuple[Sequence[str], pd.DataFrame]], drawn: 
     """Distillation does not remove condensation (pairs labelled distilled: the distilled member
     is not less condensed), and condensation is highest at initialisation (pairs labelled init...:
     the first member, at initialisation, is the more condensed). Pairs whose members share labels
-    are replicates of one comparison."""
-    distill, init, notes, init_labels = [], [], [], []
+    are replicates of one comparison. A pair's reference row (``member`` 2, e.g. the teacher of
+    a distilled student) is shown beside the evidence, not counted in it."""
+    distill, init, distill_notes, init_labels = [], [], [], []
     for name, (labels, table) in pairs.items():
         kind = _pair_kind(labels)
         first, second = table[table["member"] == 0].reset_index(drop=True), table[table["member"] == 1].reset_index(drop=True)
+        reference = table[table["member"] == 2].reset_index(drop=True)
         keys = pd.Series(list(zip(first["label"], second["label"])))
         for (label_a, label_b) in dict.fromkeys(keys):
             rows_a, rows_b = first[(keys == (label_a, label_b)).to_numpy()], second[(keys == (label_a, label_b)).to_numpy()]
-            result = difference(model_arm(rows_a, label_a, drawn), model_arm(rows_b, label_b, drawn))
-            rho = difference(model_arm(rows_a, label_a, drawn, "spearman_rho"),
-                             model_arm(rows_b, label_b, drawn, "spearman_rho"))
+            # the difference the claim predicts the sign of: distilled (second) minus the other
+            # (the claim holds unless it is lower), else first minus second (init above trained)
+            order = ((rows_b, label_b), (rows_a, label_a)) if kind == "distill" else ((rows_a, label_a), (rows_b, label_b))
+            result = difference(*(model_arm(rows, label, drawn) for rows, label in order))
+            rho = difference(*(model_arm(rows, label, drawn, "spearman_rho") for rows, label in order))
             text = (f"{name}: {label_a} {_means(rows_a, 'last_half')} vs {label_b} {_means(rows_b, 'last_half')}, "
-                    f"difference {_interval(result)}; Spearman rho {_means(rows_a, 'spearman_rho')} vs "
+                    f"{order[0][1]} - {order[1][1]} {_interval(result)}; Spearman rho {_means(rows_a, 'spearman_rho')} vs "
                     f"{_means(rows_b, 'spearman_rho')} ({_interval(rho, 2)})")
-            if kind == "distill":  # distilled (second) minus the other: the claim holds unless it is lower
-                distill.append((text, replace_sign(result)))
+            if kind == "distill":
+                if not reference.empty:
+                    rows_r = reference[(keys == (label_a, label_b)).to_numpy()]
+                    label_r = labels[2] if len(labels) > 2 else "reference"
+                    text += f"; {label_r} {', '.join(dict.fromkeys(rows_r['label']))} {_means(rows_r, 'last_half')}"
+                    to_teacher = difference(model_arm(rows_b, label_b, drawn), model_arm(rows_r, label_r, drawn))
+                    distill_notes.append(f"{name}: {label_b} - {label_r} {_interval(to_teacher)} (shown, not counted: "
+                                         f"how much of the {label_r}'s condensation the {label_b} model has)")
+                distill.append((text, result))
             elif kind == "init":
                 init.append((text, result))
                 init_labels.append((label_a, float(rows_a["last_half"].mean()), float(rows_b["last_half"].mean())))
     init_evidence = decided(init, +1)
     notes = [width_note(*labels) for labels, e in zip(init_labels, init_evidence) if e.verdict == DISAGREES]
     return [
-        combine("Distillation does not remove condensation (Fig. 3)", decided(distill, +1)),
+        combine("Distillation does not remove condensation (Fig. 3)", decided(distill, +1), distill_notes),
         combine("Condensation is highest at initialisation and falls with training (Fig. 4, pairs; verdict on "
                 "the deeper-layer cosine, rho shown)", init_evidence, notes),
     ]
@@ -266,12 +277,6 @@ def decided(pieces: Sequence[tuple[str, SeedAwareEstimate]], direction: int) -> 
     """Each piece's text with its verdict, decided together (:func:`decide`)."""
     verdicts = decide([result for _, result in pieces], direction)
     return [Evidence(text, verdict, reason) for (text, _), (verdict, reason) in zip(pieces, verdicts)]
-
-
-def replace_sign(result: SeedAwareEstimate) -> SeedAwareEstimate:
-    """``result`` for the opposite difference (b - a)."""
-    return SeedAwareEstimate(-result.estimate, -result.ci_high, -result.ci_low, result.p_value, result.dof,
-                             result.seed_se, result.sampling_se, tuple(-d for d in result.per_seed), result.unmeasured)
 
 
 def width_note(label: str, at_init: float, trained: float) -> str:

@@ -64,20 +64,23 @@ def family_figure(
 def paired_figure(
     *, pair: str, dataset: str, first: Sequence[str], second: Sequence[str], geometry_paths: Sequence[str | Path],
     handle_paths: Sequence[str | Path], labels: Mapping[str, str], row_labels: Sequence[str], trend: TrendConfig | Mapping[str, Any],
-    out_path: str | Path, csv_path: str | Path, markdown_path: str | Path,
+    out_path: str | Path, csv_path: str | Path, markdown_path: str | Path, reference: Sequence[str] = (),
 ) -> None:
-    """Fig. 3 layout, and its numbers as a table (``member`` 0 = first row, 1 = second).
-    ``geometry_paths`` and ``handle_paths`` list the first members, then the second members."""
+    """Fig. 3 layout, and its numbers as a table (``member`` 0 = first row, 1 = second, 2 = the
+    reference row, e.g. a distilled student's teacher). ``geometry_paths`` and ``handle_paths``
+    list the first members, then the second members, then the reference members."""
     from condensation.reporting.figures.trends import plot_paired_trend
     from condensation.reporting.trend_tables import write_trend_table
 
     trend = typed(TrendConfig, trend)
-    names = list(first) + list(second)
+    groups = [list(first), list(second)] + ([list(reference)] if reference else [])
+    names = [name for group in groups for name in group]
     entries = _entries(names, geometry_paths, handle_paths, labels, trend)
-    pairs = list(zip(entries[: len(first)], entries[len(first) :]))
+    n = len(first)
+    pairs = list(zip(*(entries[r * n : (r + 1) * n] for r in range(len(groups)))))
     plot_paired_trend(pairs, out_path, title=pair, row_labels=tuple(row_labels))
     rows = [
-        {"member": int(index >= len(first)), "model": name, "label": labels.get(name, name), "num_parameters": entry.size,
+        {"member": index // n, "model": name, "label": labels.get(name, name), "num_parameters": entry.size,
          **entry.trend.as_row(), **(entry.lenses or {})}
         for index, (name, entry) in enumerate(zip(names, entries))
     ]

@@ -37,6 +37,7 @@ def prepare_model(
     base_handle_path: str | Path | None = None, arch: Mapping[str, int] | None = None, seed: int = 0,
 ) -> None:
     """Resolve a model of any source to a handle; GGUF and init models get their own weights dir.
+    A ``pretrain`` or ``run`` model's handle points at its training run's ``final/``.
 
     An ``init`` model is the seeded random initialisation either of a pretrain model's GPT2
     shape (with the pre-training tokenizer) or of a hub model's architecture (with its tokenizer).
@@ -51,6 +52,8 @@ def prepare_model(
         handle = models.convert_gguf(name, spec.path, weights_dir)
     elif source == "pretrain":
         handle = models.prepare_local(name, str(pretrained_dir))
+    elif source == "run":  # a study run's final weights, where the run left them
+        handle = models.prepare_local(name, str(pretrained_dir), spec.trust_remote_code)
     elif source == "init" and base_handle_path is not None:
         base = models.ModelHandle.load(base_handle_path)
         models.save_model_dir(models.build_from_config(base, seed), models.load_tokenizer(base), weights_dir)

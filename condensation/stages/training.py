@@ -36,12 +36,13 @@ def plan_study_run(
 
 def train_run(
     *, plan_path: str | Path, blocks_path: str | Path, handle_path: str | Path | None = None,
-    tokenizer_dir: str | Path | None = None, threads: int = 1,
+    tokenizer_dir: str | Path | None = None, teacher_handle_path: str | Path | None = None, threads: int = 1,
 ) -> None:
     """Train one run as its plan says, in the plan's directory: pre-training from scratch (plan
     ``kind`` pretrain: a GPT2 of the plan's shape with the tokenizer in ``tokenizer_dir``) or a
     study's run (the model of ``handle_path``: trained before, or an ``init`` model's random
-    weights) with CE, CE + an auxiliary loss, or CE with a baseline."""
+    weights) with CE, CE + an auxiliary loss, CE with a baseline, or distilled from the teacher
+    of ``teacher_handle_path`` (the plan's distillation method names it)."""
     import functools
 
     import torch
@@ -56,12 +57,31 @@ def train_run(
     method, options = plan.method, plan.method.as_dict()
     aux_loss = functools.partial(auxiliary_loss, config=method.loss) if method.loss is not None else None
     baseline = make_baseline(options.pop("objective"), **options) if method.baseline is not None else None
+    teacher = _teacher(method.distillation, teacher_handle_path, tokenizer) if method.distillation is not None else None
     train_blocks, val_blocks = packing.read_blocks(blocks_path)
     result = train(
         model, train_blocks, val_blocks, plan.train, Path(plan_path).parent,
-        aux_loss=aux_loss, tokenizer=tokenizer, baseline=baseline,
+        aux_loss=aux_loss, tokenizer=tokenizer, baseline=baseline, teacher=teacher,
     )
     log.info("trained %s (%s) with %s: %s", plan.model, plan.kind, plan.method.as_dict(), result)
+
+
+def _teacher(config: Any, handle_path: str | Path | None, student_tokenizer: Any) -> Any:
+    """The frozen teacher of a distillation run, checked against the student's tokenizer."""
+    from condensation.training.distillation import Teacher
+
+    if handle_path is None:
+        raise ValueError(f"a distillation run needs its teacher's handle (--teacher models/{config.teacher}/handle.json)")
+    handle = models.ModelHandle.load(handle_path)
+    if handle.name != config.teacher:
+        raise ValueError(f"the plan's teacher is '{config.teacher}' but the handle given is '{handle.name}'")
+    # bfloat16 where the run will be on a GPU that supports it (a frozen model needs no float32
+    # master weights, and a large teacher then fits beside the student), else float32; loaded on
+    # the CPU, as the student is, and moved to the run's device by the loop.
+    dtype = models.resolve_dtype("auto", models.resolve_device("auto"))
+    model = models.load_model(handle, dtype=str(dtype).removeprefix("torch."), device="cpu", causal_lm=True)
+    return Teacher.matched(model, models.load_tokenizer(handle), student_tokenizer, config,
+                           where=f"method option teacher ('{config.teacher}')")
 
 
 def _starting_model(plan: RunPlan, handle_path: str | Path | None, tokenizer_dir: str | Path | None) -> tuple[Any, Any]:

@@ -1,6 +1,7 @@
 """The one training loop: pre-train a tiny GPT-2-like model from scratch, or mid-train a pretrained
-Hugging Face causal LM, with an optional auxiliary loss on the hidden states, or with one of the
-paper's baselines (noisy embeddings, active forgetting: ``training.baselines``) hooked into the loop.
+Hugging Face causal LM, with an optional auxiliary loss on the hidden states, with one of the
+paper's baselines (noisy embeddings, active forgetting: ``training.baselines``) hooked into the loop,
+or distilled from a frozen teacher run on the same tokens (``training.distillation``).
 
 Read it top to bottom, nanoGPT style:
 
@@ -77,6 +78,7 @@ from condensation.training.batches import (
     validation_loss,
 )
 from condensation.training.checkpointing import CheckpointManager, TrainState
+from condensation.training.distillation import Teacher
 from condensation.training.precision import resolve_mixed_precision
 
 AuxLoss = Callable[[tuple[torch.Tensor, ...]], torch.Tensor]
@@ -115,10 +117,10 @@ class StepMetrics:
 
     lr: float
     loss: float
-    """``ce_loss + aux_weight * aux_loss``, or ``ce_loss`` without an auxiliary loss."""
+    """``ce_loss + aux_weight * aux_loss``, or ``ce_loss`` without an auxiliary loss or a teacher."""
     ce_loss: float
     aux_loss: float | None
-    """None without an auxiliary loss (or with weight 0)."""
+    """The auxiliary loss, or the distillation term with a teacher; None without either (or with weight 0)."""
     grad_norm: float
     """Before clipping."""
     seconds: float
@@ -163,19 +165,22 @@ def train(
     tokenizer: Any = None,
     stop_after_steps: int | None = None,
     baseline: TrainingBaseline | None = None,
+    teacher: Teacher | None = None,
 ) -> TrainResult:
     """Train ``model`` (in place) on int64 ``[num_blocks, block_size]`` token blocks.
 
     Resumes from ``out_dir/state`` when present and ends bit-identical to an uninterrupted run;
     returns at once when ``out_dir/final`` is complete. ``stop_after_steps`` stops (saving a state)
     once the global step reaches that value: a graceful stand-in for a kill, or a time limit.
-    ``baseline`` hooks a training baseline into the loop (see ``baselines.TrainingBaseline``).
+    ``baseline`` hooks a training baseline into the loop (see ``baselines.TrainingBaseline``);
+    ``teacher`` distils it (``distillation.Teacher``: its term, weighted by ``config.aux_weight``,
+    takes the auxiliary loss's place in the total and the logs).
     """
     run_dir = RunDir(out_dir)
     if run_dir.is_finished():
         return _result_from_summary(run_dir)
     with library_bars_off_in_files():  # the job log gets our progress lines, not carriage returns
-        trainer = Trainer(model, train_blocks, val_blocks, config, run_dir, aux_loss, tokenizer, baseline)
+        trainer = Trainer(model, train_blocks, val_blocks, config, run_dir, aux_loss, tokenizer, baseline, teacher)
         return trainer.run(stop_after_steps)
 
 
@@ -192,11 +197,15 @@ class Trainer:
         aux_loss: AuxLoss | None,
         tokenizer: Any,
         baseline: TrainingBaseline | None,
+        teacher: Teacher | None = None,
     ) -> None:
+        if aux_loss is not None and teacher is not None:
+            raise ValueError("train: an auxiliary loss and a teacher both take config.aux_weight; give one of them")
         self.config, self.run_dir, self.tokenizer, self.baseline = config, run_dir, tokenizer, baseline
         self.train_blocks = check_blocks(train_blocks, config.block_size, "train_blocks")
         self.val_blocks = check_blocks(val_blocks, config.block_size, "val_blocks")
         self.aux_loss = aux_loss if config.aux_weight > 0 else None  # None: CE only, no hidden states
+        self.teacher = teacher if config.aux_weight > 0 else None  # weight 0: no teacher forward either
         self._prepare(model)
 
     def _prepare(self, model: torch.nn.Module) -> None:
@@ -225,6 +234,7 @@ class Trainer:
             "world_size": world,
             "train_blocks_shape": list(self.train_blocks.shape),
             "baseline": self.baseline.describe() if self.baseline is not None else None,
+            **({"teacher": self.teacher.describe()} if self.teacher is not None else {}),
             "code": {key: code_version()[key] for key in ("version", "source_sha256")},
         }
         # np.array copies: the blocks are a read-only memmap, which torch warns about
@@ -239,6 +249,8 @@ class Trainer:
             fused=accelerator.device.type == "cuda",
         )
         self.model, self.optimizer = accelerator.prepare(model, optimizer)
+        if self.teacher is not None:  # not prepared: it is not trained, so DDP has nothing to sync
+            self.teacher.to(accelerator.device)
         self.model.train()
         self.module = accelerator.unwrap_model(self.model)
         # A compiled wrapper for the training forward only; it shares the parameters, so validation,
@@ -311,7 +323,7 @@ class Trainer:
 
         micro_batches = config.grad_accum_steps * accelerator.num_processes
         ce_mean = ce_sum / micro_batches
-        aux_mean = None if self.aux_loss is None else aux_sum / micro_batches
+        aux_mean = None if self.aux_loss is None and self.teacher is None else aux_sum / micro_batches
         loss = ce_mean if aux_mean is None else ce_mean + config.aux_weight * aux_mean
         return StepMetrics(
             lr=lr, loss=loss, ce_loss=ce_mean, aux_loss=aux_mean, grad_norm=grad_norm, seconds=time.perf_counter() - started
@@ -339,11 +351,14 @@ class Trainer:
                 inputs = {"input_ids": ids} if embeds is None else {"inputs_embeds": embeds}
                 out = self.forward(**inputs, output_hidden_states=self.aux_loss is not None, use_cache=False)
             ce = causal_lm_ce(out.logits, ids)
-            if self.aux_loss is None:
-                aux, loss = torch.zeros((), device=ce.device), ce
-            else:
+            if self.teacher is not None:  # the teacher sees the ids, never a baseline's embeddings
+                aux = self.teacher.loss(out.logits, ids, self.autocast)
+                loss = ce + config.aux_weight * aux
+            elif self.aux_loss is not None:
                 aux = self.aux_loss(out.hidden_states)
                 loss = ce + config.aux_weight * aux
+            else:
+                aux, loss = torch.zeros((), device=ce.device), ce
             accelerator.backward(loss / config.grad_accum_steps)
         del out, loss, embeds  # the logits can be GBs (large vocabulary): free them before the next one
         ce, aux = ce.detach().float(), aux.detach().float()
@@ -440,6 +455,7 @@ class Trainer:
             "mixed_precision": self.precision,
             "config": dataclasses.asdict(self.config),
             "baseline": self.checkpointer.identity["baseline"],
+            "teacher": self.checkpointer.identity.get("teacher"),
         }
         self.checkpointer.save_final(self.module, self.tokenizer, summary, self.eval_steps)
         self.checkpointer.set_aside_finished_state()

@@ -86,6 +86,33 @@ def test_scratch_study_trains_init_models_only():
     assert study_runs(config, "scratch") == [("i", "ce", 0)]
 
 
+def test_a_distillation_pair_names_a_teacher_and_runs_the_study_trains():
+    models = {"m": {"source": "hub", "id": "gpt2"}, "big": {"source": "hub", "id": "gpt2-medium"},
+              "i": {"source": "init", "of": "m"},
+              "ce-s0": {"source": "run", "study": "scratch", "of": "i", "method": "ce", "seed": 0},
+              "kd-s0": {"source": "run", "study": "scratch", "of": "i", "method": "kd", "seed": 0}}
+    study = {"models": ["i"], "dataset": "austen", "geometry_dataset": "austen",
+             "methods": {"ce": {"objective": "ce"}, "kd": {"objective": "distillation", "teacher": "big"}}}
+    pair = {"first": ["ce-s0"], "second": ["kd-s0"], "reference": ["big"], "labels": ["CE", "distilled", "teacher"],
+            "dataset": "austen"}
+    config = validate_config(with_changes(models=models, scratch=study, pairs={"p": pair}))
+    assert ("i", "kd", 0) in study_runs(config, "scratch")
+    wrong = [
+        ({"models": {**models, "kd-s0": {**models["kd-s0"], "seed": 3}}},
+         r"config\.models\.kd-s0: config\.scratch trains no run of model 'i' with method 'kd' and seed 3"),
+        ({"scratch": {**study, "methods": {**study["methods"], "kd": {"objective": "distillation", "teacher": "huge"}}}},
+         r"config\.scratch\.methods\.kd\.teacher: unknown model 'huge'"),
+        ({"scratch": {**study, "methods": {**study["methods"], "kd": {"objective": "distillation"}}}},
+         r"config\.scratch\.methods\.kd: objective 'distillation' needs a teacher"),
+        ({"pairs": {"p": {**pair, "labels": ["CE", "distilled"]}}}, r"config\.pairs\.p\.labels: 2 labels for 3 rows"),
+        ({"pairs": {"p": {**pair, "reference": ["big", "big"]}}}, r"config\.pairs\.p\.reference: 2 models for 1 pairs"),
+        ({"models": {**models, "r": {"source": "run", "study": "scratch", "of": "i"}}}, r"'method' is a required property"),
+    ]
+    for change, message in wrong:
+        with pytest.raises(ConfigError, match=message):
+            validate_config(with_changes(**{"models": models, "scratch": study, "pairs": {"p": pair}, **change}))
+
+
 def test_hub_series_becomes_one_model_per_revision():
     series = {"olmo": {"model": "m", "dataset": "austen", "checkpoints": [
         {"revision": "stage1-step0", "label": "S1-0", "tokens": 0}, {"revision": "main", "label": "Main"}]}}

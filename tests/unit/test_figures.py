@@ -302,6 +302,26 @@ def test_paired_trend_writes_png(tmp_path):
     assert sum(ln.get_linestyle() == "--" for ln in panel.lines) == 3
 
 
+def test_paired_trend_with_a_reference_row(tmp_path):
+    """CE student, distilled student, teacher: three heatmap rows; the reference is drawn, not joined."""
+    pairs = [(entry(f"ce{i}", condensing(5)), entry(f"kd{i}", dispersed(5)), entry(f"t{i}", negative(5))) for i in range(2)]
+    path = tmp_path / "paired3.png"
+    fig = trends.plot_paired_trend(pairs, path, "distillation", row_labels=("CE only", "distilled", "teacher"))
+    assert_png(path)
+    heatmaps = heatmap_axes(fig)
+    assert len(heatmaps) == 6
+    assert [heatmaps[i].get_ylabel() for i in (0, 2, 4)] == [
+        "CE only\ncosine similarity", "distilled\ncosine similarity", "teacher\ncosine similarity"]
+    rho_axis, tau_axis = fig.axes[:2]
+    assert sum(ln.get_linestyle() == "--" for ln in rho_axis.lines + tau_axis.lines) == 2 * 2  # pairs only
+    bars = error_bars(deeper_panel(fig))
+    assert len(bars) == 3
+    np.testing.assert_allclose([rows[:, 0] for rows in bars], [np.arange(2) - 0.2, np.arange(2), np.arange(2) + 0.2])
+    np.testing.assert_allclose(bars[2][:, 1:], intervals([p[2] for p in pairs]))
+    legend = [text.get_text() for text in rho_axis.get_legend().get_texts()]
+    assert legend == ["CE only", "distilled", "teacher", "pair"]
+
+
 def test_dataset_robustness_writes_png(tmp_path):
     models, datasets = ["small", "medium", "large"], ["wiki", "code"]
     grid = {d: {m: (condensing(6) if m != "medium" else dispersed(8)) for m in models} for d in datasets}
@@ -345,13 +365,17 @@ def test_family_trend_errors(tmp_path):
 
 def test_paired_trend_errors(tmp_path):
     path = tmp_path / "x.png"
-    a, b = entry("a", condensing()), entry("b", dispersed())
+    a, b, c = entry("a", condensing()), entry("b", dispersed()), entry("c", negative(6))
     with pytest.raises(ValueError, match="no pairs"):
         trends.plot_paired_trend([], path, "t")
     with pytest.raises(ValueError, match="pair 0"):
         trends.plot_paired_trend([(a,)], path, "t")
-    with pytest.raises(ValueError, match="exactly two"):
+    with pytest.raises(ValueError, match="must name the 2 rows"):
         trends.plot_paired_trend([(a, b)], path, "t", row_labels=("only",))
+    with pytest.raises(ValueError, match="must name the 3 rows"):
+        trends.plot_paired_trend([(a, b, c)], path, "t", row_labels=("CE", "distilled"))
+    with pytest.raises(ValueError, match="pair 1"):
+        trends.plot_paired_trend([(a, b, c), (a, b)], path, "t", row_labels=("CE", "distilled", "teacher"))
     with pytest.raises(ValueError, match="duplicate distilled labels"):
         trends.plot_paired_trend([(a, b), (b, b)], path, "t")
     assert not path.exists()

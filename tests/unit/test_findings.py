@@ -108,6 +108,35 @@ def test_init_pairs_replicates_by_label_and_a_published_model_as_fixed():
     assert distill.verdict == claims.DISAGREES
 
 
+def test_distillation_pair_over_seeds_with_its_teacher_shown_not_counted():
+    """The offline pair: a student distilled from a wide toy vs the same toy with CE, three seeds
+    each (drawn here), the teacher (one model, repeated per pair) as the reference row."""
+    def pair(distilled, ce):
+        rows = []
+        for i, (d, c) in enumerate(zip(distilled, ce)):
+            rows += [{"member": 0, **run(f"ce-s{i}", "MLP 32 CE", c)}, {"member": 1, **run(f"kd-s{i}", "MLP 32 distilled", d)},
+                     {"member": 2, **run("teacher", "MLP 1024", 0.22)}]
+        return pd.DataFrame(rows)
+
+    labels = ["CE only", "distilled", "teacher"]
+    students = {f"ce-s{i}" for i in range(3)} | {f"kd-s{i}" for i in range(3)}
+    drawn_models = students | {"teacher"}
+    distill, _ = claims.pair_claims({"distillation": (labels, pair([0.36, 0.37, 0.36], [0.33, 0.335, 0.33]))},
+                                    drawn=drawn_models)
+    assert distill.verdict == claims.AGREES
+    assert "MLP 32 CE 0.330 / 0.335 / 0.330 vs MLP 32 distilled 0.360 / 0.370 / 0.360" in distill.evidence[0]
+    assert "(per seed +0.030, +0.035, +0.030)" in distill.evidence[0] and "teacher MLP 1024 0.220" in distill.evidence[0]
+    assert any(note.startswith("distillation: MLP 32 distilled - teacher +0.143") for note in distill.notes)
+    # the students as far apart as their seeds spread: no verdict
+    noisy, _ = claims.pair_claims({"distillation": (labels, pair([0.30, 0.40, 0.33], [0.36, 0.31, 0.35]))},
+                                  drawn=drawn_models)
+    assert noisy.verdict == claims.INCONCLUSIVE and "interval holds zero" in noisy.reason
+    # the student takes the teacher's low condensation: the claim fails
+    inherits, _ = claims.pair_claims({"distillation": (labels, pair([0.22, 0.225, 0.22], [0.33, 0.335, 0.33]))},
+                                     drawn=drawn_models)
+    assert inherits.verdict == claims.DISAGREES
+
+
 def test_series_claim_pairs_first_and_last_checkpoint_by_run():
     def series(values):
         return pd.DataFrame([{"checkpoint": f"step {i * 48}", **run("m", "m", v)} for i, v in enumerate(values)])

@@ -54,6 +54,8 @@ def expected_outputs() -> list[str]:
         "results/figures/series/toy-narrow-pretraining.png",
         "results/tables/series/toy-narrow-pretraining.csv",
         "results/tables/paired/init-vs-trained.csv",
+        "results/figures/paired/distillation.png",
+        "results/tables/paired/distillation.csv",
         "results/figures/scratch/toy-narrow-init_condensation.png",
         "results/tables/table4.csv",
         "results/tables/table4.md",
@@ -145,9 +147,9 @@ def test_scores_come_from_the_checkpoint_with_the_lowest_validation_loss(project
 
 def test_each_scored_model_has_its_own_lm_eval_cache(project):
     # lm-eval's cache ignores the model: one cache per model content (9 mid-training runs, the
-    # pretrained model, and the 2 runs trained from scratch)
+    # pretrained model, and the 3 runs trained from scratch)
     caches = sorted(path.parent.name for path in (project / "runs/eval_cache").glob("*/*_rank0.db"))
-    assert len(caches) == len(set(caches)) == 12
+    assert len(caches) == len(set(caches)) == 13
 
 
 def test_table2_has_every_method_against_the_reference(project):
@@ -180,7 +182,7 @@ def test_series_measures_every_pretraining_checkpoint_from_initialisation(projec
 
 def test_table4_compares_training_from_scratch_with_and_without_dispersion(project):
     table = pd.read_csv(project / "results/tables/table4.csv")
-    assert table["method"].tolist() == ["ce", "dispersion"]
+    assert table["method"].tolist() == ["ce", "dispersion", "distill"]
     dispersion = table.set_index("method").loc["dispersion"]
     assert -100 < dispersion["diff_vs_ce"] < 100 and 0 <= dispersion["items_p_vs_ce"] <= 1
     # one seed each: the items are measured, the training noise is not, so no seed-aware interval
@@ -193,7 +195,9 @@ def test_findings_page_states_a_verdict_for_every_claim(project):
     assert len(findings) == 6
     assert all(f["verdict"] in ("agrees", "disagrees", "inconclusive", "cannot test") for f in findings)
     distillation = next(f for f in findings if "istillation" in f["claim"])
-    assert distillation["verdict"] == "cannot test"  # the tiny config pairs no distilled model
+    # the tiny config's student distilled from the wide toy, one seed: measured, its training noise not
+    assert distillation["verdict"] == "inconclusive" and "training noise" in distillation["reason"]
+    assert "toy-narrow distilled" in distillation["evidence"][0] and "teacher toy-wide" in distillation["evidence"][0]
     assert "Condensation is highest at initialisation" in (project / "results/findings.md").read_text()
 
 
@@ -259,7 +263,7 @@ def test_dvc_repro_reproduces_and_versions_the_results(project, tmp_path):
                                                   "toy-wide / forget", "toy-wide / dispersion-lam1-tau0.5"}
     assert "toy-wide / dispersion / seed1" in series["midtrain_training_loss"]
     assert series["midtrain_condensation"] == series["midtrain_validation_loss"]
-    assert series["scratch_condensation"] == {"toy-narrow-init / ce", "toy-narrow-init / dispersion"}
+    assert series["scratch_condensation"] == {"toy-narrow-init / ce", "toy-narrow-init / dispersion", "toy-narrow-init / distill"}
     assert (project / "results/report.html").stat().st_size > 100_000  # the stage ends with the HTML report
     run([str(BIN / "dvc"), "push"], project)
     assert any(env_remote.rglob("*")), "nothing was pushed to the local remote"
@@ -304,14 +308,16 @@ def test_paper_config_plans_every_observation_job(repo, tmp_path):
         line.split() for line in result.stdout.splitlines() if len(line.split()) == 2 and line.split()[1].isdigit()
     )
     assert counts["family_figure"] == "6"  # GPT2, Qwen1, Qwen2.5, Qwen3, Bloom, MLP width
-    assert counts["paired_figure"] == "2"  # distillation, init vs trained
+    assert counts["paired_figure"] == "3"  # the R1 distills, init vs trained, and the pair distilled here
     assert counts["dataset_figure"] == "1"
-    assert counts["extract"] == str(52 + 13)  # observation models, and Fig. 4's 13 Olmo-3 revisions
+    # observation models, the two students of the pair distilled here, and Fig. 4's 13 Olmo-3 revisions
+    assert counts["extract"] == str(52 + 2 + 13)
     assert counts["series_figure"] == "1"
     assert counts["pretrain"] == "4"
     # GPT2 and Qwen3-0.6B x 7 methods x 3 seeds, the 4 x 4 ablation on GPT2 minus its
-    # lambda=0.1, tau=1 point (the dispersion method itself), and Table 4's CE and dispersion runs
-    runs = 42 + 15 + 2
+    # lambda=0.1, tau=1 point (the dispersion method itself), and Table 4's CE, dispersion and
+    # distillation runs
+    runs = 42 + 15 + 3
     assert counts["train_study_run"] == counts["measure_checkpoints"] == str(runs)
     assert counts["evaluate_pretrained"] == "2"
     # every checkpoint after step 0 is scored; the selected one's score is picked from them

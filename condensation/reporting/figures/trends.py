@@ -265,54 +265,65 @@ def plot_family_trend(
 
 
 def plot_paired_trend(
-    pairs: Sequence[tuple[FamilyEntry, FamilyEntry]], path: str | os.PathLike, title: str,
-    row_labels: tuple[str, str] = ("scratch", "distilled"), heatmaps: HeatmapOptions = HeatmapOptions(),
+    pairs: Sequence[tuple[FamilyEntry, ...]], path: str | os.PathLike, title: str,
+    row_labels: tuple[str, ...] = ("scratch", "distilled"), heatmaps: HeatmapOptions = HeatmapOptions(),
 ) -> Figure:
-    """Two rows of heatmaps (first vs. second member of each pair), a joint trend panel and a
-    joint panel of the deeper half of layers' mean cosine with its interval over sequences.
+    """Two rows of heatmaps (first vs. second member of each pair), or three with a reference row
+    (e.g. a distilled student's teacher), a joint trend panel and a joint panel of the deeper half
+    of layers' mean cosine with its interval over sequences.
 
-    Each model's four trend points sit side by side: the first member's rho and tau (filled
-    circles, dark) left of the tick, the second member's (open squares, light) right of it;
-    dashed grey lines join each pair. The deeper-layers panel marks members alike, with error
-    bars. The x ticks name the first members.
+    Each model's trend points sit side by side: the first member's rho and tau (filled circles,
+    dark) left of the tick, the second member's (open squares, light) right of it, a reference
+    member's (triangles, grey) beyond; dashed grey lines join each pair (the reference is shown,
+    not joined). The deeper-layers panel marks members alike, with error bars. The x ticks name
+    the first members.
     """
     pairs = list(pairs)
     if not pairs:
         raise ValueError("plot_paired_trend: no pairs to plot")
+    members = len(pairs[0])
     for i, pair in enumerate(pairs):
-        if len(pair) != 2:
-            raise ValueError(f"pair {i}: expected (first, second), got {len(pair)} entries")
-    if len(row_labels) != 2:
-        raise ValueError(f"row_labels must name exactly two rows, got {len(row_labels)}: {row_labels!r}")
-    rows = [[pair[r] for pair in pairs] for r in range(2)]
+        if len(pair) != members or members not in (2, 3):
+            raise ValueError(f"pair {i}: expected (first, second) or (first, second, reference) like every pair, "
+                             f"got {len(pair)} entries")
+    if len(row_labels) != members:
+        raise ValueError(f"row_labels must name the {members} rows, got {len(row_labels)}: {row_labels!r}")
+    rows = [[pair[r] for pair in pairs] for r in range(members)]
     for label, row in zip(row_labels, rows):
         check_unique([e.label for e in row], f"{label} labels")
     n = len(pairs)
     trend_ratio = float(np.clip(0.4 * n, 1.8, 3.0))
     with matplotlib.rc_context(RC):
-        fig = new_figure(1.75 * (n + 2 * trend_ratio) + 2.0, 2.35 * 2 + 1.6)
-        grid = fig.add_gridspec(2, n + 2, width_ratios=[trend_ratio] * 2 + [1.0] * n)
+        fig = new_figure(1.75 * (n + 2 * trend_ratio) + 2.0, 2.35 * members + 1.6)
+        grid = fig.add_gridspec(members, n + 2, width_ratios=[trend_ratio] * 2 + [1.0] * n)
         ax = fig.add_subplot(grid[:, 0])
         first = dict(ls="-", marker="o", ms=6.0 if n <= 8 else 4.5, lw=1.5, markeredgewidth=1.3)
         second = dict(first, marker="s", markerfacecolor="white")
-        series = [
-            _Series(rows[0], (-0.21, -0.07), dict(first, color=RHO_COLOR), dict(first, color=TAU_COLOR)),
-            _Series(rows[1], (0.07, 0.21), dict(second, color=RHO_COLOR_LIGHT), dict(second, color=TAU_COLOR_LIGHT)),
+        reference = dict(first, marker="^", ls=":")
+        # x offsets of each row's (rho, tau) points and of its deeper-layers point
+        trend_dx = [(-0.21, -0.07), (0.07, 0.21)] if members == 2 else [(-0.3, -0.2), (-0.05, 0.05), (0.2, 0.3)]
+        deep_dx = [-0.1, 0.1] if members == 2 else [-0.2, 0.0, 0.2]
+        styles = [
+            (dict(first, color=RHO_COLOR), dict(first, color=TAU_COLOR), dict(first, color=DEEP_COLOR)),
+            (dict(second, color=RHO_COLOR_LIGHT), dict(second, color=TAU_COLOR_LIGHT), dict(second, color=DEEP_COLOR_LIGHT)),
+            (dict(reference, color="0.45"), dict(reference, color="0.65"), dict(reference, color="0.45")),
         ]
+        series = [_Series(rows[r], trend_dx[r], styles[r][0], styles[r][1]) for r in range(members)]
         labels = [e.tick_label for e in rows[0]]
         axes = (ax, _trend_panel(ax, labels, series))
         for k, (first_values, second_values) in enumerate(zip(_values(rows[0]), _values(rows[1]))):
             _join_pairs(axes[k], (series[0].dx[k], series[1].dx[k]), first_values, second_values)
         ax.set_title("depth trend", pad=22)  # room for the legend above the panel
         handles = [Line2D([], [], color="0.3", marker="o", ls="-", ms=5, label=row_labels[0]),
-                   Line2D([], [], color="0.5", marker="s", ls="-", ms=5, markerfacecolor="white", label=row_labels[1]),
-                   Line2D([], [], color="0.55", ls="--", lw=0.9, label="pair")]
-        ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False,
+                   Line2D([], [], color="0.5", marker="s", ls="-", ms=5, markerfacecolor="white", label=row_labels[1])]
+        if members == 3:
+            handles.append(Line2D([], [], color="0.45", marker="^", ls=":", ms=5, label=row_labels[2]))
+        handles.append(Line2D([], [], color="0.55", ls="--", lw=0.9, label="pair"))
+        ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(handles), frameon=False,
                   handlelength=1.8, columnspacing=1.0, borderaxespad=0.2)
         deeper = fig.add_subplot(grid[:, 1])
-        _deeper_panel(deeper, labels, [_Points(rows[0], -0.1, dict(first, color=DEEP_COLOR)),
-                                       _Points(rows[1], 0.1, dict(second, color=DEEP_COLOR_LIGHT))])
-        _join_pairs(deeper, (-0.1, 0.1), _last_half(rows[0])[0], _last_half(rows[1])[0])
+        _deeper_panel(deeper, labels, [_Points(rows[r], deep_dx[r], styles[r][2]) for r in range(members)])
+        _join_pairs(deeper, (deep_dx[0], deep_dx[1]), _last_half(rows[0])[0], _last_half(rows[1])[0])
         heatmap_grid(fig, grid, [_cells(row) for row in rows], [f"{label}\ncosine similarity" for label in row_labels],
                      heatmaps, first_column=2)
         fig.suptitle(title)
