@@ -108,7 +108,7 @@ def measure_checkpoints(
     import torch
 
     from condensation import geometry
-    from condensation.stages.geometry import measure
+    from condensation.measurement import measure
 
     sampling = typed(SamplingConfig, sampling)
     extraction = typed(ExtractionConfig, extraction)
@@ -122,7 +122,10 @@ def measure_checkpoints(
         for entry in run.read_index():
             step = entry["step"]
             handle = models.ModelHandle(name=f"{run.root.name}@{step}", location=str(run.checkpoint(step).resolve()))
-            stats = measure(handle, texts, sampling, extraction, {"dataset": Path(samples_path).stem, "step": step})
+            stats = measure(
+                handle, texts, seq_len=sampling.seq_len, batch_size=extraction.batch_size, dtype=extraction.dtype,
+                device=extraction.device, lens_tokens=extraction.lens_tokens, meta={"dataset": Path(samples_path).stem, "step": step},
+            ).statistics
             stats.save(tmp / f"{step_name(step)}.npz")
             statistics = geometry.depth_trend(stats, trend)
             rows.append({"step": step, "val_loss": entry["val_loss"], **statistics.as_row()})
