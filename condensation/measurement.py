@@ -193,10 +193,14 @@ def _dataset_dir(spec: DatasetSpec) -> Path | None:
     if manifest_path(directory).exists():
         return directory
     if spec.source in CORPORA:
-        from condensation.data import corpus
-        from condensation.stages.data import build_corpus
+        import tempfile
 
-        build_corpus(source=spec.source, deb_path=corpus.find_deb(CORPORA[spec.source].package), out_dir=directory)
+        from condensation.data import corpus
+
+        with tempfile.TemporaryDirectory() as scratch:  # what the build_corpus rule does, into the cache
+            corpus.unpack_deb(corpus.find_deb(CORPORA[spec.source].package), scratch)
+            documents = CORPORA[spec.source].read(scratch)
+        corpus.export_documents(documents, directory)
     else:
         from condensation.data import text
 
