@@ -35,13 +35,16 @@ def _entries(
 
     handle_paths = [None] * len(model_names) if handle_paths is None else handle_paths
     shown = [labels.get(name, name) for name in model_names]
-    repeats, seen = Counter(shown), Counter()
+    # replicates are distinct models under one label; one model listed again (a pair's teacher
+    # beside each seed) is the same model and keeps its plain label
+    repeats = Counter(labels.get(name, name) for name in dict.fromkeys(model_names))
+    number: dict[str, int] = {}
     entries = []
     for name, label, geometry_path, handle_path in zip(model_names, shown, geometry_paths, handle_paths, strict=True):
-        seen[label] += 1
+        number.setdefault(name, sum(1 for other in number if labels.get(other, other) == label) + 1)
         stats = geometry.CosineStatistics.load(geometry_path)
         size = None if handle_path is None else models.ModelHandle.load(handle_path).num_parameters
-        label = f"{label} #{seen[label]}" if repeats[label] > 1 else label
+        label = f"{label} #{number[name]}" if repeats[label] > 1 else label
         entries.append(FamilyEntry(label, stats, size, geometry.depth_trend(stats, trend), geometry.lens_summary(stats, trend)))
     return entries
 

@@ -376,9 +376,11 @@ def test_paired_trend_errors(tmp_path):
         trends.plot_paired_trend([(a, b, c)], path, "t", row_labels=("CE", "distilled"))
     with pytest.raises(ValueError, match="pair 1"):
         trends.plot_paired_trend([(a, b, c), (a, b)], path, "t", row_labels=("CE", "distilled", "teacher"))
-    with pytest.raises(ValueError, match="duplicate distilled labels"):
-        trends.plot_paired_trend([(a, b), (b, b)], path, "t")
+    with pytest.raises(ValueError, match="duplicate scratch labels"):  # the first row names the ticks
+        trends.plot_paired_trend([(a, b), (a, c)], path, "t")
     assert not path.exists()
+    trends.plot_paired_trend([(a, b, c), (b, a, c)], path, "t", row_labels=("CE", "distilled", "teacher"))
+    assert path.exists()  # one teacher beside every pair: shown again, not a duplicate
 
 
 def test_dataset_robustness_errors(tmp_path):
@@ -726,3 +728,17 @@ def test_loss_curves_errors(tmp_path):
     with pytest.raises(ValueError, match="numeric"):
         runs.plot_loss_curves(frame.assign(loss="high"), path, "t")
     assert not path.exists()
+
+
+def test_replicates_are_numbered_and_a_model_shown_again_is_not(tmp_path):
+    """Two seeds under one label are "#1" and "#2"; a teacher listed beside each pair keeps its label."""
+    from condensation.config.specs import TrendConfig
+    from condensation.stages.figures import _entries
+
+    names = ["ce-s0", "ce-s1", "teacher", "teacher"]
+    for name in dict.fromkeys(names):
+        make_stats(np.linspace(0.0, 0.3, 5)).save(tmp_path / f"{name}.npz")
+    paths = [tmp_path / f"{name}.npz" for name in names]
+    entries = _entries(names, paths, None, {"ce-s0": "CE", "ce-s1": "CE", "teacher": "MLP 1024"},
+                       TrendConfig(include_embedding_layer=True, include_diagonal=True))
+    assert [e.label for e in entries] == ["CE #1", "CE #2", "MLP 1024", "MLP 1024"]
