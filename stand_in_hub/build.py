@@ -63,7 +63,8 @@ def build(
     from transformers.utils import logging as transformers_logging
 
     started = time.perf_counter()
-    transformers_logging.disable_progress_bar()
+    bars_were_on = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()  # put back below: a caller's process keeps its bars
     catalog = load_catalog(config_path)
     keep = set(only) if only is not None else None
     models = [m for m in catalog.models if keep is None or m.repo_id in keep]
@@ -81,6 +82,8 @@ def build(
                 (TEXT_DATASETS[path].write if path in TEXT_DATASETS else TASK_WRITERS[path])(prose, staging)
     finally:
         torch.set_num_threads(threads)
+        if bars_were_on:
+            transformers_logging.enable_progress_bar()
     repos = scan(out_dir)
     snapshots = [s for revisions in repos.values() for s in revisions.values()]
     return BuildSummary(

