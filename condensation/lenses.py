@@ -208,7 +208,7 @@ class LensAccumulator:
         self._sample_group = torch.from_numpy((flat // seq_len) % self.groups)
         self._sums: torch.Tensor | None = None  # [L+1, G, d] sum of unit rows per group
         self._within: torch.Tensor | None = None  # [L+1, G, 2]: sum of ||s_n||^2, sum of diagonal (||u||^2)
-        self._sample: torch.Tensor | None = None  # [L+1, K, d] float32, CPU
+        self._sample: torch.Tensor | None = None  # [L+1, K, d] float32, on the hidden states' device
         self._group_sizes = np.bincount(np.arange(num_sequences) % self.groups, minlength=self.groups)
         self._seen = 0
 

@@ -20,7 +20,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -63,7 +63,6 @@ class Measurement:
     num_parameters: int | None = None
     trend_config: TrendConfig = PAPER_TREND
     """Which layers and pairs the trend and the summaries read (the paper's by default)."""
-    meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def trend(self) -> geometry.TrendStatistics:
@@ -193,14 +192,9 @@ def _dataset_dir(spec: DatasetSpec) -> Path | None:
     if manifest_path(directory).exists():
         return directory
     if spec.source in CORPORA:
-        import tempfile
-
         from condensation.data import corpus
 
-        with tempfile.TemporaryDirectory() as scratch:  # what the build_corpus rule does, into the cache
-            corpus.unpack_deb(corpus.find_deb(CORPORA[spec.source].package), scratch)
-            documents = CORPORA[spec.source].read(scratch)
-        corpus.export_documents(documents, directory)
+        corpus.build_corpus_dir(spec.source, corpus.find_deb(CORPORA[spec.source].package), directory)
     else:
         from condensation.data import text
 
@@ -265,7 +259,6 @@ def measure(
     if isinstance(model, torch.nn.Module):
         if tokenizer is None and token_ids is None:
             raise MeasureError("a model object needs its tokenizer: measure(model, texts, tokenizer=tokenizer)")
-        handle = None
         name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
         loaded = model
         num_parameters = models.count_parameters(model)

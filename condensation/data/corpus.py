@@ -31,6 +31,7 @@ import re
 import shutil
 import struct
 import subprocess
+import tempfile
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -442,3 +443,15 @@ def export_documents(documents: Mapping[str, str], out_dir: str | os.PathLike) -
         write_manifest(staging, kind="corpus")
     return [final / file_name for file_name in file_names]
 
+
+
+def build_corpus_dir(source: str, deb_path: str | os.PathLike, out_dir: str | os.PathLike) -> dict[str, str]:
+    """A built-in corpus (``config.corpora.CORPORA[source]``) as ``out_dir``: its Debian package
+    unpacked into a scratch directory, its texts exported one file each. Returns the documents."""
+    from condensation.config.corpora import CORPORA
+
+    with tempfile.TemporaryDirectory() as scratch:
+        unpack_deb(deb_path, scratch)
+        documents = CORPORA[source].read(scratch)
+    export_documents(documents, out_dir)
+    return documents

@@ -163,32 +163,23 @@ def size_evidence(name: str, table: pd.DataFrame, drawn: Collection[str],
 
 
 def size_claim(trend_tables: Mapping[str, pd.DataFrame], uncounted: Collection[str] = (),
-               drawn: Collection[str] = ()) -> Finding:
+               drawn: Collection[str] = (), lens=None) -> Finding:
     """A larger (or wider) model condenses less: a trend across all the sizes of each family, on
     each dataset. The datasets measure the same models again, so they are not independent
     evidence: the claim needs every one to agree. Groups of unrelated models (``uncounted``) are
-    listed, not counted."""
+    listed, not counted. With ``lens`` (of :mod:`condensation.lenses`): the same claim on that
+    lens's deeper-half value with its jackknife interval, its own numbers shown, the predicted sign
+    of the slope following the lens (IsoScore* and the effective rank rise as condensation falls)."""
     pieces, notes = [], []
     for name, table in trend_tables.items():
         if name in uncounted:
             notes.append(f"{name}: not counted (its models differ in more than size: compares_size is false)")
             continue
-        found = size_evidence(name, table, drawn)
+        found = size_evidence(name, table, drawn, "last_half" if lens is None else lens.name)
         if found is not None:
             pieces.append(found)
-    return combine("A larger or wider model condenses less (Fig. 2, S1)", decided(pieces, -1), notes)
-
-
-def lens_size_claim(trend_tables: Mapping[str, pd.DataFrame], lens, uncounted: Collection[str] = (),
-                    drawn: Collection[str] = ()) -> Finding:
-    """Does the size ordering hold under ``lens`` (of :mod:`condensation.lenses`)? The size claim
-    on the lens's deeper-half value with its jackknife interval over sequences, the lens's own
-    numbers shown; the predicted sign of the slope follows the lens (IsoScore* and the effective
-    rank rise as condensation falls)."""
-    pieces = []
-    for name, table in trend_tables.items():
-        if name not in uncounted and (found := size_evidence(name, table, drawn, lens.name)) is not None:
-            pieces.append(found)
+    if lens is None:
+        return combine("A larger or wider model condenses less (Fig. 2, S1)", decided(pieces, -1), notes)
     arrow = "lower" if lens.condensed > 0 else "higher"
     return combine(f"The size ordering under {lens.title} ({arrow} in larger models)", decided(pieces, -lens.condensed))
 
@@ -211,7 +202,7 @@ def claims_under_lenses(
     series_labels: Mapping[str, str] | None = None, drawn_series: Collection[str] = (),
 ) -> dict[str, list[Finding]]:
     """Each condensation claim again under each lens of :mod:`condensation.lenses`: lens title ->
-    the size claim (:func:`lens_size_claim`), then the pair and series claims read on that lens
+    the size claim on that lens (:func:`size_claim`), then the pair and series claims read on that lens
     (``oriented``: higher is more condensed, so the numbers of IsoScore* and the effective rank
     appear negated there). The dispersion claims read the training probe, which measures the
     cosine only."""
@@ -219,7 +210,7 @@ def claims_under_lenses(
 
     under = {}
     for lens in LENSES:
-        found = [lens_size_claim(trend_tables, lens, uncounted, drawn)]
+        found = [size_claim(trend_tables, uncounted, drawn, lens)]
         found += pair_claims({n: (labels, oriented(t, lens)) for n, (labels, t) in pairs.items()}, drawn)
         found.append(series_claim({n: oriented(t, lens) for n, t in series_tables.items()}, series_labels, drawn_series))
         under[lens.title] = found

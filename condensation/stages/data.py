@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from condensation import models
-from condensation.config.corpora import CORPORA
 from condensation.config.specs import DatasetSpec, SamplingConfig, typed
 from condensation.data import corpus, packing, text
 
@@ -18,10 +16,7 @@ log = logging.getLogger("condensation")
 
 def build_corpus(*, source: str, deb_path: str | Path, out_dir: str | Path) -> None:
     """Unpack a Debian package into a scratch directory and export its texts, one file each."""
-    with tempfile.TemporaryDirectory() as scratch:
-        corpus.unpack_deb(deb_path, scratch)
-        documents = CORPORA[source].read(scratch)
-    corpus.export_documents(documents, out_dir)
+    documents = corpus.build_corpus_dir(source, deb_path, out_dir)
     log.info("exported %d documents (%d characters) to %s", len(documents), sum(map(len, documents.values())), out_dir)
 
 

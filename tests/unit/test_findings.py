@@ -184,13 +184,13 @@ def test_the_size_ordering_under_each_lens_follows_its_direction():
     from condensation.lenses import BY_NAME
 
     table = lens_family()
-    verdict = {name: claims.lens_size_claim({"toy": table}, BY_NAME[name], drawn=drawn(table)).verdict for name in BY_NAME}
+    verdict = {name: claims.size_claim({"toy": table}, drawn=drawn(table), lens=BY_NAME[name]).verdict for name in BY_NAME}
     assert verdict == {"isoscore": claims.AGREES, "pc1_share": claims.AGREES, "within_excess": claims.INCONCLUSIVE,
                        "anisotropy": claims.UNTESTED, "effective_rank": claims.UNTESTED}
-    finding = claims.lens_size_claim({"toy": table}, BY_NAME["isoscore"], drawn=drawn(table))
+    finding = claims.size_claim({"toy": table}, drawn=drawn(table), lens=BY_NAME["isoscore"])
     assert "isoscore per size" in finding.evidence[0] and "0.100 / 0.100" not in finding.evidence[0]
     flipped = lens_family(flip_isoscore=True)
-    assert claims.lens_size_claim({"toy": flipped}, BY_NAME["isoscore"], drawn=drawn(flipped)).verdict == claims.DISAGREES
+    assert claims.size_claim({"toy": flipped}, drawn=drawn(flipped), lens=BY_NAME["isoscore"]).verdict == claims.DISAGREES
 
 
 def test_each_claim_under_each_lens_and_the_page_table():
