@@ -405,16 +405,24 @@ def depth_trend(stats: CosineStatistics, trend: TrendConfig) -> TrendStatistics:
     """
     first = 0 if trend.include_embedding_layer else 1
     fraction = np.arange(stats.num_layers) / max(stats.num_layers - 1, 1)
-    sequences = stats.sequence_layer_mean if trend.include_diagonal else stats.sequence_layer_mean_offdiag
+    sequences = sequence_profiles(stats, trend)
     if sequences is None:
         log.warning(
             "%s on %s: no per-sequence layer means (file written before they were stored), so no "
             "confidence intervals; re-run extraction to get them",
             stats.meta.get("model", "a model"), stats.meta.get("dataset", "a dataset"),
         )
-    return trend_statistics(
-        trend_layer_means(stats, trend), None if sequences is None else sequences[:, first:], fraction[first:]
-    )
+    return trend_statistics(trend_layer_means(stats, trend), sequences, fraction[first:])
+
+
+def sequence_profiles(stats: CosineStatistics, trend: TrendConfig) -> np.ndarray | None:
+    """Each sequence's layer means ``[N, n]`` under the trend conventions: the per-sequence data
+    whose mean over sequences is what :func:`trend_layer_means` gives (None for a file written
+    before they were stored)."""
+    sequences = stats.sequence_layer_mean if trend.include_diagonal else stats.sequence_layer_mean_offdiag
+    if sequences is None:
+        return None
+    return sequences if trend.include_embedding_layer else sequences[:, 1:]
 
 
 def deep_layers(num_layers: int, trend: TrendConfig) -> np.ndarray:
@@ -427,21 +435,32 @@ def deep_layers(num_layers: int, trend: TrendConfig) -> np.ndarray:
 
 def lens_summary(stats: CosineStatistics, trend: TrendConfig) -> dict[str, float]:
     """Each lens of :mod:`condensation.lenses` over the deeper half of the layers, with a 95 %
-    interval from its jackknife over groups of sequences: ``{lens}``, ``{lens}_low``,
-    ``{lens}_high``. Empty for a file written before the lenses were measured."""
+    interval over sequences from its delete-a-group jackknife: ``{lens}``, ``{lens}_low``,
+    ``{lens}_high``, estimate +- t x SE with the t of G - 1 degrees of freedom (G groups: 2.571 for
+    6), since a jackknife over few groups knows its standard error to G - 1 degrees of freedom.
+    Empty for a file written before the lenses were measured."""
     if stats.lenses is None:
         return {}
+    from scipy import (
+        stats as distributions,  # here: extraction jobs import this module and never test
+    )
+
     layers = deep_layers(stats.num_layers, trend)
+    quantile = float(distributions.t.ppf(0.975, max(stats.lenses.jackknife.shape[1] - 1, 1)))
     columns: dict[str, float] = {}
     for name in lens_module.LENS_NAMES:
         estimate, se = stats.lenses.summary(name, layers)
-        columns |= {name: estimate, f"{name}_low": estimate - Z95 * se, f"{name}_high": estimate + Z95 * se}
+        columns |= {name: estimate, f"{name}_low": estimate - quantile * se, f"{name}_high": estimate + quantile * se}
     return columns
 
 
-Z95 = 1.959964
-"""Normal quantile of a 95 % interval: the lenses' jackknife intervals are estimate +- Z95 x SE,
-so that a table's interval gives back the standard error (reporting's ``run_arm``)."""
+def deep_lens_replicates(stats: CosineStatistics, trend: TrendConfig) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each lens's value over the deeper half of the layers ``[lenses]`` and its delete-a-group
+    jackknife replicates ``[lenses, G]`` (``LENS_NAMES`` order); None without lenses."""
+    if stats.lenses is None:
+        return None
+    layers = deep_layers(stats.num_layers, trend)
+    return stats.lenses.values[:, layers].mean(axis=1), stats.lenses.jackknife[:, :, layers].mean(axis=2)
 
 
 @torch.no_grad()

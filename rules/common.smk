@@ -20,6 +20,7 @@ from condensation.config.plan import (
     study_methods,
     study_runs,
 )
+from condensation.config.objectives import for_seed
 from condensation.config.corpora import CORPORA
 from condensation.config.datasets import local_files, task_text_datasets
 from condensation.config.specs import DatasetSpec, ModelSpec
@@ -296,9 +297,16 @@ def launcher(section):
     return f"{start} {workflow.basedir}/workflow_scripts/train_run.py"
 
 
+def run_method(wildcards):
+    """A run's method spec as the run sees it: a teacher given per seed picked for its seed."""
+    seeds = config[wildcards.study]["seeds"]
+    position = seeds.index(int(wildcards.seed)) if int(wildcards.seed) in seeds else 0
+    return for_seed(STUDY_METHODS[wildcards.study][wildcards.method], position)
+
+
 def teacher_inputs(wildcards):
     """The teacher's handle, for a run whose method distils (it names the teacher)."""
-    teacher = STUDY_METHODS[wildcards.study][wildcards.method].get("teacher")
+    teacher = run_method(wildcards).get("teacher")
     return {"teacher": fill(path.handle, model=teacher)} if teacher else {}
 
 
@@ -364,11 +372,8 @@ def score_files(study, checkpoints=("selected",), suffix=SCORE_FILES["record"]):
 
 
 def findings_score_inputs(wildcards):
-    """Tables 2 and 4, and Table 2's score metrics (they flag tasks at chance), where the config scores."""
+    """Tables 2 and 4, where the config scores."""
     if not config["evaluation"]["tasks"]:
         return {"score_tables": []}
     tables = [table for table in score_tables(config) if table in ("table2", "table4")]
-    inputs = {"score_tables": expand(f"{path.table}.csv", table=tables)}
-    if config["midtrain"]["models"]:
-        inputs["scores_metrics"] = fill(path.metrics, name="scores.json")
-    return inputs
+    return {"score_tables": expand(f"{path.table}.csv", table=tables)}

@@ -125,6 +125,7 @@ rule table2:
         methods=list(config["midtrain"]["methods"]),
         reference=config["evaluation"]["reference"],
         metric=config["evaluation"]["metric"],
+        counted_tasks=config["evaluation"]["counted_tasks"],
     script:
         "../workflow_scripts/score_tables.py"
 
@@ -175,6 +176,7 @@ rule table4:
         models=config["scratch"]["models"],
         methods=list(config["scratch"]["methods"]),
         metric=config["evaluation"]["metric"],
+        counted_tasks=config["evaluation"]["counted_tasks"],
     script:
         "../workflow_scripts/score_tables.py"
 

@@ -38,6 +38,7 @@ rule paired_figure:
         ),
         csv=f"{path.pair_table}.csv",
         markdown=f"{path.pair_table}.md",
+        profiles=f"{path.pair_table}.profiles.npz",
     log:
         "logs/paired_figure/{pair}.log",
     benchmark:
@@ -87,6 +88,7 @@ rule series_figure:
         ),
         csv=f"{path.series_table}.csv",
         markdown=f"{path.series_table}.md",
+        profiles=f"{path.series_table}.profiles.npz",
     log:
         "logs/series_figure/{series}.log",
     benchmark:
@@ -143,10 +145,11 @@ rule study_figures:
 rule findings:
     input:
         unpack(findings_score_inputs),
-        trend_tables=trend_tables(),
-        pair_tables=expand(f"{path.pair_table}.csv", pair=config["pairs"]),
-        series_tables=expand(f"{path.series_table}.csv", series=config["series"]),
+        trend_profiles=[table.replace(".csv", ".profiles.npz") for table in trend_tables()],
+        pair_profiles=expand(f"{path.pair_table}.profiles.npz", pair=config["pairs"]),
+        series_profiles=expand(f"{path.series_table}.profiles.npz", series=config["series"]),
         effects=[f"{path.effects}.csv".format(study=s, model=m) for s in studies(config) for m in config[s]["models"]],
+        trajectories=[path.trajectory.format(study=s, model=m) for s in studies(config) for m in config[s]["models"]],
     output:
         markdown=report(
             path.findings,
@@ -161,10 +164,12 @@ rule findings:
         "logs/benchmarks/findings.tsv"
     params:
         pair_labels={name: spec["labels"] for name, spec in config["pairs"].items()},
-        studies=studies(config),
-        uncounted_trend_tables=[Path(table).stem for table in trend_tables(compares_size=False)],
+        families={name: spec["datasets"] for name, spec in config["families"].items()},
+        uncounted_families=[name for name, spec in config["families"].items() if not spec["compares_size"]],
         drawn_models=DRAWN_MODELS,
-        series_labels=SERIES_GROUPS,
+        series_groups=SERIES_GROUPS,
         drawn_series=[name for name, spec in config["series"].items() if spec["model"] in DRAWN_MODELS],
+        tasks=list(config["evaluation"]["tasks"]),
+        counted_tasks=config["evaluation"]["counted_tasks"],
     script:
         "../workflow_scripts/findings.py"

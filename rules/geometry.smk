@@ -27,7 +27,7 @@ rule trend_table:
     input:
         unpack(family_geometry),
     output:
-        multiext(path.trend_table, csv=".csv", markdown=".md"),
+        multiext(path.trend_table, csv=".csv", markdown=".md", profiles=".profiles.npz"),
     log:
         "logs/trend_table/{family}_{dataset}.log",
     benchmark:

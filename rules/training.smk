@@ -30,7 +30,7 @@ rule plan_study_run:
     benchmark:
         "logs/benchmarks/plan_study_run/{study}/{model}/{method}/seed{seed}.tsv"
     params:
-        method=lambda wildcards: STUDY_METHODS[wildcards.study][wildcards.method],
+        method=run_method,
         train=lookup(dpath="{study}/train", within=config),
         seed=run_seed,
         # a run from an init model draws its own initial weights: a seed varies them too
@@ -97,6 +97,7 @@ rule study_tables:
         unpack(get_model_run_files),
     output:
         trajectory=path.trajectory,
+        profiles=path.trajectory.replace(".csv", ".profiles.npz"),
         losses=path.losses,
         effects=multiext(path.effects, ".csv", ".md"),
     log:
@@ -105,6 +106,7 @@ rule study_tables:
         "logs/benchmarks/study_tables/{study}/{model}.tsv"
     params:
         runs=model_runs,
+        trend=TREND,
     script:
         "../workflow_scripts/study_tables.py"
 

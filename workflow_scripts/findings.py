@@ -1,17 +1,15 @@
 """The findings page: the paper's claims against what this run measured (rule findings)."""
 
-from pathlib import Path
-
 from condensation.stages import logged
 from condensation.stages.figures import findings
 
 inputs, params = snakemake.input, snakemake.params
-effects = {study: [path for path in inputs.effects if Path(path).parts[1] == study] for study in params.studies}
 with logged(snakemake.log[0]):
     findings(
-        trend_tables=inputs.trend_tables, pair_tables=inputs.pair_tables, pair_labels=params.pair_labels,
-        series_tables=inputs.series_tables, effects=effects, score_tables=inputs.score_tables,
-        scores_metrics=inputs.get("scores_metrics"), markdown_path=snakemake.output.markdown, json_path=snakemake.output.json,
-        uncounted_trend_tables=params.uncounted_trend_tables, drawn_models=params.drawn_models,
-        series_labels=params.series_labels, drawn_series=params.drawn_series,
+        trend_profiles=inputs.trend_profiles, pair_profiles=inputs.pair_profiles, pair_labels=params.pair_labels,
+        series_profiles=inputs.series_profiles, effects=inputs.effects, trajectories=inputs.trajectories,
+        score_tables=inputs.score_tables, families=params.families, uncounted_families=params.uncounted_families,
+        drawn_models=params.drawn_models, series_groups=params.series_groups, drawn_series=params.drawn_series,
+        tasks=params.tasks, counted_tasks=params.counted_tasks,
+        markdown_path=snakemake.output.markdown, json_path=snakemake.output.json,
     )

@@ -48,10 +48,12 @@ def files_problems(name: str, entry: Mapping[str, Any]) -> list[str]:
 
 
 def files_documents(entry: Mapping[str, Any]) -> dict[str, str]:
-    """``{document name: path}`` of a ``files`` dataset, its ``exclude`` left out."""
+    """``{document name: path}`` of a ``files`` dataset: its ``documents`` (all when not given),
+    its ``exclude`` left out."""
     excluded = set(entry.get("exclude", []))
     paths = {document_name(path): path for path in local_files(entry["files"])}
-    return {document: path for document, path in paths.items() if document not in excluded}
+    chosen = set(entry.get("documents") or paths)
+    return {document: path for document, path in paths.items() if document in chosen and document not in excluded}
 
 
 def count_words(paths: Iterable[str], enough: int) -> int:
@@ -103,10 +105,13 @@ def check_datasets(config: Mapping[str, Any]) -> list[str]:
         if found:
             continue
         names = {document_name(path) for path in local_files(entry["files"])}
-        unknown = sorted(set(entry["exclude"]) - names)
-        if unknown:
-            problems.append(f"config.datasets.{name}.exclude: {unknown} name no file of the dataset (its documents: {sorted(names)})")
-        elif name in sampled:
+        unknown = {key: sorted(set(entry.get(key) or []) - names) for key in ("exclude", "documents")}
+        for key, absent in unknown.items():
+            if absent:
+                problems.append(f"config.datasets.{name}.{key}: {absent} name no file of the dataset (its documents: {sorted(names)})")
+        if any(unknown.values()):
+            continue
+        if name in sampled:
             num_sequences, min_words = config["sampling"]["num_sequences"], config["sampling"]["min_words"]
             words = count_words(files_documents(entry).values(), num_sequences * min_words)
             message = too_short(words, num_sequences, min_words)
@@ -164,9 +169,10 @@ def shared_text(task: Mapping[str, Any], documents: list[str] | None, training: 
         return None
     if source in CORPORA:
         held_out = set(training.get("exclude", []))
+        read = training.get("documents")
         if documents is None:  # the corpus' documents are listed only once it is built: assume shared
             return f"whichever documents of {source} neither excludes (name the task's documents to tell)"
-        common = [document for document in documents if document not in held_out]
+        common = [document for document in documents if document not in held_out and (read is None or document in read)]
         return f"documents {common}" if common else None
     if source == "files":
         task_files = files_documents(task)

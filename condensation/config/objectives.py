@@ -324,6 +324,17 @@ class MethodSettings:
         return {"objective": self.objective, **{name: getattr(chosen, name) for name in options}}
 
 
+def for_seed(spec: Mapping[str, Any], position: int) -> dict[str, Any]:
+    """A method's spec as the run at ``position`` of its study's seeds sees it: a teacher given per
+    seed (a list, in the order of the seeds: a replicated teacher) becomes that run's one teacher."""
+    teacher = spec.get("teacher")
+    if isinstance(teacher, (list, tuple)):
+        if not 0 <= position < len(teacher):
+            raise ValueError(f"teacher: {len(teacher)} teachers for the seed at position {position}; give one per seed")
+        return {**spec, "teacher": teacher[position]}
+    return dict(spec)
+
+
 def resolve_method(spec: Mapping[str, Any]) -> MethodSettings:
     """``{"objective": "dispersion", "weight": 0.1}`` -> ``MethodSettings``; ValueError names an
     unknown objective or an option that does not apply to it."""

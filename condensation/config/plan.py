@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-from condensation.config.objectives import AuxLossConfig, resolve_method
+from condensation.config.objectives import AuxLossConfig, for_seed, resolve_method
 from condensation.config.runs import TrainConfig, checkpoint_steps, total_steps
 from condensation.runtime.run_dir import step_name
 
@@ -144,12 +144,17 @@ def check_study(config: Mapping[str, Any], study: str) -> list[str]:
             problems.append(f"{where}.{key}: unknown dataset {section.get(key)!r} (known: {', '.join(config['datasets'])})")
     for name, spec in section["methods"].items():
         try:
-            resolve_method(spec)
+            resolve_method(for_seed(spec, 0))
         except ValueError as error:
             problems.append(f"{where}.methods.{name}: {error}")
         teacher = spec.get("teacher")
-        if teacher is not None and teacher not in config["models"]:
-            problems.append(f"{where}.methods.{name}.teacher: unknown model '{teacher}' (known: {', '.join(config['models'])})")
+        teachers = teacher if isinstance(teacher, list) else [] if teacher is None else [teacher]
+        if isinstance(teacher, list) and len(teacher) != len(section["seeds"]):
+            problems.append(f"{where}.methods.{name}.teacher: {len(teacher)} teachers for {len(section['seeds'])} seeds "
+                            f"{section['seeds']}; give one per seed, in their order")
+        for model in teachers:
+            if model not in config["models"]:
+                problems.append(f"{where}.methods.{name}.teacher: unknown model '{model}' (known: {', '.join(config['models'])})")
     methods = study_methods(config, study)
     for row in section["figure_rows"]:
         if row not in methods:

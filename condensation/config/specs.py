@@ -92,6 +92,8 @@ class DatasetSpec:
     """files: paths or glob patterns."""
     exclude: list[str]
     """Built-in corpus or files: documents left out (held-out text)."""
+    documents: list[str] | None = None
+    """Built-in corpus or files: only these documents (None: all), e.g. a held-out novel to measure on."""
 
     @classmethod
     def from_config(cls, dataset: str, entry: Mapping[str, Any]) -> DatasetSpec:

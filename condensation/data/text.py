@@ -48,11 +48,12 @@ def read_local_documents(spec: DatasetSpec, corpus_dir: str | Path | None) -> di
             verify_manifest(corpus_dir)
         paths = sorted(str(p) for p in Path(corpus_dir).glob("*.txt"))
     documents = {Path(p).stem: Path(p).read_text(encoding="utf-8", errors="replace") for p in paths}
-    excluded = set(spec.exclude)
-    unknown = excluded - documents.keys()
-    if unknown:
-        raise DatasetError(f"exclude names unknown documents {sorted(unknown)} (have: {sorted(documents)[:10]} ...)")
-    return {name: text for name, text in documents.items() if name not in excluded}
+    excluded, chosen = set(spec.exclude), set(spec.documents or documents)
+    for key, names in (("exclude", excluded), ("documents", chosen)):
+        unknown = names - documents.keys()
+        if unknown:
+            raise DatasetError(f"{key} names unknown documents {sorted(unknown)} (have: {sorted(documents)[:10]} ...)")
+    return {name: text for name, text in documents.items() if name in chosen and name not in excluded}
 
 
 def load_hub_dataset(spec: DatasetSpec):

@@ -1,12 +1,8 @@
-"""From measurements and scores to the paper's tables, figures and findings.
+"""From measurements and scores to the paper's tables, figures and findings, in four groups that
+import downwards only (findings -> tables -> statistics; figures stand alone):
 
-  score_tables          what Tables 2 and 3 share: rows, score blocks, comparisons, captions
-  table2, table3        Table 2 (methods x models) and Table 3 (the dispersion ablation)
-  table4                Table 4 (from scratch, CE vs dispersion) beside its condensation
-  condensation_effects  how each method moved condensation against the baseline, per study
-  trend_tables          a group of models' trend statistics
-  comparisons           comparisons over seeds and items, and chance levels; statistics: tests and intervals
-  table_files           cells and table files shared by every table
-  findings              the paper's claims against what a run measured
-  figures/              every figure (trends, runs, heatmaps, style)
+  statistics/   estimates over runs and units, verdicts and multiplicity, resampling, power simulations
+  tables/       every table: scores (Tables 2-4), condensation effects, trends, and the per-sequence profiles
+  figures/      every figure (trends, runs, heatmaps, style)
+  findings/     the paper's claims against what a run measured, and the page
 """

@@ -118,14 +118,15 @@ def pick_selected_score(*, index_path: str | Path, record_paths: Sequence[str | 
 def table2(
     *, score_paths: Sequence[str | Path], tasks: Sequence[str], methods: Sequence[str], reference: str, metric: str,
     labels: Mapping[str, str], stem: str | Path, metrics_path: str | Path, plot_path: str | Path,
+    counted_tasks: Sequence[str] | None = None,
 ) -> None:
     """Table 2 (every method on every mid-trained model, against ``reference``) as CSV, Markdown,
     LaTeX and HTML, and the same scores as DVC metrics and a DVC plot of the averages."""
-    from condensation.reporting import table2
+    from condensation.reporting.tables import table2
 
     table2.write_table2(
         score_paths=score_paths, tasks=tasks, methods=methods, reference=reference, metric=metric, labels=labels,
-        stem=stem, metrics_path=metrics_path, plot_path=plot_path,
+        stem=stem, metrics_path=metrics_path, plot_path=plot_path, counted=counted_tasks,
     )
 
 
@@ -134,7 +135,7 @@ def table3(
     models: Sequence[str], stem: str | Path,
 ) -> None:
     """Table 3: the average score of the dispersion loss over its weight x temperature grid."""
-    from condensation.reporting import table3
+    from condensation.reporting.tables import table3
 
     table3.write_table3(score_paths=score_paths, tasks=tasks, metric=metric, grid=grid, models=models, stem=stem)
 
@@ -142,19 +143,20 @@ def table3(
 def table4(
     *, score_paths: Sequence[str | Path], models: Sequence[str], trajectory_paths: Sequence[str | Path],
     tasks: Sequence[str], methods: Sequence[str], metric: str, labels: Mapping[str, str], stem: str | Path,
+    counted_tasks: Sequence[str] | None = None,
 ) -> None:
     """Table 4: models pre-trained from scratch with each method, their scores and condensation
     (``trajectory_paths``: each model's trajectory table, in the order of ``models``)."""
-    from condensation.reporting.table4 import write_table4
+    from condensation.reporting.tables.table4 import write_table4
 
     write_table4(
         score_paths=score_paths, tasks=tasks, methods=methods, metric=metric, labels=labels,
-        condensation=dict(zip(models, trajectory_paths, strict=True)), stem=stem,
+        condensation=dict(zip(models, trajectory_paths, strict=True)), stem=stem, counted=counted_tasks,
     )
 
 
 def scores_by_step(*, score_paths: Sequence[str | Path], metric: str, out_path: str | Path) -> None:
     """Every scored checkpoint: the task scores (percent) over mid-training, mean and std over seeds."""
-    from condensation.reporting import score_tables
+    from condensation.reporting.tables import score_tables
 
     score_tables.write_scores_by_step(score_paths=score_paths, metric=metric, out_path=out_path)

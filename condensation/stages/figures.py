@@ -73,7 +73,8 @@ def paired_figure(
     reference row, e.g. a distilled student's teacher). ``geometry_paths`` and ``handle_paths``
     list the first members, then the second members, then the reference members."""
     from condensation.reporting.figures.trends import plot_paired_trend
-    from condensation.reporting.trend_tables import write_trend_table
+    from condensation.reporting.tables import profiles
+    from condensation.reporting.tables.trend_tables import write_trend_table
 
     trend = typed(TrendConfig, trend)
     groups = [list(first), list(second)] + ([list(reference)] if reference else [])
@@ -88,6 +89,8 @@ def paired_figure(
         for index, (name, entry) in enumerate(zip(names, entries))
     ]
     write_trend_table(pd.DataFrame(rows), family=pair, dataset=dataset, csv_path=csv_path, markdown_path=markdown_path)
+    keys = [{"member": row["member"], "model": row["model"], "label": row["label"]} for row in rows]
+    profiles.write_profiles_of(profiles.profile_path(csv_path), keys, geometry_paths, trend)
 
 
 def dataset_figure(
@@ -162,7 +165,8 @@ def series_figure(
     tokens, in order), its depth trend over training beside a heatmap per checkpoint; and the
     numbers as a table."""
     from condensation.reporting.figures.trends import FamilyEntry, plot_family_trend
-    from condensation.reporting.trend_tables import write_trend_table
+    from condensation.reporting.tables import profiles
+    from condensation.reporting.tables.trend_tables import write_trend_table
 
     trend = typed(TrendConfig, trend)
     entries = []
@@ -172,6 +176,8 @@ def series_figure(
     plot_family_trend(entries, out_path, title=f"{title} over training (tokens under each checkpoint), {dataset}")
     rows = [{"checkpoint": e.label, "tokens": e.size, **e.trend.as_row(), **(e.lenses or {})} for e in entries]
     write_trend_table(pd.DataFrame(rows), family=series, dataset=dataset, csv_path=csv_path, markdown_path=markdown_path)
+    keys = [{"checkpoint": label, "tokens": tokens} for label, tokens in points]
+    profiles.write_profiles_of(profiles.profile_path(csv_path), keys, geometry_paths, trend)
 
 
 def run_series_points(index_path: str | Path, geometry_dir: str | Path) -> tuple[list[tuple[str, float]], list[Path]]:
@@ -184,31 +190,39 @@ def run_series_points(index_path: str | Path, geometry_dir: str | Path) -> tuple
 
 
 def findings(
-    *, trend_tables: Sequence[str | Path], pair_tables: Sequence[str | Path], pair_labels: Mapping[str, Sequence[str]],
-    series_tables: Sequence[str | Path], effects: Mapping[str, Sequence[str | Path]], score_tables: Sequence[str | Path],
-    scores_metrics: str | Path | None, markdown_path: str | Path, json_path: str | Path, uncounted_trend_tables: Sequence[str] = (),
-    drawn_models: Sequence[str] = (), series_labels: Mapping[str, str] | None = None, drawn_series: Sequence[str] = (),
+    *, trend_profiles: Sequence[str | Path], pair_profiles: Sequence[str | Path], pair_labels: Mapping[str, Sequence[str]],
+    series_profiles: Sequence[str | Path], effects: Sequence[str | Path], trajectories: Sequence[str | Path],
+    score_tables: Sequence[str | Path], families: Mapping[str, Sequence[str]], markdown_path: str | Path,
+    json_path: str | Path, uncounted_families: Sequence[str] = (), drawn_models: Sequence[str] = (),
+    series_groups: Mapping[str, str] | None = None, drawn_series: Sequence[str] = (), tasks: Sequence[str] = (),
+    counted_tasks: Sequence[str] | None = None,
 ) -> None:
-    """The findings page: each of the paper's claims against what this run measured
-    (``uncounted_trend_tables``: the stems of trend tables of groups that do not compare sizes;
-    ``drawn_models``/``drawn_series``: the models and series this workflow trained or initialised,
-    whose single runs leave training noise unmeasured; ``series_labels``: series -> model label)."""
-    from condensation.reporting import findings as claims
-    from condensation.runtime.io import read_json
+    """The findings page: each of the paper's claims against what this run measured. The tables'
+    per-sequence profiles (``*_profiles``: trend tables, pairs, series), the studies' effects and
+    trajectories (``results/<study>/<model>/``: named "<study>, <model>") and Tables 2 and 4;
+    ``families``: each family's datasets, the first its primary text; ``drawn_models`` and
+    ``drawn_series``: trained or initialised here, so one run leaves training noise unmeasured;
+    ``series_groups``: series -> the group of runs read together."""
+    from condensation.reporting.findings import claims, page
+    from condensation.reporting.tables.profiles import read_all
 
-    pairs = {name: (pair_labels[name], table) for name, table in claims.read_tables(pair_tables).items()}
-    study_effects = {
-        f"{study}, {Path(path).parent.name}": pd.read_csv(path) for study, paths in effects.items() for path in paths
-    }
-    trends = claims.read_tables(trend_tables)
-    results = [
-        claims.size_claim(trends, uncounted=set(uncounted_trend_tables), drawn=set(drawn_models)),
-        *claims.pair_claims(pairs, drawn=set(drawn_models)),
-        claims.series_claim(claims.read_tables(series_tables), series_labels, set(drawn_series)),
-        claims.dispersion_condensation_claim(study_effects),
-        claims.dispersion_score_claim(claims.read_tables(score_tables)),
-    ]
-    under_lenses = claims.claims_under_lenses(trends, pairs, claims.read_tables(series_tables), set(uncounted_trend_tables),
-                                              set(drawn_models), series_labels, set(drawn_series))
-    chance = read_json(scores_metrics).get("chance_flags") if scores_metrics else None
-    claims.write_findings(results, markdown_path, json_path, chance, under_lenses)
+    def study_name(path: str | Path) -> str:
+        return f"{Path(path).parts[-3]}, {Path(path).parent.name}"
+
+    evidence = claims.Evidence(
+        trends=read_all(trend_profiles),
+        pairs={name: (pair_labels[name], table) for name, table in read_all(pair_profiles).items()},
+        series=read_all(series_profiles),
+        effects={study_name(path): pd.read_csv(path) for path in effects},
+        trajectories={study_name(path): pd.read_csv(path) for path in trajectories},
+        scores={Path(path).stem: pd.read_csv(path) for path in score_tables},
+    )
+    design = claims.Design(drawn=frozenset(drawn_models), uncounted=frozenset(uncounted_families), families=dict(families),
+                           series_groups=dict(series_groups or {}), drawn_series=frozenset(drawn_series))
+    counted = list(counted_tasks) if counted_tasks else list(tasks)
+    left_out = [task for task in tasks if task not in counted]
+    sentence = (f"Averages and tests read {', '.join(counted)}"
+                + (f"; {', '.join(left_out)} is shown but not counted" if left_out else "")
+                + " (evaluation.counted_tasks, fixed in the config before any compared row was seen)." if tasks else "")
+    page.write_findings(claims.all_claims(evidence, design), markdown_path, json_path,
+                        claims.claims_under_lenses(evidence, design), {"counted": counted, "sentence": sentence})

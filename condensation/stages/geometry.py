@@ -85,13 +85,16 @@ def trend_table(
     handle_paths: Sequence[str | Path], labels: Mapping[str, str], trend: TrendConfig | Mapping[str, Any],
     csv_path: str | Path, markdown_path: str | Path, compares_size: bool,
 ) -> None:
-    from condensation.reporting import trend_tables
+    """A family's trend table, and beside it the per-sequence profiles its claims are tested on."""
+    from condensation.reporting.tables import profiles, trend_tables
 
     trend = typed(TrendConfig, trend)
     if compares_size:  # the first job that knows the sizes (with the family figure)
         check_family_sizes(family, model_names, handle_paths, labels)
     table = trend_rows(model_names, geometry_paths, handle_paths, labels, trend)
     trend_tables.write_trend_table(table, family=family, dataset=dataset, csv_path=csv_path, markdown_path=markdown_path)
+    keys = table[["model", "label", "num_parameters"]].to_dict("records")
+    profiles.write_profiles_of(profiles.profile_path(csv_path), keys, geometry_paths, trend)
 
 
 def trend_metrics(

@@ -136,17 +136,27 @@ def measure_checkpoints(
 def study_tables(
     *, runs: Sequence[tuple[str, int]], log_paths: Sequence[str | Path], geometry_dirs: Sequence[str | Path],
     trajectory_path: str | Path, loss_path: str | Path, effects_csv: str | Path, effects_markdown: str | Path,
+    trend: TrendConfig | Mapping[str, Any],
 ) -> None:
-    """Collect every (method, seed) run of one model: condensation per checkpoint, the loss logs,
-    and each method's condensation against CE's with its spread over seeds."""
+    """Collect every (method, seed) run of one model: condensation per checkpoint (and beside it
+    each checkpoint's per-sequence profiles), the loss logs, and each method's condensation against
+    CE's over seeds and sequences."""
     import pandas as pd
 
-    from condensation.reporting.condensation_effects import write_condensation_effects
+    from condensation.reporting.tables import profiles
+    from condensation.reporting.tables.condensation_effects import (
+        write_condensation_effects,
+    )
 
-    trajectories, losses = [], []
+    trend = typed(TrendConfig, trend)
+    trajectories, losses, keys_of_checkpoints, checkpoint_files = [], [], [], []
     for (method, seed), log_path, geometry_dir in zip(runs, log_paths, geometry_dirs, strict=True):
         keys = {"method": method, "seed": seed}
-        trajectories.append(pd.read_csv(Path(geometry_dir) / "trajectory.csv").assign(**keys))
+        trajectory = pd.read_csv(Path(geometry_dir) / "trajectory.csv")
+        trajectories.append(trajectory.assign(**keys))
+        for step in trajectory["step"]:
+            keys_of_checkpoints.append({**keys, "step": int(step)})
+            checkpoint_files.append(Path(geometry_dir) / f"{step_name(int(step))}.npz")
         log_csv = pd.read_csv(log_path)
         losses.append(log_csv[["step", "tokens", "loss", "ce_loss", "aux_loss", "val_loss"]].assign(**keys))
     for frames, path in ((trajectories, trajectory_path), (losses, loss_path)):
@@ -155,7 +165,9 @@ def study_tables(
             table[["method", "seed", *[c for c in table.columns if c not in ("method", "seed")]]].to_csv(
                 tmp, index=False, float_format="%.5f"
             )
-    write_condensation_effects(trajectory_path=trajectory_path, csv_path=effects_csv, markdown_path=effects_markdown)
+    profiles_path = profiles.profile_path(trajectory_path)
+    profiles.write_profiles_of(profiles_path, keys_of_checkpoints, checkpoint_files, trend)
+    write_condensation_effects(profiles_path=profiles_path, csv_path=effects_csv, markdown_path=effects_markdown)
 
 
 def study_metrics(

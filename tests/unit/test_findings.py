@@ -1,215 +1,180 @@
 """The findings page: verdicts computed from hand-made results with known answers: a true effect,
-no effect with a wide spread between seeds, one outlier seed, a single run, a published model."""
+no effect with a wide spread between seeds, one run, a published model, a replicated teacher, a
+statistic stuck at 1.00, collapsed runs, and the multiplicity of a claim's pieces."""
 
+import json
+
+import numpy as np
 import pandas as pd
+import pytest
 
-from condensation.reporting import findings as claims
-from condensation.reporting.condensation_effects import Z95
+from condensation.reporting.findings import claims, page
+from condensation.reporting.statistics.decisions import AGREES, DEPENDS, DISAGREES, INCONCLUSIVE, UNTESTED
+from condensation.reporting.tables.profiles import Profiles, read_profiles, write_profiles
 
-SE = 0.002 * Z95  # a run's 95 % interval over sequences: +-0.004 (standard error 0.002)
-
-
-def run(model, label, value, rho=1.0, params=1e6, **extra):
-    return {"model": model, "label": label, "num_parameters": params, "last_half": value,
-            "last_half_low": value - SE, "last_half_high": value + SE, "spearman_rho": rho, **extra}
-
-
-def family(values: dict[tuple[str, float], list[float]]) -> pd.DataFrame:
-    """Rows per (label, parameters), one per seed."""
-    return pd.DataFrame([run(f"{label}-s{i}", label, v, params=params)
-                         for (label, params), vs in values.items() for i, v in enumerate(vs)])
+LAYERS, SEQUENCES = 6, 16
+RNG = np.random.default_rng(0)
+SHARED = RNG.normal(0, 0.01, (SEQUENCES, 1))  # the same sequences move every model alike
 
 
-def drawn(table: pd.DataFrame) -> set:
-    return set(table["model"])
+def layers_of(deep: float, rising: bool = True, noise: float = 0.004) -> np.ndarray:
+    """Per-sequence layer means whose deeper half averages ``deep``; rising with depth (rho 1)
+    or with a dip that breaks the ranks (rho < 1, differing between models)."""
+    shape = np.linspace(-0.1, 0.05, LAYERS) if rising else np.array([0.0, 0.02, -0.03, 0.03, -0.02, 0.01])
+    base = shape - shape[-(LAYERS // 2):].mean() + deep
+    return base + SHARED + RNG.normal(0, noise, (SEQUENCES, LAYERS))
 
 
-def test_size_claim_reads_a_trend_across_all_sizes_with_the_seeds():
-    true_effect = family({("MLP 32", 1e6): [0.30, 0.31, 0.30], ("MLP 256", 2e6): [0.26, 0.25, 0.26],
-                          ("MLP 1024", 4e6): [0.20, 0.21, 0.20]})
-    finding = claims.size_claim({"toy": true_effect}, drawn=drawn(true_effect))
-    assert finding.verdict == claims.AGREES and "3 sizes; runs per size 3/3/3" in finding.evidence[0]
-    # No effect, wide spread between seeds: the means happen to fall, the interval holds zero.
+def table(rows: list[dict], values: list[float], rising=True) -> Profiles:
+    return Profiles(pd.DataFrame(rows), [layers_of(v, rising) for v in values], [None] * len(rows), [None] * len(rows))
+
+
+def family(values: dict[tuple[str, float], list[float]], rising=True) -> Profiles:
+    rows, deep = [], []
+    for (label, params), seeds in values.items():
+        for i, value in enumerate(seeds):
+            rows.append({"model": f"{label}-s{i}", "label": label, "num_parameters": params})
+            deep.append(value)
+    return table(rows, deep, rising)
+
+
+def design(trends, **extra):
+    drawn = frozenset(m for t in trends.values() for m in t.rows["model"])
+    return claims.Design(drawn=drawn, families={"toy": ["austen", "pydocs"]}, **extra)
+
+
+def test_size_is_decided_on_the_primary_text_with_the_others_as_robustness_checks():
+    falls = family({("MLP 32", 1e6): [0.30, 0.32, 0.31], ("MLP 256", 2e6): [0.26, 0.25, 0.27],
+                    ("MLP 1024", 4e6): [0.20, 0.21, 0.19]})
+    rises = family({("MLP 32", 1e6): [0.20, 0.21, 0.19], ("MLP 1024", 4e6): [0.30, 0.31, 0.29]})
+    trends = {"toy_austen": falls, "toy_pydocs": rises}
+    decision = claims.size_claim(trends, design(trends))
+    assert decision.verdict == AGREES
+    assert [(r.counted, r.verdict) for r in decision.readings] == [(True, AGREES), (False, DISAGREES)]
+    assert "3 sizes, runs per size 3/3/3" in decision.readings[0].piece.text
+    # no effect with a wide spread between seeds: the means happen to fall, the interval holds zero
     noisy = family({("S", 1e6): [0.40, 0.20], ("M", 2e6): [0.22, 0.34], ("L", 4e6): [0.35, 0.17]})
-    finding = claims.size_claim({"toy": noisy}, drawn=drawn(noisy))
-    assert finding.verdict == claims.INCONCLUSIVE and "interval holds zero" in finding.reason
-    # One run per size: apart beyond their sequence intervals, yet training noise is unmeasured.
+    found = claims.size_claim({"toy_austen": noisy}, design({"toy_austen": noisy}))
+    assert found.verdict == INCONCLUSIVE and found.readings[0].detectable > 0
+    # one run per size: apart beyond their sequences' noise, yet training noise is unmeasured
     single = family({("S", 1e6): [0.30], ("L", 4e6): [0.20]})
-    finding = claims.size_claim({"toy": single}, drawn=drawn(single))
-    assert finding.verdict == claims.INCONCLUSIVE and "training noise is unmeasured" in finding.reason
-    # Published checkpoints are given models, not draws: their sequence intervals decide.
-    assert claims.size_claim({"hub": single}, drawn=set()).verdict == claims.AGREES
-    reverse = family({("S", 1e6): [0.20, 0.21], ("L", 4e6): [0.30, 0.31]})
-    assert claims.size_claim({"toy": reverse}, drawn=drawn(reverse)).verdict == claims.DISAGREES
-    # The same models on a second dataset must agree as well; a group of unrelated models is listed only.
-    split = claims.size_claim({"austen": true_effect, "pydocs": reverse, "packaged": reverse},
-                              uncounted={"packaged"}, drawn=drawn(true_effect) | drawn(reverse))
-    assert split.verdict == claims.INCONCLUSIVE and "the evidence splits: 1 agrees, 1 disagrees" == split.reason
-    assert any("packaged: not counted" in note for note in split.notes)
+    found = claims.size_claim({"toy_austen": single}, design({"toy_austen": single}))
+    assert found.verdict == INCONCLUSIVE and "training noise is unmeasured" in found.reason
+    # published checkpoints are given models, not draws: their sequences decide
+    given = claims.Design(families={"toy": ["austen"]})
+    assert claims.size_claim({"toy_austen": single}, given).verdict == AGREES
 
 
-def test_an_outlier_seed_does_not_decide_a_score_claim():
-    def row(per_seed, low, high, p, holm):
-        return {"model": "toy", "method": "dispersion", "n_seeds": 3, "diff_vs_ce": sum(per_seed) / 3,
-                "ci_low_vs_ce": low, "ci_high_vs_ce": high, "p_vs_ce": p, "p_holm_vs_ce": holm,
-                "per_seed_vs_ce": "; ".join(f"{d:+.2f}" for d in per_seed), "items_ci_low_vs_ce": -3.5,
-                "items_ci_high_vs_ce": -0.5, "items_p_vs_ce": 0.001, "n_items_vs_ce": 2400}
-
-    outlier = pd.DataFrame([row([-0.08, -0.1, -4.92], -8.1, 4.7, 0.4, 0.8)])
-    finding = claims.dispersion_score_claim({"table4": outlier})
-    assert finding.verdict == claims.INCONCLUSIVE and "per seed -0.08, -0.10, -4.92" in finding.evidence[0]
-    true_effect = pd.DataFrame([row([2.0, 2.4, 2.2], 1.7, 2.7, 0.003, 0.012)])
-    assert claims.dispersion_score_claim({"table2": true_effect}).verdict == claims.AGREES
-    # Significant alone, not after Holm's adjustment over the table's comparisons.
-    adjusted = claims.dispersion_score_claim({"table2": pd.DataFrame([row([2.0, 2.4, 2.2], 0.1, 4.3, 0.04, 0.12)])})
-    assert adjusted.verdict == claims.INCONCLUSIVE and "Holm-adjusted p = 0.12" in adjusted.reason
-    worse = pd.DataFrame([row([-2.0, -2.4, -2.2], -2.7, -1.7, 0.003, 0.012)])
-    assert claims.dispersion_score_claim({"table2": worse}).verdict == claims.DISAGREES
-    assert claims.dispersion_score_claim({}).verdict == claims.UNTESTED
+def test_a_statistic_stuck_at_one_cannot_test_the_claim_and_says_so():
+    falls = family({("S", 1e6): [0.30, 0.32, 0.31], ("L", 4e6): [0.20, 0.21, 0.19]})
+    trends = {"toy_austen": falls}
+    verdicts = claims.all_claims(claims.Evidence(trends=trends), design(trends))
+    size = verdicts[0]
+    assert size.claim == claims.SIZE and size.verdict == AGREES
+    assert any("Spearman rho cannot test it" in note and "1.00 for every run" in note for note in size.notes)
+    # with ranks that differ between models, rho decides too, and a split depends on the statistic
+    dipped = family({("S", 1e6): [0.30, 0.32, 0.31], ("L", 4e6): [0.20, 0.21, 0.19]}, rising=False)
+    size = claims.all_claims(claims.Evidence(trends={"toy_austen": dipped}), design({"toy_austen": dipped}))[0]
+    assert size.verdict in (AGREES, DEPENDS) and {d.statistic for d in size.decisions} == {"deeper-layer cosine", "Spearman rho"}
 
 
-def test_dispersion_condensation_claim_reads_the_last_step_and_its_seed_aware_interval():
-    def effect(step, difference, low, high, seeds=2):
-        return {"method": "dispersion", "step": step, "n_seeds": seeds, "mean": 0.28 + difference,
-                "reference_mean": 0.28, "difference": difference, "ci_low": low, "ci_high": high, "p": 0.01,
-                "per_seed": "-0.0300; -0.0280"}
-
-    effects = pd.DataFrame([effect(49, -0.03, -0.05, -0.01), effect(10, 0.02, 0.01, 0.03)])
-    assert claims.dispersion_condensation_claim({"toy": effects}).verdict == claims.AGREES  # the last step counts
-    wide = pd.DataFrame([effect(49, -0.03, -0.2, 0.14)])
-    assert claims.dispersion_condensation_claim({"toy": wide}).verdict == claims.INCONCLUSIVE
-    one_seed = pd.DataFrame([effect(49, -0.03, float("nan"), float("nan"), seeds=1)])
-    finding = claims.dispersion_condensation_claim({"toy": one_seed})
-    assert finding.verdict == claims.INCONCLUSIVE and "training noise unmeasured" in finding.reason
+def pair(labels, first, second, reference=None):
+    rows, values = [], []
+    for member, models in enumerate((first, second, reference or [])):
+        for model, label, value in models:
+            rows.append({"member": member, "model": model, "label": label})
+            values.append(value)
+    return (labels, table(rows, values))
 
 
-def test_init_pairs_replicates_by_label_and_a_published_model_as_fixed():
-    rows = [
-        {"member": 0, **run("smol-init", "SmolLM2 init", 0.86)}, {"member": 1, **run("smol", "SmolLM2", 0.59)},
-        {"member": 0, **run("smol-init-s1", "SmolLM2 init", 0.85)}, {"member": 1, **run("smol", "SmolLM2", 0.59)},
-    ]
-    table = pd.DataFrame(rows)
-    distill, init = claims.pair_claims({"init-vs-trained": (["initialisation", "trained"], table)},
-                                       drawn={"smol-init", "smol-init-s1"})
-    assert distill.verdict == claims.UNTESTED and init.verdict == claims.AGREES
-    assert "SmolLM2 init 0.860 / 0.850 vs SmolLM2 0.590" in init.evidence[0]
-    # The narrow toys start below their trained selves: they disagree, and the page says why.
-    toys = pd.DataFrame([
-        {"member": 0, **run("t-init", "MLP 32 init", 0.05)}, {"member": 1, **run("t", "MLP 32", 0.27)},
-        {"member": 0, **run("t-init-s1", "MLP 32 init", 0.06)}, {"member": 1, **run("t-s1", "MLP 32", 0.25)},
-    ])
-    _, both = claims.pair_claims({"init-vs-trained": (["initialisation", "trained"], pd.concat([table, toys]))},
-                                 drawn={"smol-init", "smol-init-s1", "t-init", "t", "t-init-s1", "t-s1"})
-    assert both.verdict == claims.INCONCLUSIVE and both.reason == "the evidence splits: 1 agrees, 1 disagrees"
-    assert any("GPT2's initialisation" in note and "MLP 32 init: 0.055" in note for note in both.notes)
-    # distilled clearly less condensed than its scratch twin: the claim fails
-    pair = pd.DataFrame([{"member": 0, **run("a", "scratch", 0.5)}, {"member": 1, **run("b", "distilled", 0.2)}])
-    distill, _ = claims.pair_claims({"qwen": (["trained from scratch", "distilled"], pair)})
-    assert distill.verdict == claims.DISAGREES
-
-
-def test_distillation_pair_over_seeds_with_its_teacher_shown_not_counted():
-    """The offline pair: a student distilled from a wide toy vs the same toy with CE, three seeds
-    each (drawn here), the teacher (one model, repeated per pair) as the reference row."""
-    def pair(distilled, ce):
-        rows = []
-        for i, (d, c) in enumerate(zip(distilled, ce)):
-            rows += [{"member": 0, **run(f"ce-s{i}", "MLP 32 CE", c)}, {"member": 1, **run(f"kd-s{i}", "MLP 32 distilled", d)},
-                     {"member": 2, **run("teacher", "MLP 1024", 0.22)}]
-        return pd.DataFrame(rows)
-
+def test_distillation_is_an_equivalence_claim_with_a_replicated_teacher():
     labels = ["CE only", "distilled", "teacher"]
-    students = {f"ce-s{i}" for i in range(3)} | {f"kd-s{i}" for i in range(3)}
-    drawn_models = students | {"teacher"}
-    distill, _ = claims.pair_claims({"distillation": (labels, pair([0.36, 0.37, 0.36], [0.33, 0.335, 0.33]))},
-                                    drawn=drawn_models)
-    assert distill.verdict == claims.AGREES
-    assert "MLP 32 CE 0.330 / 0.335 / 0.330 vs MLP 32 distilled 0.360 / 0.370 / 0.360" in distill.evidence[0]
-    assert "(per seed +0.030, +0.035, +0.030)" in distill.evidence[0] and "teacher MLP 1024 0.220" in distill.evidence[0]
-    assert any(note.startswith("distillation: MLP 32 distilled - teacher +0.143") for note in distill.notes)
-    # the students as far apart as their seeds spread: no verdict
-    noisy, _ = claims.pair_claims({"distillation": (labels, pair([0.30, 0.40, 0.33], [0.36, 0.31, 0.35]))},
-                                  drawn=drawn_models)
-    assert noisy.verdict == claims.INCONCLUSIVE and "interval holds zero" in noisy.reason
-    # the student takes the teacher's low condensation: the claim fails
-    inherits, _ = claims.pair_claims({"distillation": (labels, pair([0.22, 0.225, 0.22], [0.33, 0.335, 0.33]))},
-                                     drawn=drawn_models)
-    assert inherits.verdict == claims.DISAGREES
+    ce = [(f"ce{i}", "CE", v) for i, v in enumerate([0.40, 0.42, 0.41])]
+    teachers = [(f"t{i}", "teacher", v) for i, v in enumerate([0.20, 0.22, 0.21])]
+    mirrors = [(f"d{i}", "distilled", v) for i, v in enumerate([0.40, 0.415, 0.405])]  # closes ~2 % of the gap
+    drawn = frozenset(m for group in (ce, teachers, mirrors) for m, _, _ in group)
+    distill, _ = claims.pair_pieces({"distillation": pair(labels, ce, mirrors, teachers)}, claims.Design(drawn=drawn), "last_half")
+    reading = claims.decide(distill).readings[0]
+    assert reading.verdict == AGREES and "share of the gap closed" in reading.piece.text
+    inherits = [(f"d{i}", "distilled", v) for i, v in enumerate([0.25, 0.27, 0.26])]  # closes ~75 %
+    distill, _ = claims.pair_pieces({"distillation": pair(labels, ce, inherits, teachers)}, claims.Design(drawn=drawn), "last_half")
+    assert claims.decide(distill).verdict == DISAGREES
+    # one teacher for every student: its training noise is unmeasured, nothing is decided
+    single = [("t0", "teacher", 0.20)] * 3
+    distill, _ = claims.pair_pieces({"distillation": pair(labels, ce, mirrors, single)}, claims.Design(drawn=drawn), "last_half")
+    decision = claims.decide(distill)
+    assert decision.verdict == INCONCLUSIVE and "one run of reference" in decision.reason
 
 
-def test_series_claim_pairs_first_and_last_checkpoint_by_run():
-    def series(values):
-        return pd.DataFrame([{"checkpoint": f"step {i * 48}", **run("m", "m", v)} for i, v in enumerate(values)])
-
-    rising = {"s0": series([0.05, 0.61, 0.28]), "s1": series([0.06, 0.58, 0.30])}
-    finding = claims.series_claim(rising, {"s0": "MLP 32", "s1": "MLP 32"}, drawn_series={"s0", "s1"})
-    assert finding.verdict == claims.DISAGREES and "MLP 32 (2 runs)" in finding.evidence[0]
-    assert "peak 0.610 at step 48 (then 0.280 at the end)" in finding.evidence[0]
-    one = claims.series_claim({"s0": rising["s0"]}, {"s0": "MLP 32"}, drawn_series={"s0"})
-    assert one.verdict == claims.INCONCLUSIVE and "unmeasured" in one.reason
-    # checkpoints of a published run (hub revisions) are one given run
-    falling = claims.series_claim({"olmo": series([0.9, 0.7, 0.5])}, {"olmo": "Olmo"})
-    assert falling.verdict == claims.AGREES
+def test_initialisation_pairs_any_piece_agreeing_with_none_against_and_a_given_trained_model():
+    labels = ["initialisation", "pre-trained"]
+    first = [("big-init", "big init", 0.86), ("big-init-s1", "big init", 0.85),
+             ("toy-init", "toy init", 0.04), ("toy-init-s1", "toy init", 0.05)]
+    second = [("big", "big", 0.61), ("big", "big", 0.61), ("toy", "toy", 0.33), ("toy-s1", "toy", 0.36)]
+    drawn = frozenset({"big-init", "big-init-s1", "toy-init", "toy-init-s1", "toy", "toy-s1"})
+    _, init = claims.pair_pieces({"init-vs-trained": pair(labels, first, second)}, claims.Design(drawn=drawn), "last_half")
+    decision = claims.decide(init)
+    assert [r.verdict for r in decision.readings] == [AGREES, DISAGREES]
+    assert decision.verdict == INCONCLUSIVE and decision.reason == "the evidence splits: 1 agrees, 1 disagrees"
+    assert init[0].estimate.covers == "seeds and sequences" and len(init[0].estimate.per_seed) == 2
 
 
-def test_page_lists_every_claim_with_its_verdict_reason_and_the_tasks_at_chance():
-    finding = claims.combine("claim", [claims.Evidence("a", claims.INCONCLUSIVE, "the interval holds zero")])
-    page = claims.render([claims.size_claim({}), finding], chance={"next": {"at_chance": True}, "cloze": {"at_chance": False}})
-    assert "**cannot test**" in page and "nothing in this config measures it" in page
-    assert "## claim: **inconclusive** (the interval holds zero)" in page
-    # decided pieces that share a direction carry the claim; undecided ones are counted, not votes against
-    mixed = claims.combine("c", [claims.Evidence("a", claims.DISAGREES), claims.Evidence("b", claims.INCONCLUSIVE, "x")])
-    assert mixed.verdict == claims.DISAGREES and mixed.reason == "1 of 2 pieces undecided"
-    assert "at chance for every model" in page and "next" in page and "cloze" not in page.split("chance for")[1]
+def test_dispersion_effects_read_the_last_step_and_count_collapsed_runs():
+    def effect(step, difference, se, metric="last_half", seeds=3):
+        return {"method": "dispersion", "step": step, "metric": metric, "n_seeds": seeds, "mean": 0.28 + difference,
+                "reference_mean": 0.28, "difference": difference, "se": se, "dof": 2.0, "seed_se": se, "unit_se": 0.0,
+                "per_seed": "-0.0300; -0.0280; -0.0310"}
+
+    effects = {"midtrain, toy": pd.DataFrame([effect(49, -0.03, 0.002), effect(10, 0.02, 0.002)])}
+    trajectory = pd.DataFrame({"method": ["dispersion"] * 3 + ["ce"] * 3, "seed": [0, 1, 2] * 2, "step": [49] * 6,
+                               "last_half": [0.25, 0.995, 0.25, 0.28, 0.28, 0.28]})
+    pieces = claims.dispersion_condensation_pieces(effects, {"midtrain, toy": trajectory}, "last_half")
+    assert claims.decide(pieces).verdict == AGREES  # the last step counts
+    assert "dispersion 1 of 3 runs (seed 1)" in pieces[0].text and pieces[0].notes
+    wide = {"midtrain, toy": pd.DataFrame([effect(49, -0.03, 0.05)])}
+    assert claims.decide(claims.dispersion_condensation_pieces(wide, {}, "last_half")).verdict == INCONCLUSIVE
 
 
-def lens_family(flip_isoscore: bool = False) -> pd.DataFrame:
-    """Three sizes, two seeds each: IsoScore* rises and PC1 share falls with size (less condensed),
-    the within-sequence excess does not move; no anisotropy column."""
-    rows = []
-    isoscores = (0.10, 0.20, 0.30)[::-1] if flip_isoscore else (0.10, 0.20, 0.30)
-    for (label, params, pc1), iso in zip((("S", 1e6, 0.40), ("M", 2e6, 0.30), ("L", 4e6, 0.20)), isoscores):
-        for seed, jitter in enumerate((-0.002, 0.002)):
-            lens = {"isoscore": iso + jitter, "pc1_share": pc1 + jitter, "within_excess": 0.05 + 5 * jitter}
-            extra = {f"{name}{end}": value + shift for name, value in lens.items()
-                     for end, shift in (("", 0.0), ("_low", -SE), ("_high", SE))}
-            rows.append(run(f"{label}-s{seed}", label, 0.3, params=params, **extra))
-    return pd.DataFrame(rows)
+def test_score_pieces_are_adjusted_once_over_the_claim():
+    def row(model, diff, se):
+        return {"model": model, "method": "dispersion", "n_seeds": 3, "diff_vs_ce": diff, "se_vs_ce": se,
+                "dof_vs_ce": 2.0, "seed_se_vs_ce": se, "unit_se_vs_ce": 0.1, "per_seed_vs_ce": "+1.00; +1.20; +1.10"}
+
+    from scipy import stats
+
+    alone = stats.t.isf(0.04 / 2, 2)  # p = 0.04 alone, 0.08 after Holm over the claim's two pieces
+    tables = {"table2": pd.DataFrame([row("a", alone * 0.5, 0.5)]), "table4": pd.DataFrame([row("b", 0.0, 0.5)])}
+    decision = claims.decide(claims.score_pieces(tables))
+    assert decision.verdict == INCONCLUSIVE and "Holm-adjusted p = 0.08" in decision.readings[0].reason
+    assert claims.decide(claims.score_pieces({"table2": pd.DataFrame([row("a", alone * 0.5, 0.5)])})).verdict == AGREES
+    assert claims.decide(claims.score_pieces({})).verdict == UNTESTED
 
 
-def test_the_size_ordering_under_each_lens_follows_its_direction():
-    """A lens where larger models are less condensed agrees whichever way it counts condensation
-    (IsoScore* rises, PC1 share falls); a lens whose interval holds zero stays inconclusive; a lens
-    the tables do not carry cannot be tested."""
-    from condensation.lenses import BY_NAME
-
-    table = lens_family()
-    verdict = {name: claims.size_claim({"toy": table}, drawn=drawn(table), lens=BY_NAME[name]).verdict for name in BY_NAME}
-    assert verdict == {"isoscore": claims.AGREES, "pc1_share": claims.AGREES, "within_excess": claims.INCONCLUSIVE,
-                       "anisotropy": claims.UNTESTED, "effective_rank": claims.UNTESTED}
-    finding = claims.size_claim({"toy": table}, drawn=drawn(table), lens=BY_NAME["isoscore"])
-    assert "isoscore per size" in finding.evidence[0] and "0.100 / 0.100" not in finding.evidence[0]
-    flipped = lens_family(flip_isoscore=True)
-    assert claims.size_claim({"toy": flipped}, drawn=drawn(flipped), lens=BY_NAME["isoscore"]).verdict == claims.DISAGREES
-
-
-def test_each_claim_under_each_lens_and_the_page_table():
-    """The pair claim read on a lens oriented so that higher is more condensed: an init pair whose
-    IsoScore* rises with training (init more condensed) agrees, like its cosine."""
-    table = lens_family()
-    pair_rows = []
-    for seed in (0, 1):
-        for member, (label, cosine, iso) in enumerate((("MLP init", 0.6, 0.1), ("MLP", 0.3, 0.4))):
-            extra = {"isoscore": iso + 0.001 * seed, "isoscore_low": iso - 0.004, "isoscore_high": iso + 0.004}
-            pair_rows.append({**run(f"{label}-s{seed}", label, cosine + 0.001 * seed), "member": member, **extra})
-    pairs = {"init": (["MLP init", "MLP"], pd.DataFrame(pair_rows))}
-    models = drawn(table) | set(pairs["init"][1]["model"])
-    under = claims.claims_under_lenses({"toy": table}, pairs, {}, drawn=models)
-    assert under["IsoScore*"][2].verdict == claims.AGREES  # init pairs, on IsoScore* negated
-    assert under["variance share of PC 1"][2].verdict == claims.UNTESTED
-    base = [claims.size_claim({"toy": table}, drawn=models), *claims.pair_claims(pairs, drawn=models)]
-    page = claims.render(base, under_lenses=under)
-    assert "## Each condensation claim under each lens" in page and "| mean cosine | cosine across sequences" in page
-    assert "## The size ordering under IsoScore* (higher in larger models): **agrees**" in page
+def test_profiles_round_trip_and_the_page_and_json(tmp_path):
+    falls = family({("S", 1e6): [0.30, 0.20, 0.25], ("L", 4e6): [0.27, 0.21, 0.22]})  # no clear effect
+    path = tmp_path / "toy_austen.profiles.npz"
+    write_profiles(path, falls.rows, falls.layers, [(np.ones(5), np.ones((5, 6)))] * len(falls.rows))
+    back = read_profiles(path)
+    assert back.rows.equals(falls.rows) and all(np.array_equal(a, b) for a, b in zip(back.layers, falls.layers))
+    assert back.lens_jackknife[0].shape == (5, 6)
+    verdicts = claims.all_claims(claims.Evidence(trends={"toy_austen": falls}), design({"toy_austen": falls}))
+    markdown, js = tmp_path / "findings.md", tmp_path / "findings.json"
+    page.write_findings(verdicts, markdown, js)
+    text = markdown.read_text()
+    assert "| A larger or wider model condenses less (Figs. 2, S1) |" in text and "(95 %, over seeds and sequences)" in text
+    assert "**inconclusive**" in text and "smallest effect this design detects with 80% power" in text
+    found = json.loads(js.read_text())["findings"][0]
+    piece = found["decisions"][0]["pieces"][0]
+    assert piece["covers"] == "seeds and sequences" and piece["se"] > 0 and piece["detectable"] > 0
 
 
+@pytest.mark.parametrize("verdict", [AGREES, DISAGREES])
+def test_series_first_against_last_checkpoint_paired_by_run(verdict):
+    start, end = (0.8, 0.4) if verdict == AGREES else (0.1, 0.4)
+    series = {}
+    for run in range(3):
+        rows = [{"checkpoint": "init", "tokens": 0}, {"checkpoint": "step 10", "tokens": 100}]
+        series[f"run{run}"] = table(rows, [start + 0.01 * run, end - 0.01 * run])
+    found = claims.series_pieces(series, claims.Design(series_groups={f"run{r}": "toy" for r in range(3)},
+                                                        drawn_series=frozenset(series)), "last_half")
+    assert len(found) == 1 and claims.decide(found).verdict == verdict and "toy (3 runs)" in found[0].text

@@ -1,23 +1,40 @@
-"""The statistics of the results tables on hand-made inputs whose answers are known on paper."""
+"""The statistics of the results on hand-made inputs whose answers are known on paper: resampling
+over items, the estimates over runs and units (each noise once), verdicts and multiplicity."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from condensation.reporting.statistics import (
-    Arm,
-    bootstrap_mean_ci,
+from condensation.reporting.statistics.decisions import (
+    AGREES,
+    DEPENDS,
+    DISAGREES,
+    INCONCLUSIVE,
+    UNTESTED,
+    Piece,
+    decide,
+    holm,
+    over_statistics,
+    read_equivalence,
+)
+from condensation.reporting.statistics.panel import (
+    Estimate,
+    Run,
     contrast,
     difference,
-    holm,
-    mcnemar,
-    paired_bootstrap,
+    fieller,
+    gap_share,
+    panel_from_profiles,
+    panel_from_replicates,
+    panel_from_units,
+    slope,
 )
+from condensation.reporting.statistics.resampling import bootstrap_mean_ci, mcnemar, paired_bootstrap
+from condensation.reporting.tables.profiles import deep_half, kendall_with_depth, spearman_with_depth
 
 R = 10_000
 
@@ -167,81 +184,136 @@ def test_mcnemar_edge_cases():
 
 
 # ---------------------------------------------------------------------------------------------
-# contrast / difference: seed-aware intervals
+# estimates over runs and units
 # ---------------------------------------------------------------------------------------------
 
 
-def test_paired_difference_is_a_t_interval_over_the_per_seed_differences():
-    a, b = Arm({0: 0.80, 1: 0.82, 2: 0.90}), Arm({0: 0.70, 1: 0.74, 2: 0.72})
-    result = difference(a, b)
-    d = np.array([0.10, 0.08, 0.18])  # same-seed differences
-    se = d.std(ddof=1) / math.sqrt(3)
-    t = stats.t.ppf(0.975, 2)
+def _two_arm_panel(first: np.ndarray, second: np.ndarray, fixed=()):
+    """Runs ``[k, units]`` of two arms, seeds 0..k-1 in each (one row and ``fixed``: a given model)."""
+    runs = [Run("a", None if "a" in fixed else s, 0.0) for s in range(len(first))]
+    runs += [Run("b", None if "b" in fixed else s, 0.0) for s in range(len(second))]
+    return panel_from_units(runs, [*first, *second], units="sequences", fixed=fixed)
+
+
+def test_a_paired_difference_is_the_two_way_analysis_of_variance_of_the_per_unit_differences():
+    rng = np.random.default_rng(3)
+    k, n = 3, 40
+    a = 0.5 + rng.normal(0, 0.05, (k, 1)) + rng.normal(0, 0.1, n) + rng.normal(0, 0.05, (k, n))
+    b = a - 0.02 + rng.normal(0, 0.03, (k, n))
+    result = difference(_two_arm_panel(a, b), "a", "b")
+    d = a - b  # seed x unit table of the paired differences
+    per_seed = d.mean(axis=1)
+    unit_means = d.mean(axis=0)
+    ms_unit = k * unit_means.var(ddof=1)
+    residual = d - per_seed[:, None] - unit_means[None, :] + d.mean()
+    ms_residual = (residual**2).sum() / ((k - 1) * (n - 1))
+    expected = per_seed.var(ddof=1) / k + max(ms_unit - ms_residual, 0) / (k * n)
     assert result.estimate == pytest.approx(d.mean())
-    assert (result.ci_low, result.ci_high) == (pytest.approx(d.mean() - t * se), pytest.approx(d.mean() + t * se))
-    assert result.dof == pytest.approx(2) and result.p_value == pytest.approx(2 * stats.t.sf(d.mean() / se, 2))
-    assert result.per_seed == pytest.approx(tuple(d))
+    assert result.se**2 == pytest.approx(expected)
+    assert result.dof == pytest.approx(k - 1) and result.per_seed == pytest.approx(tuple(per_seed))
+    low, high = result.interval()
+    assert high - result.estimate == pytest.approx(stats.t.ppf(0.975, k - 1) * result.se)
+    assert result.covers == "seeds and sequences"
 
 
-def test_sampling_variance_adds_with_satterthwaite_degrees_of_freedom():
-    seeds = Arm({0: 1.0, 1: 3.0})  # s^2 / k = 2 / 2 = 1, one degree of freedom
-    result = contrast([seeds], [1.0])
-    assert result.seed_se == pytest.approx(1.0) and result.dof == pytest.approx(1.0)
-    both = contrast([replace(seeds, sampling_variance=1.0)], [1.0])
-    assert both.sampling_se == pytest.approx(1.0)
-    assert both.dof == pytest.approx(1.0)  # the seeds' spread decides what is known
-    assert both.ci_high - both.estimate == pytest.approx(stats.t.ppf(0.975, 1) * math.sqrt(2))
-    welch = contrast([Arm({0: 1.0, 1: 3.0}), Arm({0: 0.0, 1: 0.0, 2: 3.0})], [1.0, -1.0])
-    # parts 1 and 3 / 3 = 1: (1 + 1)^2 / (1 / 1 + 1 / 2)
-    assert welch.dof == pytest.approx(4 / 1.5)
-    fixed_only = contrast([Arm({"published": 2.0}, sampling_variance=0.25, fixed=True)], [1.0])
-    assert fixed_only.dof == math.inf and fixed_only.ci_high == pytest.approx(2.0 + 1.959964 * 0.5)
+def test_the_units_main_effect_counts_once_and_a_shared_one_cancels():
+    rng = np.random.default_rng(4)
+    main = rng.normal(0, 0.2, 30)  # the same sequences move every run alike
+    a = 0.6 + main + rng.normal(0, 0.01, (3, 30))
+    b = 0.5 + main + rng.normal(0, 0.01, (3, 30))
+    paired = difference(_two_arm_panel(a, b), "a", "b")
+    assert paired.unit_se < 0.01 < 0.2 / math.sqrt(30)  # cancels in the paired difference
+    # against a given model, its sequences' error is all main effect and stays
+    given = difference(_two_arm_panel(a, 0.5 + rng.normal(0, 0.2, (1, 30)), fixed=("b",)), "a", "b")
+    assert given.unit_se > 0.02 and len(given.per_seed) == 3
 
 
-def test_one_run_that_could_have_been_another_leaves_the_noise_unmeasured():
-    result = difference(Arm({0: 0.9}, label="MLP 32"), Arm({0: 0.5}, label="MLP 1024"))
-    assert not result.measured and "MLP 32" in result.unmeasured and "unmeasured" in result.unmeasured
-    assert math.isnan(result.ci_low) and math.isnan(result.p_value) and result.estimate == pytest.approx(0.4)
-    # A published checkpoint is one given model: no training noise to measure on its side.
-    fixed = difference(Arm({0: 0.60, 1: 0.64}), Arm({"published": 0.50}, fixed=True))
-    assert fixed.measured and fixed.dof == pytest.approx(1) and fixed.per_seed == pytest.approx((0.10, 0.14))
+def test_one_run_trained_here_leaves_its_noise_unmeasured_and_a_given_model_does_not():
+    one = _two_arm_panel(np.full((1, 5), 0.9), np.full((1, 5), 0.5))
+    result = difference(one, "a", "b")
+    assert not result.measured and "one run of a, b" in result.unmeasured and result.estimate == pytest.approx(0.4)
+    assert math.isnan(result.p_value) and all(math.isnan(v) for v in result.interval())
+    given = difference(_two_arm_panel(np.array([[0.6] * 4 + [0.7], [0.64] * 5]), np.full((1, 5), 0.5), fixed=("b",)), "a", "b")
+    assert given.measured and given.dof == pytest.approx(1) and given.per_seed == pytest.approx((0.12, 0.14))
 
 
-def test_a_slope_over_sizes_is_a_linear_contrast():
+def test_a_slope_over_sizes_is_a_linear_contrast_with_welch_degrees_of_freedom():
     x = np.log10([1e6, 2e6, 4e6])
-    c = (x - x.mean()) / ((x - x.mean()) ** 2).sum()
-    arms = [Arm({0: 0.30, 1: 0.32}), Arm({0: 0.25, 1: 0.27}), Arm({0: 0.20, 1: 0.22})]
-    result = contrast(arms, c)
+    values = {"S": [0.30, 0.32], "M": [0.25, 0.27, 0.26], "L": [0.20, 0.22]}
+    runs = [Run(arm, f"{arm}{i}", 0.0) for arm, vs in values.items() for i, _ in enumerate(vs)]
+    panel = panel_from_units(runs, [np.full(4, v) for vs in values.values() for v in vs], units="sequences")
+    result = slope(panel, dict(zip(values, x)))
     assert result.estimate == pytest.approx(np.polyfit(x, [0.31, 0.26, 0.21], 1)[0])
-    assert result.ci_high < 0
+    c = (x - x.mean()) / ((x - x.mean()) ** 2).sum()
+    parts = [c[i] ** 2 * np.var(vs, ddof=1) / len(vs) for i, vs in enumerate(values.values())]
+    assert result.se**2 == pytest.approx(sum(parts))  # no sequence noise at all here
+    assert result.dof == pytest.approx(sum(parts) ** 2 / sum(p**2 / (len(vs) - 1) for p, vs in zip(parts, values.values())))
+    assert result.interval()[1] < 0
 
 
-def _verdict_rate(effect: float, seed_sd: float, seeds: int, trials: int = 2000) -> float:
-    """Share of simulated experiments whose paired interval excludes zero."""
-    rng = np.random.default_rng(7)
-    hits = 0
-    for _ in range(trials):
-        item_noise = rng.normal(0, 0.3, seeds)  # per seed, known sampling error 0.3
-        d = effect + rng.normal(0, seed_sd, seeds) + item_noise
-        result = contrast([Arm(dict(enumerate(d)), sampling_variance=0.09 / seeds)], [1.0])
-        hits += result.ci_low > 0 or result.ci_high < 0
-    return hits / trials
+def test_an_outlier_seed_widens_the_interval_instead_of_deciding_it():
+    a = np.array([[0.50] * 10, [0.55] * 10, [4.9] * 10]) + np.linspace(0, 0.01, 10)
+    b = np.zeros((3, 10)) + np.linspace(0, 0.01, 10)
+    low, high = difference(_two_arm_panel(a, b), "a", "b").interval()
+    assert low < 0 < high
 
 
-@pytest.mark.parametrize("seeds", [2, 3])
-def test_no_effect_with_wide_seed_spread_is_rarely_called_a_finding(seeds):
-    # A percentile bootstrap over 2 seeds would call about half of these significant.
-    assert _verdict_rate(effect=0.0, seed_sd=2.0, seeds=seeds) <= 0.06
+def test_rank_statistics_of_mean_profiles_match_scipy():
+    rng = np.random.default_rng(5)
+    profiles = rng.normal(size=(20, 9))
+    profiles[3, 2] = profiles[3, 5]  # a tie
+    for row, rho, tau in zip(profiles, spearman_with_depth(profiles), kendall_with_depth(profiles)):
+        assert rho == pytest.approx(stats.spearmanr(row, np.arange(9)).statistic)
+        assert tau == pytest.approx(stats.kendalltau(row, np.arange(9)).statistic)
+    assert deep_half(np.arange(9.0)[None])[0] == pytest.approx(np.mean([4, 5, 6, 7, 8]))
 
 
-def test_a_true_effect_well_beyond_the_seed_spread_is_found():
-    assert _verdict_rate(effect=5.0, seed_sd=0.5, seeds=3) >= 0.95
+def test_a_statistic_stuck_at_one_is_flagged_not_tested():
+    rising = np.tile(np.linspace(0, 1, 6), (16, 1))  # every sequence rises monotonically
+    runs = [Run(arm, s, 0.0) for arm in "ab" for s in range(3)]
+    profiles = [rising + 0.01 * i for i in range(6)]
+    panel = panel_from_profiles(runs, profiles, spearman_with_depth, units="sequences", name="Spearman rho", resamples=50)
+    result = difference(panel, "a", "b")
+    assert result.saturated and "1.00 for every run" in result.saturated
+    reading = decide([Piece("p", "", result)]).readings[0]
+    assert reading.verdict == INCONCLUSIVE and "cannot separate" in reading.reason
 
 
-def test_one_outlier_seed_widens_the_interval_instead_of_deciding_it():
-    # Per seed -0.1, -0.05 and -4.9 (a run that collapsed): pooled items alone call it significant.
-    result = contrast([Arm({0: -0.1, 1: -0.05, 2: -4.9}, sampling_variance=0.04)], [1.0])
-    assert result.ci_low < 0 < result.ci_high
+def test_a_jackknife_over_groups_reads_with_g_minus_1_degrees_of_freedom():
+    replicates = np.array([[1.0, 1.2, 0.8, 1.1, 0.9, 1.0]])
+    panel = panel_from_replicates([Run("given", None, 1.0)], replicates, kind="jackknife", units="groups of sequences",
+                                  fixed=("given",))
+    result = contrast(panel, {"given": 1.0})
+    g = 6
+    se = math.sqrt((g - 1) / g * ((replicates - replicates.mean()) ** 2).sum())
+    assert result.se == pytest.approx(se) and result.dof == pytest.approx(g - 1)
+    assert result.interval()[1] - 1.0 == pytest.approx(stats.t.ppf(0.975, 5) * se)
+    assert result.covers == "groups of sequences"
+
+
+def test_fieller_and_the_share_of_a_gap_closed():
+    # per seed: CE 0.40, distilled closes 20 % of the way to a teacher at 0.20 (noise-free sequences)
+    rng = np.random.default_rng(6)
+    shifts = rng.normal(0, 0.01, 4)
+    arms = {"ce": 0.40, "distilled": 0.36, "teacher": 0.20}
+    runs = [Run(arm, s, 0.0) for arm in arms for s in range(4)]
+    per_unit = [np.full(8, mean + shifts[s]) + 0.001 * np.arange(8) for mean in arms.values() for s in range(4)]
+    panel = panel_from_units(runs, per_unit, units="sequences")
+    ratio = fieller(panel, {"distilled": 1.0, "ce": -1.0}, {"teacher": 1.0, "ce": -1.0})
+    assert ratio.estimate == pytest.approx(0.2) and ratio.ci_low == pytest.approx(0.2, abs=1e-6)
+    share, ratio90 = gap_share(panel, "distilled", "ce", "teacher", margin=0.25)
+    assert share.estimate == pytest.approx(0.2)
+    assert read_equivalence(Piece("d", "", share, margin=0.25, ratio=ratio90)).verdict == AGREES
+    assert read_equivalence(Piece("d", "", share, margin=0.10, ratio=ratio90)).verdict == DISAGREES
+
+
+# ---------------------------------------------------------------------------------------------
+# verdicts and multiplicity
+# ---------------------------------------------------------------------------------------------
+
+
+def _piece(estimate: float, se: float, direction: int = 1, dof: float = 10.0) -> Piece:
+    return Piece(f"{estimate}", "", Estimate(estimate, se, dof, se, 0.0, "seeds and sequences"), direction)
 
 
 def test_holm_multiplies_by_the_remaining_count_and_keeps_the_order():
@@ -250,3 +322,39 @@ def test_holm_multiplies_by_the_remaining_count_and_keeps_the_order():
     assert math.isnan(adjusted[1]) and adjusted[0] == pytest.approx(0.5) and adjusted[2] == pytest.approx(0.002)
     assert holm([0.4, 0.3]) == pytest.approx([0.6, 0.6]) and holm([0.9, 0.8]) == pytest.approx([1.0, 1.0])
     assert holm([]) == []
+
+
+def test_a_claim_agrees_when_a_counted_piece_agrees_and_none_disagrees():
+    strong, weak, against = _piece(1.0, 0.1), _piece(0.1, 0.1), _piece(-1.0, 0.1)
+    assert decide([strong, weak]).verdict == AGREES and "1 of 2 pieces undecided" in decide([strong, weak]).reason
+    split = decide([strong, against])
+    assert split.verdict == INCONCLUSIVE and split.reason == "the evidence splits: 1 agrees, 1 disagrees"
+    assert decide([against]).verdict == DISAGREES
+    assert decide([]).verdict == UNTESTED
+    # a robustness check is shown, read on its own, never counted
+    with_check = decide([weak], robustness=[strong])
+    assert with_check.verdict == INCONCLUSIVE and [r.counted for r in with_check.readings] == [True, False]
+    assert with_check.readings[1].verdict == AGREES
+
+
+def test_holm_over_the_pieces_decides_a_piece_significant_alone():
+    t = stats.t.isf(0.04 / 2, 10)  # p = 0.04 alone, 0.08 after Holm over two pieces
+    decision = decide([_piece(t * 0.1, 0.1), _piece(0.0, 0.1)])
+    assert decision.verdict == INCONCLUSIVE and "Holm-adjusted p = 0.08" in decision.readings[0].reason
+
+
+def test_an_inconclusive_piece_says_what_the_design_could_detect():
+    reading = decide([_piece(0.1, 0.1, dof=4)]).readings[0]
+    expected = (stats.t.isf(0.025, 4) + stats.t.isf(0.2, 4)) * 0.1
+    assert reading.verdict == INCONCLUSIVE and reading.detectable == pytest.approx(expected)
+    two = decide([_piece(0.1, 0.1, dof=4), _piece(0.0, 0.1, dof=4)]).readings[0]  # tested at 0.025 by Holm's first step
+    assert two.detectable == pytest.approx((stats.t.isf(0.0125, 4) + stats.t.isf(0.2, 4)) * 0.1)
+
+
+def test_a_claim_over_statistics_takes_a_verdict_only_when_they_agree():
+    agree, open_ = decide([_piece(1.0, 0.1)], statistic="cosine"), decide([_piece(0.0, 0.1)], statistic="rho")
+    both = over_statistics("claim", [agree, decide([_piece(1.0, 0.1)], statistic="rho")])
+    assert both.verdict == AGREES
+    split = over_statistics("claim", [agree, open_])
+    assert split.verdict == DEPENDS and split.reason == "cosine agrees; rho inconclusive"
+    assert over_statistics("claim", [decide([]), decide([])]).verdict == UNTESTED

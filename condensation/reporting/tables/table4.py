@@ -1,9 +1,10 @@
 """The paper's Table 4: models pre-trained from scratch with CE and with the dispersion loss, their
-scores beside their final condensation.
+scores beside their condensation, both of the same checkpoint.
 
-Condensation comes from a trajectory CSV (``results/midtrain/<model>/trajectory.csv`` and its
-pre-training twin): one row per (method, seed, step) with val_loss, spearman_rho, kendall_tau,
-last_1..last_5 and last_half (the mean cosine of the deeper half of the layers).
+Condensation comes from a trajectory CSV (``results/scratch/<model>/trajectory.csv``): one row per
+(method, seed, step) with val_loss, spearman_rho, kendall_tau, last_1..last_5 and last_half (the
+mean cosine of the deeper half of the layers), measured on text no run trained on. Each run's row is
+read at the step of the checkpoint its scores come from (the lowest validation loss).
 """
 
 from __future__ import annotations
@@ -15,16 +16,15 @@ import pandas as pd
 
 from condensation.evaluation.scores import (
     PRETRAINED,
-    require_columns,
     select_checkpoints,
 )
-from condensation.reporting.comparisons import (
+from condensation.reporting.tables.comparisons import (
     at_chance_note,
     comparison_columns,
     selected_items,
     task_chance,
 )
-from condensation.reporting.score_tables import (
+from condensation.reporting.tables.score_tables import (
     CHECKPOINT_RULE,
     Row,
     check_methods,
@@ -32,32 +32,22 @@ from condensation.reporting.score_tables import (
     compared_blocks,
     comparison_caption,
     comparison_targets,
+    format_score_table,
     load_selected,
     model_rows,
     sample_std,
     score_columns,
 )
-from condensation.reporting.table2 import format_table2
-from condensation.reporting.table_files import mean_std, write_table
+from condensation.reporting.tables.table_files import (
+    check_unique_steps,
+    mean_std,
+    write_table,
+)
 
 CONDENSATION_STATISTICS = {"last_half": "Deep cos", "spearman_rho": "Spearman ρ", "kendall_tau": "Kendall τ"}
 """Table 4's condensation columns and their display headers."""
 
 SEEDS_VARY = "the initialisation and the order of the training data"
-
-
-def final_condensation(trajectory: pd.DataFrame) -> pd.DataFrame:
-    """Each run's last measured step: one row per (method, seed) of ``trajectory``."""
-    require_columns(trajectory, ("method", "seed", "step", *CONDENSATION_STATISTICS), "trajectory")
-    check_unique_steps(trajectory)
-    return trajectory.loc[trajectory.groupby(["method", "seed"])["step"].idxmax()].reset_index(drop=True)
-
-
-def check_unique_steps(trajectory: pd.DataFrame) -> None:
-    doubled = trajectory.duplicated(["method", "seed", "step"])
-    if doubled.any():
-        bad = trajectory.loc[doubled].iloc[0]
-        raise ValueError(f"trajectory: method {bad['method']!r} seed {bad['seed']} has step {bad['step']} twice")
 
 
 # --------------------------------------------------------------------------------------------
@@ -68,16 +58,17 @@ def check_unique_steps(trajectory: pd.DataFrame) -> None:
 def table4(
     scores: pd.DataFrame, tasks: Sequence[str], methods: Sequence[str], *, items: pd.DataFrame,
     trajectories: Mapping[str, pd.DataFrame], baseline: str = "ce", labels: Mapping[str, str] | None = None,
-    n_resamples: int = 10_000, seed: int = 0,
+    n_resamples: int = 10_000, seed: int = 0, counted: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Models pre-trained from scratch, one row per method (per model), as a tidy frame.
 
-    The score columns are Table 2's (:func:`condensation.reporting.score_tables.score_block`, from the selected
+    The score columns are Table 2's (:func:`condensation.reporting.tables.score_tables.score_block`, from the selected
     checkpoints) with the seed-aware comparison against ``baseline`` (``diff_vs_ce`` etc.); a
     pretrained record, if any, is left out (nothing here was pre-trained before). Then per
     condensation statistic (:data:`CONDENSATION_STATISTICS`) the mean and sample std over the
-    row's seeds of its value at each run's final step, read from ``trajectories`` (model ->
-    trajectory frame); every scored seed must be in the trajectory.
+    row's seeds of its value at the step of each run's selected checkpoint (the one its scores
+    come from), read from ``trajectories`` (model -> trajectory frame); every scored seed and step
+    must be in the trajectory.
     """
     tasks = check_tasks(tasks)
     methods = check_methods(methods)
@@ -86,9 +77,11 @@ def table4(
     selected = selected.loc[selected["method"] != PRETRAINED]
     blocks = model_rows(selected, tasks, methods)
     table = compared_blocks(blocks, tasks, dict(labels or {}), selected_items(items, selected), targets,
-                            n_resamples, seed)
-    finals = {model: final_condensation(frame) for model, frame in trajectories.items()}
-    condensation = pd.DataFrame([_condensation_record(finals, row) for rows in blocks for row in rows])
+                            n_resamples, seed, counted)
+    steps = selected.drop_duplicates(["model", "method", "seed"]).set_index(["model", "method", "seed"])["step"]
+    for frame in trajectories.values():
+        check_unique_steps(frame)
+    condensation = pd.DataFrame([_condensation_record(trajectories, steps, row) for rows in blocks for row in rows])
     return pd.concat([table, condensation], axis=1)[table4_columns(tasks, targets)]
 
 
@@ -98,15 +91,19 @@ def table4_columns(tasks: Sequence[str], targets: Sequence[str]) -> list[str]:
     return [*score_columns(tasks), *comparison_columns(targets), *condensation]
 
 
-def _condensation_record(finals: Mapping[str, pd.DataFrame], row: Row) -> dict[str, Any]:
-    if row.model not in finals:
+def _condensation_record(trajectories: Mapping[str, pd.DataFrame], steps: pd.Series, row: Row) -> dict[str, Any]:
+    """One row's condensation: each seed's trajectory value at its selected checkpoint's step."""
+    if row.model not in trajectories:
         raise ValueError(f"model {row.model!r}: no trajectory given")
-    final = finals[row.model]
-    runs = final.loc[final["method"] == row.method].set_index("seed")
-    missing = [seed for seed in row.values.index if seed not in runs.index]
-    if missing:
-        raise ValueError(f"model {row.model!r} method {row.method!r}: seed {missing[0]} is not in the trajectory")
-    runs = runs.loc[list(row.values.index)]
+    trajectory = trajectories[row.model].set_index(["method", "seed", "step"])
+    runs = []
+    for seed in row.values.index:
+        key = (row.method, seed, steps.get((row.model, row.method, seed)))
+        if key not in trajectory.index:
+            raise ValueError(f"model {row.model!r} method {row.method!r} seed {seed}: step {key[2]} of its scored "
+                             "checkpoint is not in the trajectory")
+        runs.append(trajectory.loc[key])
+    runs = pd.DataFrame(runs)
     record: dict[str, Any] = {}
     for name in CONDENSATION_STATISTICS:
         record[f"{name}_mean"] = float(runs[name].mean())
@@ -119,7 +116,7 @@ def format_table4(
 ) -> pd.DataFrame:
     """Display strings for :func:`table4`: Table 2's columns, then the condensation statistics
     as "0.812 ± 0.004"."""
-    display = format_table2(df, tasks, targets, chance)
+    display = format_score_table(df, tasks, targets, chance)
     for name, header in CONDENSATION_STATISTICS.items():
         display[header] = [mean_std(m, s, 3) for m, s in zip(df[f"{name}_mean"], df[f"{name}_std"])]
     return display
@@ -127,15 +124,15 @@ def format_table4(
 
 def table4_caption(
     targets: Sequence[str] = ("ce",), metric: str = "acc", chance: pd.DataFrame | None = None,
-    n_resamples: int = 10_000,
+    n_resamples: int = 10_000, counted: Sequence[str] | None = None,
 ) -> str:
     """Table 4's caption: scores, the item-level test, the condensation columns and the rules."""
     note = "" if chance is None else at_chance_note(chance)
     return (
         f"Models pre-trained from scratch with each loss: downstream {metric} (%) as mean ± sample std over "
         "seeds; best per model in bold. Average: mean over tasks. "
-        f"{comparison_caption(targets, n_resamples, SEEDS_VARY)} Condensation of each run's final checkpoint, mean ± "
-        "sample std over seeds: Deep cos is the mean pairwise cosine similarity of tokens in the deeper half "
+        f"{comparison_caption(targets, n_resamples, SEEDS_VARY, counted)} Condensation of the checkpoint each run's "
+        "scores come from, on text no run trained on, mean ± sample std over seeds: Deep cos is the mean pairwise cosine similarity of tokens in the deeper half "
         "of the layers (higher: more condensed); Spearman ρ and Kendall τ correlate the layers' mean cosine "
         f"with depth (positive: condensation grows with depth). Scores: {CHECKPOINT_RULE}{note}"
     )
@@ -144,17 +141,17 @@ def table4_caption(
 def write_table4(
     *, score_paths: Sequence[str | os.PathLike], tasks: Sequence[str], methods: Sequence[str], metric: str,
     labels: Mapping[str, str], condensation: Mapping[str, str | os.PathLike], stem: str | os.PathLike,
-    baseline: str = "ce", n_resamples: int = 10_000, seed: int = 0,
+    baseline: str = "ce", n_resamples: int = 10_000, seed: int = 0, counted: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Table 4 from score files, the per-item results beside them and one trajectory CSV per
     model (``condensation``: model -> path): the table files of
-    :func:`condensation.reporting.table_files.write_table` at ``stem``. Returns the tidy table."""
+    :func:`condensation.reporting.tables.table_files.write_table` at ``stem``. Returns the tidy table."""
     scores, items = load_selected(score_paths, metric)
     trajectories = {model: pd.read_csv(path) for model, path in condensation.items()}
     table = table4(scores, tasks, methods, items=items, trajectories=trajectories, baseline=baseline,
-                   labels=labels, n_resamples=n_resamples, seed=seed)
+                   labels=labels, n_resamples=n_resamples, seed=seed, counted=counted)
     targets = comparison_targets(methods, baseline)
     chance = task_chance(table, items, tasks)
-    caption = table4_caption([labels.get(t, t) for t in targets], metric, chance, n_resamples)
+    caption = table4_caption([labels.get(t, t) for t in targets], metric, chance, n_resamples, counted)
     write_table(format_table4(table, tasks, targets, chance), table, stem, caption)
     return table

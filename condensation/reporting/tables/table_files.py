@@ -152,3 +152,11 @@ def comparison_cell(difference: float, ci_low: float, ci_high: float, p_value: f
 def isnan(value: Any) -> bool:
     """True for None, pandas' NA and float NaN."""
     return value is None or value is pd.NA or (isinstance(value, (float, np.floating)) and math.isnan(value))
+
+
+def check_unique_steps(trajectory: pd.DataFrame) -> None:
+    """A trajectory (one row per method, seed and step) with no step twice for one run."""
+    doubled = trajectory.duplicated(["method", "seed", "step"])
+    if doubled.any():
+        bad = trajectory.loc[doubled].iloc[0]
+        raise ValueError(f"trajectory: method {bad['method']!r} seed {bad['seed']} has step {bad['step']} twice")

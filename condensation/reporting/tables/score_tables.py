@@ -33,14 +33,14 @@ from condensation.evaluation.scores import (
     require_columns,
     select_checkpoints,
 )
-from condensation.reporting.comparisons import (
+from condensation.reporting.tables.comparisons import (
     chance_flags,
     comparison_columns,
     comparison_record,
     holm_column,
-    task_chance,
+    task_headers,
 )
-from condensation.reporting.table_files import (
+from condensation.reporting.tables.table_files import (
     MISSING,
     comparison_cell,
     fixed,
@@ -159,8 +159,8 @@ def score_block(rows: list[Row], tasks: list[str], labels: Mapping[str, str],
                 counted: Sequence[str] | None = None) -> pd.DataFrame:
     """One model's rows: per task the mean and sample std over seeds (percent) and the rank of
     the mean within the model (1 = best, ties share the average rank); ``average`` is the mean
-    over seeds of each seed's mean over the ``counted`` tasks (default: all; tasks at chance are
-    left out, :func:`counted_tasks`); ``avg_rank`` the mean of their ranks."""
+    over seeds of each seed's mean over the ``counted`` tasks (default: all,
+    :func:`counted_tasks`); ``avg_rank`` the mean of their ranks."""
     counted = list(tasks if counted is None else counted)
     records = []
     for row in rows:
@@ -193,31 +193,27 @@ def rank_descending(means: np.ndarray) -> np.ndarray:
     return stats.rankdata(-np.round(np.asarray(means, dtype=float), _MEAN_DECIMALS), method="average")
 
 
-def counted_tasks(blocks: list[list[Row]], tasks: list[str], items: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """The tasks' chance levels (:func:`condensation.reporting.comparisons.task_chance` over every
-    row) and the tasks that count in averages and tests: those not at chance, or all of them
-    when every task is (then the caption says that nothing here is clear of guessing)."""
-    means = pd.concat([score_block(rows, tasks, {}) for rows in blocks], ignore_index=True)
-    chance = task_chance(means, items, tasks)
-    return chance, counted_of(chance, tasks)
-
-
-def counted_of(chance: pd.DataFrame, tasks: Sequence[str]) -> list[str]:
-    """The tasks of ``chance`` (:func:`condensation.reporting.comparisons.task_chance`) that count
-    in averages and tests: those not at chance, or all of them when every task is."""
-    counted = [task for task, flagged in zip(chance["task"], chance["at_chance"]) if not flagged]
-    return counted or list(tasks)
+def counted_tasks(tasks: Sequence[str], counted: Sequence[str] | None) -> list[str]:
+    """The tasks that count in averages, ranks and tests: ``counted`` as the config fixes it
+    (``evaluation.counted_tasks``, chosen before any compared row is seen), default every task;
+    each must be one of ``tasks``."""
+    if counted is None:
+        return list(tasks)
+    unknown = [task for task in counted if task not in tasks]
+    if unknown or not counted:
+        raise ValueError(f"counted tasks {list(counted)}: each must be one of the scored tasks {list(tasks)}")
+    return [task for task in tasks if task in counted]
 
 
 def compared_blocks(
     blocks: list[list[Row]], tasks: list[str], labels: Mapping[str, str], items: pd.DataFrame,
-    targets: Sequence[str], n_resamples: int, seed: int,
+    targets: Sequence[str], n_resamples: int, seed: int, counted: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """The score blocks of every model with each row's comparisons against ``targets``
-    (:func:`condensation.reporting.comparisons.comparison_record`: seed-aware and item-only) as
-    further columns, the p-values Holm-adjusted over the table. Averages and comparisons leave
-    out the tasks at chance (:func:`counted_tasks`)."""
-    _, counted = counted_tasks(blocks, tasks, items)
+    (:func:`condensation.reporting.tables.comparisons.comparison_record`: over seeds and items, and
+    items only) as further columns, the p-values Holm-adjusted over the table. Averages and
+    comparisons read the ``counted`` tasks (:func:`counted_tasks`)."""
+    counted = counted_tasks(tasks, counted)
     frames = []
     for rows in blocks:
         comparisons = pd.DataFrame([
@@ -291,21 +287,33 @@ def format_comparisons(df: pd.DataFrame, targets: Sequence[str]) -> pd.DataFrame
     return pd.DataFrame(shown, index=df.index)
 
 
-def comparison_caption(targets: Sequence[str], n_resamples: int = 10_000, seeds_vary: str = "") -> str:
+def format_score_table(
+    df: pd.DataFrame, tasks: Sequence[str], targets: Sequence[str], chance: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Display strings of a score table (Tables 2 and 4): :func:`format_scores` and :func:`format_comparisons`;
+    with ``chance`` (:func:`condensation.reporting.tables.comparisons.task_chance`) a task at chance is marked in
+    its header."""
+    tasks = check_tasks(tasks)
+    headers = None if chance is None else task_headers(tasks, chance)
+    return pd.concat([format_scores(df, tasks, headers), format_comparisons(df, targets)], axis=1)
+
+
+def comparison_caption(targets: Sequence[str], n_resamples: int = 10_000, seeds_vary: str = "",
+                       counted: Sequence[str] | None = None) -> str:
     """What the "Δ vs" columns test, what their interval covers, the multiple-comparison
-    adjustment, and (``seeds_vary``) what a seed changes between runs."""
+    adjustment, the tasks they read and (``seeds_vary``) what a seed changes between runs."""
     names = " and ".join(targets)
     varies = f" A seed varies {seeds_vary}." if seeds_vary else ""
+    tasks = f"the tasks counted ({', '.join(counted)}, fixed in the config before any run)" if counted else "every task"
     return (
         f"Δ vs {names}: the row's average minus that method's, in points, with a 95 % interval and a "
-        "two-sided p that cover both the training runs and the test items: a t interval over seeds (each "
-        "seed's average over tasks is one run; rows with the same seeds paired seed by seed, the pretrained "
-        "model's one run a fixed reference) whose variance adds the items' sampling error from a paired "
-        f"bootstrap over test items ({n_resamples} resamples, an item's pairs under all seeds resampled "
-        "together). Holm p: adjusted over the table's distinct comparisons. Per seed: the same-seed "
-        "differences. The CSV also holds the item-only interval (items_*), which treats the runs as fixed "
-        f"and so says how precisely these runs were scored, not whether the method helps.{varies} Tasks "
-        "at chance are shown but left out of the average, the ranks' mean and the tests."
+        "two-sided p over seeds and test items: a paired t over the per-seed differences (k - 1 degrees of "
+        "freedom; the pretrained model's one run a fixed reference) whose variance adds the items' main effect "
+        "only, since the seeds' spread already holds the run x item noise. MDE: the smallest difference the "
+        "comparison finds with 80 % power at 5 %. Holm p: adjusted over the table's distinct comparisons. Per "
+        f"seed: the same-seed differences. Averages, ranks and tests read {tasks}. The CSV also holds an item-only "
+        f"interval (items_*, a paired bootstrap over items, {n_resamples} resamples), which treats the runs as fixed "
+        f"and so says how precisely these runs were scored, not whether the method helps.{varies}"
     )
 
 
@@ -315,19 +323,20 @@ def comparison_caption(targets: Sequence[str], n_resamples: int = 10_000, seeds_
 
 
 def score_metrics(
-    scores: pd.DataFrame, tasks: Sequence[str], methods: Sequence[str], *, chance: pd.DataFrame | None = None
+    scores: pd.DataFrame, tasks: Sequence[str], methods: Sequence[str], *, chance: pd.DataFrame | None = None,
+    counted: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """``{model: {method: {task: mean %, ..., "average": mean %}}}`` for DVC, pretrained included.
 
     Same selection and averaging as :func:`table2`, rounded to 4 decimals so that ``dvc metrics
     diff`` shows real changes rather than float noise. Values are plain floats (JSON-ready).
     With ``chance`` (:func:`condensation.reporting.comparisons.task_chance`) a ``"chance_flags"`` entry
-    ``{task: {chance, max_distance, at_chance}}`` is added beside the models, and the average
-    leaves out the tasks at chance, as the table's does (:func:`counted_of`).
+    ``{task: {chance, max_distance, at_chance}}`` is added beside the models; the average reads
+    the ``counted`` tasks, as the table's does (:func:`counted_tasks`).
     """
     tasks = check_tasks(tasks)
     methods = check_methods(methods)
-    counted = list(tasks) if chance is None else counted_of(chance, tasks)
+    counted = counted_tasks(tasks, counted)
     metrics: dict[str, Any] = {}
     for rows in model_rows(select_checkpoints(scores), tasks, methods):
         for row in rows:

@@ -6,7 +6,7 @@ import os
 
 import pandas as pd
 
-from condensation.reporting.table_files import to_markdown, write_csv
+from condensation.reporting.tables.table_files import to_markdown, write_csv
 from condensation.runtime.io import write_text
 
 

@@ -9,28 +9,26 @@ from typing import Mapping, Sequence
 import pandas as pd
 
 from condensation.evaluation.scores import select_checkpoints
-from condensation.reporting.comparisons import (
+from condensation.reporting.tables.comparisons import (
     at_chance_note,
     comparison_columns,
     selected_items,
     task_chance,
-    task_headers,
 )
-from condensation.reporting.score_tables import (
+from condensation.reporting.tables.score_tables import (
     CHECKPOINT_RULE,
     check_methods,
     check_tasks,
     compared_blocks,
     comparison_caption,
     comparison_targets,
-    format_comparisons,
-    format_scores,
+    format_score_table,
     load_selected,
     model_rows,
     score_columns,
     score_metrics,
 )
-from condensation.reporting.table_files import write_csv, write_table
+from condensation.reporting.tables.table_files import write_csv, write_table
 from condensation.runtime.io import write_json
 
 SEEDS_VARY = "the order of the training data; every run of a model starts from the same pre-trained weights"
@@ -39,19 +37,19 @@ SEEDS_VARY = "the order of the training data; every run of a model starts from t
 def table2(
     scores: pd.DataFrame, tasks: Sequence[str], methods: Sequence[str], reference: str = "dispersion",
     labels: Mapping[str, str] | None = None, *, items: pd.DataFrame, baseline: str = "ce",
-    n_resamples: int = 10_000, seed: int = 0,
+    n_resamples: int = 10_000, seed: int = 0, counted: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Downstream accuracy of every method on every model, as a tidy numeric frame.
 
     Built from :func:`select_checkpoints`. One block per model, rows: pretrained (if scored),
     then ``methods`` in order, with the columns of :func:`score_block`. Every row is compared
     with ``baseline`` (CE, the paper's baseline) and with ``reference`` (the dispersion loss)
-    over seeds and items (:mod:`condensation.reporting.comparisons`): ``diff_vs_<m>`` (the
-    difference of average accuracy in points), ``ci_low_vs_<m>``/``ci_high_vs_<m>`` and ``p_vs_<m>``
-    (seed-aware 95 % interval and two-sided p), ``p_holm_vs_<m>`` (Holm over the table),
+    over seeds and items (:mod:`condensation.reporting.tables.comparisons`): ``diff_vs_<m>`` (the
+    difference of average accuracy in points), its ``se``, ``dof``, 95 % interval, two-sided p,
+    ``p_holm_vs_<m>`` (Holm over the table), ``detectable_vs_<m>`` (80 % power at 5 %),
     ``per_seed_vs_<m>``, the item-only ``items_*_vs_<m>``, ``n_items_vs_<m>`` (paired item
-    results) and ``mcnemar_p_vs_<m>``; NaN for a method against itself. Tasks at chance are left
-    out of the average and the comparisons. ``items`` holds the per-item results
+    results) and ``mcnemar_p_vs_<m>``; NaN for a method against itself. Averages and comparisons
+    read the ``counted`` tasks (default: all). ``items`` holds the per-item results
     (:func:`condensation.evaluation.scores.load_items`); those of the selected checkpoints are used.
     ``n_resamples`` and ``seed`` set the bootstrap.
     """
@@ -62,7 +60,7 @@ def table2(
     targets = comparison_targets(methods, baseline, reference)
     selected = select_checkpoints(scores)
     table = compared_blocks(model_rows(selected, tasks, methods), tasks, dict(labels or {}),
-                            selected_items(items, selected), targets, n_resamples, seed)
+                            selected_items(items, selected), targets, n_resamples, seed, counted)
     return table[table2_columns(tasks, targets)]
 
 
@@ -71,20 +69,9 @@ def table2_columns(tasks: Sequence[str], targets: Sequence[str]) -> list[str]:
     return [*score_columns(tasks), *comparison_columns(targets)]
 
 
-def format_table2(
-    df: pd.DataFrame, tasks: Sequence[str], targets: Sequence[str], chance: pd.DataFrame | None = None
-) -> pd.DataFrame:
-    """Display strings for :func:`table2`: :func:`format_scores` and :func:`format_comparisons`;
-    with ``chance`` (:func:`condensation.reporting.comparisons.task_chance`) a task at chance is marked in
-    its header."""
-    tasks = check_tasks(tasks)
-    headers = None if chance is None else task_headers(tasks, chance)
-    return pd.concat([format_scores(df, tasks, headers), format_comparisons(df, targets)], axis=1)
-
-
 def table2_caption(
     targets: Sequence[str] = ("ce", "dispersion"), metric: str = "acc", chance: pd.DataFrame | None = None,
-    n_resamples: int = 10_000,
+    n_resamples: int = 10_000, counted: Sequence[str] | None = None,
 ) -> str:
     """The caption every Table 2 carries: the statistic, the test and its items, the checkpoint
     rule, and the tasks at chance. ``targets`` are the compared methods as the reader should see
@@ -93,7 +80,7 @@ def table2_caption(
     return (
         f"Downstream {metric} (%) as mean ± sample std over seeds; best per model in bold. Average: mean "
         "over tasks; Avg. rank: mean of the per-task ranks within a model (1 = best). "
-        f"{comparison_caption(targets, n_resamples, SEEDS_VARY)} {CHECKPOINT_RULE}{note}"
+        f"{comparison_caption(targets, n_resamples, SEEDS_VARY, counted)} {CHECKPOINT_RULE}{note}"
     )
 
 
@@ -101,6 +88,7 @@ def write_table2(
     *, score_paths: Sequence[str | os.PathLike], tasks: Sequence[str], methods: Sequence[str], reference: str,
     metric: str, labels: Mapping[str, str], stem: str | os.PathLike, metrics_path: str | os.PathLike,
     plot_path: str | os.PathLike, baseline: str = "ce", n_resamples: int = 10_000, seed: int = 0,
+    counted: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Table 2 (every method on every model, against ``baseline`` and ``reference``) from score
     files and the per-item results beside them: the table files of :func:`write_table` at
@@ -108,12 +96,12 @@ def write_table2(
     each row's average as a DVC plot table. Returns the tidy table."""
     scores, items = load_selected(score_paths, metric)
     table = table2(scores, tasks, methods, reference=reference, labels=labels, items=items, baseline=baseline,
-                   n_resamples=n_resamples, seed=seed)
+                   n_resamples=n_resamples, seed=seed, counted=counted)
     targets = comparison_targets(methods, baseline, reference)
     chance = task_chance(table, items, tasks)
-    caption = table2_caption([labels.get(t, t) for t in targets], metric, chance, n_resamples)
-    write_table(format_table2(table, tasks, targets, chance), table, stem, caption)
-    write_json(metrics_path, score_metrics(scores, tasks, methods, chance=chance))
+    caption = table2_caption([labels.get(t, t) for t in targets], metric, chance, n_resamples, counted)
+    write_table(format_score_table(table, tasks, targets, chance), table, stem, caption)
+    write_json(metrics_path, score_metrics(scores, tasks, methods, chance=chance, counted=counted))
     averages = table.assign(row=table["model"] + " / " + table["method"])
     write_csv(averages[["row", "model", "method", "average_mean", "average_std"]], plot_path, "%.4f")
     return table

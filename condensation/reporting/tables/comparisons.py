@@ -6,28 +6,27 @@ were scored on, with the per-item results of their selected checkpoints
 
 - pairing: an item of one run is paired with the same item (task, subtask, doc_id) of the other
   row's run *with the same seed* (same data order and initialisation), for every seed both rows
-  have; the pretrained model (one run, no seed) is paired with every seed of the other row, its
-  single run repeated. Pairs are pooled over all tasks and seeds.
+  have; the pretrained model (one run, no seed) is a fixed reference, its one run compared with
+  every seed of the other row.
 - estimate: the difference of the rows' average score in points, every (task, seed) weighted
-  equally (each pair weighs 1 / the number of items of its task), which is exactly the
-  difference of the tables' "average" columns when both rows have the same seeds.
+  equally (each item weighs 1 / the number of items of its task), which is exactly the difference
+  of the tables' "average" columns when both rows have the same seeds.
 - uncertainty, two intervals:
 
-  * seed-aware (the main columns ``diff``, ``ci_low``, ``ci_high``, ``p``): each seed's average
-    over tasks is one run's result; the runs of the two rows form two arms, paired by seed when
-    both have the same seeds (a seed is one initialisation and data order), and
-    :func:`condensation.reporting.statistics.difference` gives a t interval over the seeds whose
-    variance also holds the items' sampling error (the paired bootstrap's below). A row of one
-    run (the pretrained model) is a fixed reference. ``per_seed`` lists the same-seed differences.
+  * over seeds and items (the main columns ``diff``, ``se``, ``dof``, ``ci_low``, ``ci_high``,
+    ``p``, ``detectable``): :func:`condensation.reporting.statistics.panel.difference`, a paired t
+    over the per-seed differences (k - 1 degrees of freedom) whose variance adds only the items'
+    main effect (the run x item noise is already in the seeds' spread: it is not counted again);
+    ``detectable`` is the smallest difference this comparison finds with 80 % power at 5 %.
+    ``per_seed`` lists the same-seed differences.
   * items only (``items_ci_low``, ``items_ci_high``, ``items_p``):
-    :func:`condensation.reporting.statistics.paired_bootstrap`, resampling test items whole (an
-    item's pairs under all seeds move together, since an item's difficulty is shared), a
-    percentile 95 % interval and a two-sided p-value; it treats the runs as fixed, so it says how
-    precisely these runs were scored, not whether the method helps. The exact McNemar p over all
-    pairs is a cross-check of it.
+    :func:`condensation.reporting.statistics.resampling.paired_bootstrap`, resampling test items
+    whole; it treats the runs as fixed, so it says how precisely these runs were scored, not
+    whether the method helps. The exact McNemar p over all pairs is a cross-check of it.
 
-  ``p_holm`` is the seed-aware p adjusted (Holm) over every distinct comparison of a table, which
-  the table fills in (:func:`holm_column`).
+  ``p_holm`` is the p adjusted (Holm) over every distinct comparison of a table, which the table
+  fills in (:func:`holm_column`): the table's own family. The findings page adjusts each claim over
+  its own pieces instead, from the raw ``p``.
 """
 
 from __future__ import annotations
@@ -39,19 +38,15 @@ import numpy as np
 import pandas as pd
 
 from condensation.evaluation.scores import ITEM_COLUMNS, ITEM_KEY, require_columns
-from condensation.reporting.statistics import (
-    Arm,
-    difference,
-    holm,
-    mcnemar,
-    paired_bootstrap,
-)
+from condensation.reporting.statistics.decisions import ALPHA, POWER, holm
+from condensation.reporting.statistics.panel import Run, difference, panel_from_units
+from condensation.reporting.statistics.resampling import mcnemar, paired_bootstrap
 
 CHANCE_MARGIN = 2.0
 """A task is flagged "at chance" when every row's mean lies within this many points of chance."""
 
 COMPARISON_FIELDS = (
-    "diff", "ci_low", "ci_high", "p", "p_holm", "dof", "per_seed",
+    "diff", "se", "dof", "seed_se", "unit_se", "ci_low", "ci_high", "p", "p_holm", "detectable", "per_seed",
     "items_ci_low", "items_ci_high", "items_p", "n_items", "mcnemar_p",
 )
 CHANCE_COLUMNS = ("task", "chance", "max_distance", "at_chance")
@@ -114,27 +109,43 @@ def _no_comparison() -> dict[str, Any]:
     return {field: math.nan for field in COMPARISON_FIELDS} | {"n_items": 0}
 
 
-def _arm(pairs: pd.DataFrame, column: str, single_run: bool, label: str) -> Arm:
-    """One row's runs: per seed its average over tasks (every task weighted equally)."""
-    averages = pairs.groupby(["seed", "task"])[column].mean().groupby(level="seed").mean() * 100.0
-    if single_run:  # one run repeated over the other row's seeds: a fixed reference
-        return Arm({"single run": float(averages.iloc[0])}, fixed=True, label=label)
-    return Arm({int(seed): float(value) for seed, value in averages.items()}, label=label)
-
-
 def _single_run(items: pd.DataFrame, model: str, method: str) -> bool:
     return bool(items.loc[(items["model"] == model) & (items["method"] == method), "seed"].isna().all())
+
+
+def score_panel(pairs: pd.DataFrame, method: str, other: str, single: Mapping[str, bool]):
+    """The pairs of :func:`paired_items` as a panel of runs over test items (points): per seed a
+    run of each row, a row of one run (``single``) as one fixed run; every task weighs equally,
+    the items of a task are its stratum."""
+    pairs = pairs.sort_values(["seed", *ITEM_KEY], kind="stable")
+    seeds = list(pd.unique(pairs["seed"]))
+    first = pairs.loc[pairs["seed"] == seeds[0]]
+    sizes = first.groupby("task")["score"].transform("size").to_numpy(dtype=float)
+    weights = 1.0 / (first["task"].nunique() * sizes)
+    strata = pd.factorize(first["task"])[0]
+    runs, per_unit, fixed = [], [], []
+    for arm, column in ((method, "score"), (other, "other_score")):
+        if single[arm]:
+            runs.append(Run(arm, None, 0.0))
+            per_unit.append(100.0 * first[column].to_numpy(dtype=float))
+            fixed.append(arm)
+            continue
+        for seed in seeds:
+            runs.append(Run(arm, int(seed), 0.0))
+            per_unit.append(100.0 * pairs.loc[pairs["seed"] == seed, column].to_numpy(dtype=float))
+    return panel_from_units(runs, per_unit, units="test items", strata=strata, weights=weights, fixed=fixed,
+                            statistic="accuracy")
 
 
 def compare(
     items: pd.DataFrame, model: str, method: str, other: str, tasks: Sequence[str], *,
     n_resamples: int = 10_000, seed: int = 0,
 ) -> dict[str, Any]:
-    """``method`` against ``other`` on one model, in points: the seed-aware ``diff``, ``ci_low``,
-    ``ci_high``, ``p``, ``dof`` and ``per_seed`` (same-seed differences, "; "-joined), and the
-    item-only ``items_ci_low``, ``items_ci_high``, ``items_p``, ``n_items``, ``mcnemar_p`` (McNemar
-    only for 0/1 scores); ``p_holm`` is left NaN for the table to fill. NaN and 0 items without a
-    shared seed."""
+    """``method`` against ``other`` on one model, in points (see the module docstring): over seeds
+    and items ``diff``, ``se``, ``dof``, ``seed_se``, ``unit_se``, ``ci_low``, ``ci_high``, ``p``,
+    ``detectable`` and ``per_seed`` ("; "-joined); items only ``items_ci_low``, ``items_ci_high``,
+    ``items_p``, ``n_items``, ``mcnemar_p`` (McNemar only for 0/1 scores); ``p_holm`` is left NaN
+    for the table to fill. NaN and 0 items without a shared seed."""
     pairs = paired_items(items, model, method, other, tasks)
     if pairs.empty:
         return _no_comparison()
@@ -143,14 +154,14 @@ def compare(
     own, ref = pairs["score"].to_numpy(dtype=float), pairs["other_score"].to_numpy(dtype=float)
     by_items = paired_bootstrap(own, ref, weights=weights, clusters=clusters, n_resamples=n_resamples, seed=seed)
     binary = np.isin(own, (0.0, 1.0)).all() and np.isin(ref, (0.0, 1.0)).all()
-    seeds = difference(
-        _arm(pairs, "score", _single_run(items, model, method), method),
-        _arm(pairs, "other_score", _single_run(items, model, other), other),
-        sampling_variance=by_items.se**2 if math.isfinite(by_items.se) else 0.0,
-    )
+    single = {method: _single_run(items, model, method), other: _single_run(items, model, other)}
+    result = difference(score_panel(pairs, method, other, single), method, other)
+    low, high = result.interval()
     return {
-        "diff": seeds.estimate, "ci_low": seeds.ci_low, "ci_high": seeds.ci_high, "p": seeds.p_value,
-        "p_holm": math.nan, "dof": seeds.dof, "per_seed": "; ".join(f"{d:+.2f}" for d in seeds.per_seed) or math.nan,
+        "diff": result.estimate, "se": result.se, "dof": result.dof, "seed_se": result.seed_se,
+        "unit_se": result.unit_se, "ci_low": low, "ci_high": high, "p": result.p_value, "p_holm": math.nan,
+        "detectable": result.detectable(ALPHA, POWER),
+        "per_seed": "; ".join(f"{d:+.2f}" for d in result.per_seed) or math.nan,
         "items_ci_low": by_items.ci_low, "items_ci_high": by_items.ci_high, "items_p": by_items.p_value,
         "n_items": by_items.n_items, "mcnemar_p": mcnemar(own, ref) if binary else math.nan,
     }

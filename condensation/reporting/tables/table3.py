@@ -13,13 +13,13 @@ from condensation.evaluation.scores import (
     require_columns,
     select_checkpoints,
 )
-from condensation.reporting.score_tables import (
+from condensation.reporting.tables.score_tables import (
     CHECKPOINT_RULE,
     check_tasks,
     sample_std,
     seed_matrix,
 )
-from condensation.reporting.table_files import MISSING, mean_std, write_table
+from condensation.reporting.tables.table_files import MISSING, mean_std, write_table
 
 TABLE3_COLUMNS = ("model", "weight", "tau", "method", "n_seeds", "average_mean", "average_std")
 

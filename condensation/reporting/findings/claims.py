@@ -1,0 +1,408 @@
+"""The paper's claims, each tested as the paper states it, on what a run measured.
+
+Every piece of evidence is an :class:`~condensation.reporting.statistics.panel.Estimate` over the
+training runs and the units they were measured on (text sequences, test items), each noise counted
+once; how a claim's pieces and statistics combine, and the multiplicity that follows, is stated with
+the claim (:mod:`condensation.reporting.statistics.decisions`). The condensation claims are decided
+on the deeper layers' mean cosine *and* on the paper's Spearman rho (Kendall tau shown beside it):
+a claim takes a verdict only when both give it, and otherwise "depends on the statistic".
+
+- size (Figs. 2, S1): the slope of condensation over log10 parameters across a family's sizes; a
+  family's first text decides, its other texts are robustness checks (the same models again);
+  families that do not compare sizes are listed, not counted;
+- distillation (Fig. 3): an equivalence claim. The paper says distilled students stay about as
+  condensed as students trained from scratch: agrees when the share of the CE-to-teacher gap that
+  distillation closes is shown below a margin fixed in advance (:data:`DISTILLATION_MARGIN`),
+  disagrees when it is shown above; the teacher must be replicated (its own seed per student);
+- initialisation (Fig. 4, pairs; and the series of checkpoints): the model at initialisation
+  against the trained one, any piece agreeing and none disagreeing (Holm over the pieces);
+- dispersion lowers condensation (Fig. 6): dispersion against CE at each study's last checkpoint on
+  text no run trained on, collapsed runs counted in the verdict line;
+- dispersion improves scores (Tables 2, 4): dispersion against CE on the tasks fixed before the
+  compared rows were seen, a paired t over seeds with the items' main effect.
+
+Replicates are rows with the same label: one model trained (or initialised) with another seed. A
+model in ``drawn`` was trained or initialised by this workflow, so one run of it leaves its training
+noise unmeasured; any other model (a published checkpoint) is one given object, a fixed reference.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from condensation.lenses import LENSES, Lens
+from condensation.reporting.statistics.decisions import (
+    ANY,
+    UNTESTED,
+    Decision,
+    Piece,
+    Verdict,
+    decide,
+    over_statistics,
+)
+from condensation.reporting.statistics.panel import (
+    Estimate,
+    difference,
+    gap_share,
+    slope,
+)
+from condensation.reporting.tables.profiles import STATISTICS, Profiles
+
+DECIDING_STATISTICS = ("last_half", "spearman_rho")
+"""The statistics every condensation claim is decided on: the deeper layers' mean cosine (the size
+of the effect) and the paper's Spearman rho (the trend with depth); Kendall tau is shown beside rho."""
+
+DISTILLATION_MARGIN = 0.25
+"""The share of the CE-to-teacher gap below which distillation counts as not removing condensation,
+fixed before any data: a distilled student that closes less than a quarter of the way to its
+teacher's condensation stays, in the paper's words, about as condensed as one trained from scratch."""
+
+COLLAPSED = 0.99
+"""A run whose deeper layers' mean cosine reaches this has collapsed (its tokens share one direction)."""
+
+
+@dataclass(frozen=True)
+class Design:
+    """What the config says about the models behind the tables."""
+
+    drawn: frozenset[str] = frozenset()
+    """Models trained or initialised here (one run of one leaves its training noise unmeasured)."""
+    uncounted: frozenset[str] = frozenset()
+    """Families whose models differ in more than size (``compares_size: false``)."""
+    families: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """Family -> its datasets in config order; the first is the family's primary text."""
+    series_groups: Mapping[str, str] = field(default_factory=dict)
+    """Series -> the group read together (the runs of one family pre-trained here)."""
+    drawn_series: frozenset[str] = frozenset()
+
+
+def _fmt(value: float, digits: int = 3) -> str:
+    return "nan" if value is None or not math.isfinite(value) else f"{value:+.{digits}f}"
+
+
+def describe(result: Estimate, digits: int = 3) -> str:
+    """"+0.120 [+0.080, +0.160] (95 %, over seeds and sequences)" with the same-seed values."""
+    if not result.measured:
+        return _fmt(result.estimate, digits)
+    low, high = result.interval()
+    text = f"{_fmt(result.estimate, digits)} [{_fmt(low, digits)}, {_fmt(high, digits)}] (95 %, over {result.covers})"
+    if len(result.per_seed) > 1:
+        text += "; per seed " + ", ".join(_fmt(v, digits) for v in result.per_seed)
+    return text
+
+
+def _means(profiles: Profiles, column: str) -> str:
+    values = [float(STATISTICS[column].compute(layers.mean(axis=0, keepdims=True))[0]) for layers in profiles.layers]
+    return " / ".join(f"{v:.3f}" for v in values)
+
+
+# --------------------------------------------------------------------------------------------
+# Size
+# --------------------------------------------------------------------------------------------
+
+
+def size_piece(name: str, profiles: Profiles, design: Design, statistic: str, direction: int) -> Piece | None:
+    """The slope of ``statistic`` over log10(parameters) across the sizes of one family on one
+    text (replicates: rows with the same label, none paired across sizes)."""
+    rows = profiles.rows.drop_duplicates("model")
+    profiles = profiles.subset(profiles.rows.index.isin(rows.index))
+    labels = list(dict.fromkeys(rows["label"]))
+    if len(labels) < 2:
+        return None
+    positions = {label: math.log10(float(rows.loc[rows["label"] == label, "num_parameters"].iloc[0])) for label in labels}
+    fixed = [label for label in labels if not rows.loc[rows["label"] == label, "model"].isin(design.drawn).any()]
+    panel = profiles.panel(statistic, list(rows["label"]), list(rows["model"]), fixed)
+    if np.ptp(list(positions.values())) == 0:
+        return None
+    result = slope(panel, positions)
+    sizes = "; ".join(f"{label} {_means(profiles.subset(rows['label'].to_numpy() == label), 'last_half')}"
+                      for label in labels)
+    counts = "/".join(str(int((rows["label"] == label).sum())) for label in labels)
+    text = (f"{name} ({len(labels)} sizes, runs per size {counts}; deeper-layer cosine {sizes}): "
+            f"slope per decade of parameters {describe(result)}")
+    return Piece(name, text, result, direction)
+
+
+def size_claim(trends: Mapping[str, Profiles], design: Design, statistic: str = "last_half",
+               direction: int = -1) -> Decision:
+    """A larger (or wider) model condenses less, on one statistic: the family's primary text
+    decides, its other texts are robustness checks; families that do not compare sizes are left out."""
+    pieces, robustness = [], []
+    for family, datasets in design.families.items():
+        if family in design.uncounted:
+            continue
+        for index, dataset in enumerate(datasets):
+            table = trends.get(f"{family}_{dataset}")
+            found = None if table is None else size_piece(f"{family} on {dataset}", table, design, statistic, direction)
+            if found is not None:
+                (pieces if index == 0 else robustness).append(found)
+    return decide(pieces, ANY, STATISTICS.get(statistic).title if statistic in STATISTICS else statistic,
+                  robustness=robustness)
+
+
+# --------------------------------------------------------------------------------------------
+# Pairs: distillation, initialisation
+# --------------------------------------------------------------------------------------------
+
+
+def pair_kind(labels: Sequence[str]) -> str | None:
+    return "distill" if "distill" in labels[1].lower() else "init" if "init" in labels[0].lower() else None
+
+
+def _pair_panel(profiles: Profiles, members: Mapping[str, pd.Series], design: Design, statistic: str):
+    """Rows of a pair table as arms (first / second / reference), replicate i of every arm the
+    same seed; a given (not drawn) model listed several times counts once, as a fixed arm."""
+    keep, arms, seeds, fixed = [], [], [], []
+    for arm, mask in members.items():
+        rows = profiles.rows[mask.to_numpy()]
+        given = not rows["model"].isin(design.drawn).any()
+        if given or rows["model"].nunique() == 1:
+            rows = rows.drop_duplicates("model")
+        if given:
+            fixed.append(arm)
+        for position, index in enumerate(rows.index):
+            keep.append(index)
+            arms.append(arm)
+            seeds.append(position)
+    mask = np.zeros(len(profiles.rows), bool)
+    order = np.argsort(keep)
+    mask[keep] = True
+    subset = profiles.subset(mask)
+    return subset.panel(statistic, [arms[i] for i in order], [seeds[i] for i in order], fixed)
+
+
+def pair_pieces(pairs: Mapping[str, tuple[Sequence[str], Profiles]], design: Design,
+                statistic: str, orientation: int = 1) -> tuple[list[Piece], list[Piece]]:
+    """The distillation pieces (equivalence) and the initialisation pieces (directional) of every
+    pair, per (first label, second label) combination. ``orientation`` -1 reads a lens that falls
+    as condensation rises."""
+    distill, init = [], []
+    for name, (labels, profiles) in pairs.items():
+        kind = pair_kind(labels)
+        rows = profiles.rows
+        first, second, reference = rows[rows["member"] == 0], rows[rows["member"] == 1], rows[rows["member"] == 2]
+        combos = list(dict.fromkeys(zip(first["label"], second["label"])))
+        for label_a, label_b in combos:
+            in_a = (rows["member"] == 0) & (rows["label"] == label_a)
+            in_b = (rows["member"] == 1) & (rows["label"] == label_b)
+            members = {"first": in_a, "second": in_b}
+            title = f"{name}: {label_a} vs {label_b}"
+            if kind == "distill" and not reference.empty:
+                members["reference"] = rows["member"] == 2
+                distill.append(_distillation_piece(title, labels, profiles, members, design, statistic, orientation))
+            elif kind == "init":
+                panel = _pair_panel(profiles, members, design, statistic)
+                result = difference(panel, "first", "second")
+                text = (f"{title}: {_means(profiles.subset(in_a), 'last_half')} vs {_means(profiles.subset(in_b), 'last_half')}"
+                        f" (deeper-layer cosine); {labels[0]} - {labels[1]} {describe(result)}")
+                init.append(Piece(title, text, result, orientation))
+    return distill, init
+
+
+def _distillation_piece(title: str, labels: Sequence[str], profiles: Profiles, members: Mapping[str, pd.Series],
+                        design: Design, statistic: str, orientation: int) -> Piece:
+    """The share of the gap from the CE student (first) to the teacher (reference) that the
+    distilled student (second) closes, tested against :data:`DISTILLATION_MARGIN` at 90 % two-sided
+    (two one-sided tests at 5 %): numerator distilled - CE, denominator teacher - CE."""
+    panel = _pair_panel(profiles, members, design, statistic)
+    margin = DISTILLATION_MARGIN
+    share, ratio = gap_share(panel, "second", "first", "reference", margin)
+    moved, gap = difference(panel, "second", "first"), difference(panel, "reference", "first")
+    reference = labels[2] if len(labels) > 2 else "reference"
+    text = (f"{title}: {labels[1]} - {labels[0]} {describe(moved)}; {reference} - {labels[0]} {describe(gap)}; "
+            f"share of the gap closed {_pct(ratio.estimate)} [{_pct(ratio.ci_low)}, {_pct(ratio.ci_high)}] "
+            f"(90 %, Fieller; agrees below {margin:.0%})")
+    return Piece(title, text, share, margin=margin, ratio=ratio)
+
+
+def _pct(value: float) -> str:
+    return "unbounded" if not math.isfinite(value) else f"{value:.0%}"
+
+
+# --------------------------------------------------------------------------------------------
+# Series: first against last checkpoint of each run
+# --------------------------------------------------------------------------------------------
+
+
+def series_pieces(series: Mapping[str, Profiles], design: Design, statistic: str, orientation: int = 1) -> list[Piece]:
+    """Each group of series (the runs of one family pre-trained here): the first checkpoint
+    (initialisation) against the last, paired by run."""
+    groups: dict[str, list[str]] = {}
+    for name in series:
+        groups.setdefault(design.series_groups.get(name, name), []).append(name)
+    pieces = []
+    for group, names in groups.items():
+        layers, lens_values, lens_jack, arms, seeds, rows = [], [], [], [], [], []
+        for name in names:
+            table = series[name]
+            for arm, index in (("first", 0), ("last", len(table.rows) - 1)):
+                layers.append(table.layers[index])
+                lens_values.append(table.lens_values[index])
+                lens_jack.append(table.lens_jackknife[index])
+                arms.append(arm)
+                seeds.append(name)
+                rows.append({"series": name, "checkpoint": table.rows["checkpoint"].iloc[index]})
+        combined = Profiles(pd.DataFrame(rows), layers, lens_values, lens_jack)
+        fixed = [] if any(n in design.drawn_series for n in names) else ["first", "last"]
+        panel = combined.panel(statistic, arms, seeds, fixed)
+        result = difference(panel, "first", "last")
+        firsts, lasts = combined.subset(np.array(arms) == "first"), combined.subset(np.array(arms) == "last")
+        text = (f"{group} ({len(names)} run{'s' if len(names) > 1 else ''}): {firsts.rows['checkpoint'].iloc[0]} "
+                f"{_means(firsts, 'last_half')} -> {lasts.rows['checkpoint'].iloc[0]} {_means(lasts, 'last_half')} "
+                f"(deeper-layer cosine), first - last {describe(result)}{_peaks(series, names)}")
+        pieces.append(Piece(group, text, result, orientation))
+    return pieces
+
+
+def _peaks(series: Mapping[str, Profiles], names: Sequence[str]) -> str:
+    peaks = []
+    for name in names:
+        values = [float(STATISTICS["last_half"].compute(layers.mean(axis=0, keepdims=True))[0]) for layers in series[name].layers]
+        peak = int(np.argmax(values))
+        if peak not in (0, len(values) - 1):
+            peaks.append(f"{values[peak]:.3f} at {series[name].rows['checkpoint'].iloc[peak]} (then {values[-1]:.3f} at the end)")
+    return "; peak " + ", ".join(peaks) if peaks else ""
+
+
+# --------------------------------------------------------------------------------------------
+# Studies: dispersion against CE
+# --------------------------------------------------------------------------------------------
+
+
+def estimate_from(row: Mapping, prefix: str = "", suffix: str = "", covers: str = "") -> Estimate:
+    """An Estimate from a table row's columns (``difference``/``diff``, ``se``, ``dof``,
+    ``seed_se``, ``unit_se``, ``per_seed``), as the tables wrote it."""
+    def get(name: str) -> float:
+        value = row.get(f"{prefix}{name}{suffix}")
+        return float(value) if value is not None and pd.notna(value) else math.nan
+
+    estimate = get("diff") if f"{prefix}diff{suffix}" in row else get("difference")
+    seeds = row.get(f"{prefix}per_seed{suffix}")
+    per_seed = tuple(float(v) for v in str(seeds).split(";")) if isinstance(seeds, str) and seeds else ()
+    se = get("se")
+    unmeasured = "" if math.isfinite(se) else f"{int(get('n_seeds')) if math.isfinite(get('n_seeds')) else 1} seed(s): training noise unmeasured"
+    return Estimate(estimate, se, get("dof"), get("seed_se"), get("unit_se"),
+                    str(row.get(f"{prefix}covers{suffix}", covers) or covers), per_seed, unmeasured)
+
+
+def dispersion_condensation_pieces(effects: Mapping[str, pd.DataFrame], trajectories: Mapping[str, pd.DataFrame],
+                                   statistic: str, method: str = "dispersion") -> list[Piece]:
+    """Dispersion against CE at the last step each study measured (its effects table), with the
+    runs that collapsed named."""
+    pieces = []
+    for name, table in effects.items():
+        rows = table[(table["method"] == method) & (table["metric"] == statistic)]
+        if rows.empty:
+            continue
+        last = rows.loc[rows["step"].idxmax()]
+        result = estimate_from(last.to_dict(), covers="seeds and sequences")
+        text = (f"{name}, step {int(last['step'])}: {method} {last['mean']:.3f} vs CE {last['reference_mean']:.3f} "
+                f"over {int(last['n_seeds'])} seeds; {method} - CE {describe(result)}")
+        collapsed = _collapsed(trajectories.get(name), int(last["step"]))
+        notes = (f"{name}: collapsed at step {int(last['step'])} (deeper-layer cosine >= {COLLAPSED}): {collapsed}",) if collapsed else ()
+        pieces.append(Piece(name, text + (f"; collapsed: {collapsed}" if collapsed else ""), result, -1, notes=notes))
+    return pieces
+
+
+def _collapsed(trajectory: pd.DataFrame | None, step: int) -> str:
+    if trajectory is None or "last_half" not in trajectory:
+        return ""
+    final = trajectory[(trajectory["step"] == step) & (trajectory["last_half"] >= COLLAPSED)]
+    counts = final.groupby("method")["seed"].apply(lambda s: ", ".join(str(int(v)) for v in s))
+    totals = trajectory[trajectory["step"] == step].groupby("method").size()
+    return "; ".join(f"{method} {len(seeds.split(', '))} of {totals[method]} runs (seed {seeds})" for method, seeds in counts.items())
+
+
+def score_pieces(tables: Mapping[str, pd.DataFrame], method: str = "dispersion", baseline: str = "ce") -> list[Piece]:
+    """Dispersion against CE in each score table, per model: the table's seed-and-item test."""
+    pieces = []
+    for name, table in tables.items():
+        for row in table[table["method"] == method].to_dict("records"):
+            result = estimate_from(row, suffix=f"_vs_{baseline}", covers="seeds and test items")
+            text = (f"{name}, {row['model']}: {method} - CE {describe(result, 2)} points over {int(row['n_seeds'])} seeds "
+                    f"and the counted tasks' items")
+            pieces.append(Piece(f"{name}, {row['model']}", text, result, +1))
+    return pieces
+
+
+# --------------------------------------------------------------------------------------------
+# All claims
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything the claims read: profiles of the trend, pair and series tables, the studies'
+    effects and trajectories, and the score tables."""
+
+    trends: Mapping[str, Profiles] = field(default_factory=dict)
+    pairs: Mapping[str, tuple[Sequence[str], Profiles]] = field(default_factory=dict)
+    series: Mapping[str, Profiles] = field(default_factory=dict)
+    effects: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+    trajectories: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+    scores: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+
+
+SIZE = "A larger or wider model condenses less (Figs. 2, S1)"
+DISTILLATION = "Distillation does not remove condensation (Fig. 3)"
+INIT_PAIRS = "Condensation is highest at initialisation and falls with training (pairs)"
+INIT_SERIES = "Condensation is highest at initialisation and falls over pre-training (Fig. 4)"
+DISPERSION = "The dispersion loss lowers condensation (Fig. 6)"
+SCORES = "The dispersion loss improves downstream scores (Tables 2, 4)"
+
+
+def all_claims(evidence: Evidence, design: Design) -> list[Verdict]:
+    """Each claim, on the deeper-layer cosine and Spearman rho (scores: accuracy)."""
+    by_claim: dict[str, list[Decision]] = {claim: [] for claim in (SIZE, DISTILLATION, INIT_PAIRS, INIT_SERIES, DISPERSION)}
+    notes: dict[str, list[str]] = {claim: [] for claim in by_claim}
+    for statistic in DECIDING_STATISTICS:
+        title = STATISTICS[statistic].title
+        by_claim[SIZE].append(size_claim(evidence.trends, design, statistic))
+        distill, init = pair_pieces(evidence.pairs, design, statistic)
+        by_claim[DISTILLATION].append(decide(distill, ANY, title))
+        by_claim[INIT_PAIRS].append(decide(init, ANY, title))
+        by_claim[INIT_SERIES].append(decide(series_pieces(evidence.series, design, statistic), ANY, title))
+        dispersion = dispersion_condensation_pieces(evidence.effects, evidence.trajectories, statistic)
+        by_claim[DISPERSION].append(decide(dispersion, ANY, title))
+        if statistic == "last_half":
+            notes[DISPERSION] += [note for piece in dispersion for note in piece.notes]
+    uncounted = [f"{family}: not counted (its models differ in more than size: compares_size is false)"
+                 for family in design.families if family in design.uncounted]
+    notes[SIZE] += uncounted
+    verdicts = [over_statistics(claim, decisions, notes[claim]) for claim, decisions in by_claim.items()]
+    verdicts.append(over_statistics(SCORES, [decide(score_pieces(evidence.scores), ANY, "accuracy")]))
+    return verdicts
+
+
+def claims_under_lenses(evidence: Evidence, design: Design) -> dict[str, list[Verdict]]:
+    """The size, pair and series claims again under each lens (:mod:`condensation.lenses`), its
+    jackknife over groups of sequences in place of the sequences; a lens that falls as condensation
+    rises (IsoScore*, effective rank) reads with the predicted signs flipped. The dispersion claims
+    read the study tables, which hold the cosine statistics only."""
+    under = {}
+    for lens in LENSES:
+        if not _has_lens(evidence, lens):
+            continue
+        sign = lens.condensed
+        distill, init = pair_pieces(evidence.pairs, design, lens.name, orientation=sign)
+        under[lens.title] = [
+            over_statistics(f"The size ordering under {lens.title}", [size_claim(evidence.trends, design, lens.name, -sign)]),
+            over_statistics(DISTILLATION, [decide(distill, ANY, lens.title)]),
+            over_statistics(INIT_PAIRS, [decide(init, ANY, lens.title)]),
+            over_statistics(INIT_SERIES, [decide(series_pieces(evidence.series, design, lens.name, sign), ANY, lens.title)]),
+        ]
+    return under
+
+
+def _has_lens(evidence: Evidence, lens: Lens) -> bool:
+    tables = [*evidence.trends.values(), *(p for _, p in evidence.pairs.values()), *evidence.series.values()]
+    return bool(tables) and all(all(v is not None for v in table.lens_values) for table in tables)
+
+
+def untested(verdict: Verdict) -> bool:
+    return verdict.verdict == UNTESTED

@@ -1,0 +1,132 @@
+"""The findings page (Markdown) and its machine-readable twin (JSON) from the claims' verdicts."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Mapping, Sequence
+
+from condensation.reporting.statistics.decisions import (
+    ALPHA,
+    INCONCLUSIVE,
+    POWER,
+    Decision,
+    Reading,
+    Verdict,
+)
+from condensation.runtime.io import write_json, write_text
+
+INTRODUCTION = f"""\
+# What this run finds, claim by claim
+
+Computed from this run's results, never written by hand. Each piece of evidence is an estimate
+with a 95 % interval that says which units it covers: the training runs (seeds: initialisation and
+data order) and the text sequences or test items every run was measured on, each noise counted once
+(a t interval over seeds whose variance adds only the units' main effect). A piece agrees or
+disagrees when its test rejects "no effect" at {ALPHA:g} in the paper's direction or against it;
+otherwise it is inconclusive, and then the smallest effect the design would find with {POWER:.0%}
+power at the level it was tested at is printed beside it. A claim's counted pieces are adjusted
+together (Holm) once; it agrees when one agrees and none disagrees. Robustness checks (the same
+models measured on another text) are shown, not counted. The condensation claims are decided on the
+deeper layers' mean cosine and on the paper's Spearman rho (Kendall tau follows rho); a claim takes
+a verdict only when both give it, else it *depends on the statistic*. Distillation is an equivalence
+claim: it agrees when the share of the CE-to-teacher gap that distillation closes is shown below its
+margin.
+"""
+
+
+def _reading_line(reading: Reading) -> str:
+    role = "" if reading.counted else "robustness check, not counted: "
+    parts = [f"- {role}{reading.piece.text}: **{reading.verdict}**"]
+    detail = []
+    if math.isfinite(reading.p_value):
+        detail.append(f"p = {reading.p_value:.2g}")
+    if reading.reason:
+        detail.append(reading.reason)
+    if reading.verdict == INCONCLUSIVE and math.isfinite(reading.detectable):
+        if reading.piece.margin is not None:
+            detail.append(f"the design shows a share below the margin with {POWER:.0%} power only when it is "
+                          f"{reading.detectable:.0%} or less")
+        else:
+            detail.append(f"smallest effect this design detects with {POWER:.0%} power: {abs(reading.detectable):.3g}")
+    return parts[0] + (f" ({'; '.join(detail)})" if detail else "")
+
+
+def _decision_lines(decision: Decision, heading: bool) -> list[str]:
+    lines = []
+    if heading:
+        reason = f" ({decision.reason})" if decision.reason else ""
+        lines += [f"On the {decision.statistic}: **{decision.verdict}**{reason}", ""]
+    lines += [_reading_line(r) for r in decision.readings] or ["- nothing in this config measures it"]
+    return lines + [""]
+
+
+def render(verdicts: Sequence[Verdict], under_lenses: Mapping[str, Sequence[Verdict]] | None = None,
+           tasks: Mapping[str, Any] | None = None) -> str:
+    """The page: the introduction, a summary table, then each claim with its pieces per statistic,
+    the claims under the other lenses, and how the scored tasks were chosen."""
+    lines = [INTRODUCTION, "| claim | " + " | ".join(_statistics(verdicts)) + " | verdict |",
+             "|---" * (len(_statistics(verdicts)) + 2) + "|"]
+    for verdict in verdicts:
+        cells = {d.statistic: d.verdict for d in verdict.decisions}
+        lines.append(f"| {verdict.claim} | " + " | ".join(cells.get(s, "") for s in _statistics(verdicts))
+                     + f" | **{verdict.verdict}** |")
+    for verdict in verdicts:
+        reason = f" ({verdict.reason})" if verdict.reason else ""
+        lines += ["", f"## {verdict.claim}: **{verdict.verdict}**{reason}", ""]
+        several = len(verdict.decisions) > 1
+        for decision in verdict.decisions:
+            lines += _decision_lines(decision, several)
+        lines += [f"- note: {note}" for note in verdict.notes]
+    if under_lenses:
+        lines += _lens_table(under_lenses)
+    if tasks:
+        lines += ["", "## The scored tasks", "", tasks.get("sentence", "")]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _statistics(verdicts: Sequence[Verdict]) -> list[str]:
+    return list(dict.fromkeys(d.statistic for v in verdicts for d in v.decisions))
+
+
+def _lens_table(under_lenses: Mapping[str, Sequence[Verdict]]) -> list[str]:
+    lenses = list(under_lenses)
+    claims = [v.claim for v in under_lenses[lenses[0]]]
+    lines = ["", "## Each condensation claim under each lens", "",
+             "The same claims with each lens of `condensation.lenses` over the same layers in place of the cosine, its",
+             "interval a delete-a-group jackknife over groups of sequences (t with G - 1 degrees of freedom) and over seeds;",
+             "IsoScore* and the effective rank fall as condensation rises, so their predicted signs are flipped. The",
+             "evidence behind each cell is in findings.json.", "",
+             "| claim | " + " | ".join(lenses) + " |", "|---" * (len(lenses) + 1) + "|"]
+    for index, claim in enumerate(claims):
+        lines.append(f"| {claim.split(' (')[0]} | " + " | ".join(under_lenses[lens][index].verdict for lens in lenses) + " |")
+    return lines
+
+
+def _reading_json(reading: Reading) -> dict[str, Any]:
+    result = reading.piece.estimate
+    low, high = result.interval()
+    return {
+        "piece": reading.piece.name, "text": reading.piece.text, "counted": reading.counted, "verdict": reading.verdict,
+        "reason": reading.reason, "estimate": result.estimate, "se": result.se, "dof": result.dof,
+        "seed_se": result.seed_se, "unit_se": result.unit_se, "ci_low": low, "ci_high": high, "covers": result.covers,
+        "p": result.p_value, "p_judged": reading.p_value, "level": reading.level, "detectable": reading.detectable,
+        "margin": reading.piece.margin, "per_seed": list(result.per_seed),
+        **({"share_ci_low": reading.piece.ratio.ci_low, "share_ci_high": reading.piece.ratio.ci_high}
+           if reading.piece.ratio else {}),
+    }
+
+
+def verdict_json(verdict: Verdict) -> dict[str, Any]:
+    return {"claim": verdict.claim, "verdict": verdict.verdict, "reason": verdict.reason, "notes": verdict.notes,
+            "decisions": [{"statistic": d.statistic, "verdict": d.verdict, "reason": d.reason, "rule": d.rule,
+                           "pieces": [_reading_json(r) for r in d.readings]} for d in verdict.decisions]}
+
+
+def write_findings(verdicts: Sequence[Verdict], markdown_path: str | os.PathLike, json_path: str | os.PathLike,
+                   under_lenses: Mapping[str, Sequence[Verdict]] | None = None,
+                   tasks: Mapping[str, Any] | None = None) -> None:
+    write_text(markdown_path, render(verdicts, under_lenses, tasks))
+    write_json(json_path, {"findings": [verdict_json(v) for v in verdicts],
+                           "under_lenses": {lens: [verdict_json(v) for v in found] for lens, found in (under_lenses or {}).items()},
+                           "tasks": dict(tasks or {})})

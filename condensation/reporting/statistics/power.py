@@ -1,0 +1,190 @@
+"""How often the findings' tests call a claim, simulated at the noise levels the default produces.
+
+Each ``simulate_*`` function draws whole designs (training runs with their seed noise, measured on
+shared units with a main effect and a run x unit interaction), runs them through the very functions
+the findings page uses (:mod:`~condensation.reporting.statistics.panel`,
+:mod:`~condensation.reporting.statistics.decisions`) and returns how often the verdict was
+"agrees" and "disagrees". Under no effect, "agrees" is a false call: the tests are calibrated when
+it stays at or below 5 %; under the effect the paper reports it is the power.
+
+The noise levels (:data:`DEFAULT_NOISE`) were read off the default pipeline's own results: see
+``docs/statistics.md`` for where each number comes from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from condensation.reporting.statistics.decisions import (
+    AGREES,
+    ANY,
+    DISAGREES,
+    Piece,
+    decide,
+)
+from condensation.reporting.statistics.panel import (
+    Run,
+    difference,
+    gap_share,
+    panel_from_units,
+    slope,
+)
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Shares of simulated designs whose verdict was agrees / disagrees, out of ``n``."""
+
+    agrees: float
+    disagrees: float
+    n: int
+
+    @property
+    def margin(self) -> float:
+        """Two Monte-Carlo standard errors of a 5 % rate over ``n`` draws."""
+        return 2 * float(np.sqrt(0.05 * 0.95 / self.n))
+
+
+@dataclass(frozen=True)
+class ConditionNoise:
+    """Noise of a condensation statistic (a mean cosine) measured on shared sequences."""
+
+    seed_sd: float = 0.035
+    """Spread of a run's value between seeds (initialisation and data order)."""
+    sequence_sd: float = 0.06
+    """Spread of one sequence's value around its run's mean: shared by every run (main effect)."""
+    interaction_sd: float = 0.03
+    """A run's own spread on each sequence (run x sequence interaction)."""
+    sequences: int = 32
+
+
+@dataclass(frozen=True)
+class ScoreNoise:
+    """Noise of a task accuracy: items of given difficulty answered by runs with their own shift."""
+
+    run_sd: float = 0.10
+    """A run's shift on the logit scale (seed: initialisation and data order)."""
+    item_sd: float = 1.5
+    """Items' difficulty on the logit scale (the items' main effect)."""
+    interaction_sd: float = 0.5
+    """A run's own logit noise on each item, before the Bernoulli draw (which adds more)."""
+    base_accuracy: Sequence[float] = (0.30, 0.45, 0.55, 0.62)
+    items_per_task: int = 300
+
+
+DEFAULT_NOISE = {"condensation": ConditionNoise(), "scores": ScoreNoise()}
+
+
+def _draw_runs(rng: np.random.Generator, arms: dict[str, float], seeds: int, noise: ConditionNoise,
+               paired: bool, main: np.ndarray) -> tuple[list[Run], list[np.ndarray]]:
+    """Per arm (name -> true mean) ``seeds`` runs on the shared sequences' main effect ``main``;
+    ``paired``: a seed's shift is shared by every arm (the same initialisation and data order)."""
+    runs, per_unit = [], []
+    shared = rng.normal(0, noise.seed_sd, seeds)
+    for arm, mean in arms.items():
+        shifts = shared if paired else rng.normal(0, noise.seed_sd, seeds)
+        for seed in range(seeds):
+            own = rng.normal(0, noise.interaction_sd, noise.sequences)
+            per_unit.append(mean + shifts[seed] + main + own)
+            runs.append(Run(arm, seed, 0.0))
+    return runs, per_unit
+
+
+def simulate_difference(effect: float, seeds: int, *, paired: bool = True, noise: ConditionNoise = ConditionNoise(),
+                        draws: int = 2000, seed: int = 0) -> Rates:
+    """Two methods on one model (``second - first`` predicted negative, e.g. dispersion - CE on the
+    deeper layers' cosine): how often the difference is called."""
+    rng = np.random.default_rng(seed)
+    calls = []
+    for _ in range(draws):
+        main = rng.normal(0, noise.sequence_sd, noise.sequences)
+        runs, per_unit = _draw_runs(rng, {"first": 0.5, "second": 0.5 + effect}, seeds, noise, paired, main)
+        panel = panel_from_units(runs, per_unit, units="sequences")
+        calls.append(decide([Piece("sim", "", difference(panel, "second", "first"), direction=-1)], ANY).verdict)
+    return _rates(calls)
+
+
+def simulate_slope(slope_per_decade: float, positions: Sequence[float], seeds: int, *,
+                   noise: ConditionNoise = ConditionNoise(), robustness: int = 0, draws: int = 2000, seed: int = 0) -> Rates:
+    """The size claim: widths at ``positions`` (log10 parameters), ``seeds`` runs each (a width's
+    seeds are not paired with another width's), the slope predicted negative; the first text
+    decides, ``robustness`` more texts are measured and shown."""
+    rng = np.random.default_rng(seed)
+    x = np.asarray(positions, float)
+    arms = {f"w{index}": slope_per_decade * (value - x.mean()) + 0.4 for index, value in enumerate(x)}
+    calls = []
+    for _ in range(draws):
+        pieces = []
+        for _text in range(1 + robustness):
+            main = rng.normal(0, noise.sequence_sd, noise.sequences)
+            runs, per_unit = _draw_runs(rng, arms, seeds, noise, False, main)
+            panel = panel_from_units(runs, per_unit, units="sequences")
+            pieces.append(Piece("sim", "", slope(panel, dict(zip(arms, x))), direction=-1))
+        calls.append(decide(pieces[:1], ANY, robustness=pieces[1:]).verdict)
+    return _rates(calls)
+
+
+def simulate_gap_share(share: float, seeds: int, *, margin: float = 0.25, gap: float = -0.15,
+                       noise: ConditionNoise = ConditionNoise(), draws: int = 1000, seed: int = 0) -> Rates:
+    """Distillation: CE students, distilled students and their teachers, each seed one triple
+    (student seeds paired, each with its own teacher replicate); the distilled student closes
+    ``share`` of the CE-to-teacher ``gap``; agrees when the share is shown below ``margin``."""
+    rng = np.random.default_rng(seed)
+    arms = {"ce": 0.4, "distilled": 0.4 + share * gap, "teacher": 0.4 + gap}
+    calls = []
+    for _ in range(draws):
+        main = rng.normal(0, noise.sequence_sd, noise.sequences)
+        runs, per_unit = _draw_runs(rng, arms, seeds, noise, True, main)
+        panel = panel_from_units(runs, per_unit, units="sequences")
+        share, ratio = gap_share(panel, "distilled", "ce", "teacher", margin)
+        piece = Piece("sim", "", share, margin=margin, ratio=ratio)
+        calls.append(decide([piece], ANY).verdict)
+    return _rates(calls)
+
+
+def simulate_scores(effect_points: float, seeds: int, *, noise: ScoreNoise = ScoreNoise(), draws: int = 1000,
+                    seed: int = 0, pieces: int = 1) -> Rates:
+    """A method against CE on the same model, both run with the same seeds, scored on the same
+    items of several tasks (every task weighing equally); the method is ``effect_points`` better
+    on every task's accuracy. ``pieces``: how many such comparisons the claim holds (Holm)."""
+    rng = np.random.default_rng(seed)
+    tasks = len(noise.base_accuracy)
+    n = noise.items_per_task
+    strata = np.repeat(np.arange(tasks), n)
+    weights = np.full(tasks * n, 1.0 / (tasks * n))
+    base = np.repeat(np.log(np.asarray(noise.base_accuracy) / (1 - np.asarray(noise.base_accuracy))), n)
+    calls = []
+    for _ in range(draws):
+        found = []
+        for _piece in range(pieces):
+            difficulty = base + rng.normal(0, noise.item_sd, tasks * n)
+            runs, per_unit = [], []
+            shared = rng.normal(0, noise.run_sd, seeds)
+            for arm, shift in (("ce", 0.0), ("method", effect_points)):
+                for s in range(seeds):
+                    logit = difficulty + shared[s] + rng.normal(0, noise.run_sd) + rng.normal(0, noise.interaction_sd, tasks * n)
+                    p = 1 / (1 + np.exp(-logit)) + shift / 100.0
+                    per_unit.append(100.0 * (rng.random(tasks * n) < p))
+                    runs.append(Run(arm, s, 0.0))
+            panel = panel_from_units(runs, per_unit, units="test items", strata=strata, weights=weights)
+            found.append(Piece("sim", "", difference(panel, "method", "ce"), direction=+1))
+        calls.append(decide(found, ANY).verdict)
+    return _rates(calls)
+
+
+def _rates(calls: list[str]) -> Rates:
+    calls_array = np.array(calls)
+    return Rates(float((calls_array == AGREES).mean()), float((calls_array == DISAGREES).mean()), len(calls))
+
+
+@dataclass(frozen=True)
+class DesignPower:
+    """One row of the design table: what is simulated, under no effect and under the effect."""
+
+    what: str
+    null: Rates
+    effect: Rates
+    notes: list[str] = field(default_factory=list)
