@@ -27,16 +27,17 @@ from condensation.evaluation.score_files import (
     read_item_rows,
     write_item_rows,
 )
-from condensation.reporting import comparisons as C
-from condensation.reporting import (
+from condensation.reporting.tables import comparisons as C
+from condensation.reporting.tables import (
     condensation_effects,
     table2,
     table3,
     table4,
     trend_tables,
 )
-from condensation.reporting import score_tables as T
-from condensation.reporting import table_files as F
+from condensation.reporting.tables import score_tables as T
+from condensation.reporting.tables.profiles import Profiles, write_profiles
+from condensation.reporting.tables import table_files as F
 
 MODEL = "toy-mlp128"
 TASKS = ["persuasion_cloze", "next_sentence"]
@@ -306,7 +307,7 @@ def test_load_items_keeps_unfiltered_rows(tmp_path):
 
 def test_table2_rows_and_columns(t2, tidy):
     assert list(t2.index) == ["pretrained", "ce", "ortho", "dispersion"]
-    per_target = ["diff", "ci_low", "ci_high", "p", "p_holm", "dof", "per_seed",
+    per_target = ["diff", "se", "dof", "seed_se", "unit_se", "ci_low", "ci_high", "p", "p_holm", "detectable", "per_seed",
                   "items_ci_low", "items_ci_high", "items_p", "n_items", "mcnemar_p"]
     assert list(tidy.columns) == table2.table2_columns(TASKS, ["ce", "dispersion"]) == [
         "model", "method", "label", "n_seeds",
@@ -519,32 +520,43 @@ def chance_world() -> list[dict]:
     ]
 
 
-def test_task_at_chance_is_flagged_in_table_caption_and_metrics(tmp_path):
+def test_task_at_chance_is_flagged_and_the_counted_tasks_come_from_the_config(tmp_path):
     out = tmp_path / "out"
+    paths = write_records(tmp_path / "scores", chance_world())
     table2.write_table2(
-        score_paths=write_records(tmp_path / "scores", chance_world()), tasks=TASKS, methods=["ce", "dispersion"],
-        reference="dispersion", metric="acc", labels={}, stem=out / "table2", metrics_path=out / "metrics.json",
-        plot_path=out / "plot.csv",
+        score_paths=paths, tasks=TASKS, methods=["ce", "dispersion"], reference="dispersion", metric="acc", labels={},
+        stem=out / "table2", metrics_path=out / "metrics.json", plot_path=out / "plot.csv",
     )
-    # Row means on next_sentence: 38, 37.5, 37.5 -> at most 0.5 points from 37.5.
+    # Row means on next_sentence: 38, 37.5, 37.5 -> at most 0.5 points from 37.5: flagged, still counted
+    # (a task is never dropped on the outcomes it would be tested on)
     metrics = json.loads((out / "metrics.json").read_text())
-    flags = metrics["chance_flags"]
-    assert flags == {
+    assert metrics["chance_flags"] == {
         "persuasion_cloze": {"chance": 25.0, "max_distance": 29.0, "at_chance": False},
         "next_sentence": {"chance": 37.5, "max_distance": 0.5, "at_chance": True},
     }
     caption, table = (out / "table2.md").read_text().split("\n\n")
     assert "At chance, every row within 2 points of guessing: next_sentence (chance 37.5 %)." in caption
     assert markdown_cells(table)[0][3:5] == ["persuasion_cloze", "next_sentence (at chance)"]
-    assert "Tasks at chance are shown but left out of the average" in caption
-    # The task at chance weighs nothing: the average and the comparisons are cloze's alone.
+    assert "Averages, ranks and tests read every task" in caption
     tidy = pd.read_csv(out / "table2.csv").set_index("method")
+    assert tidy.loc["ce", "average_mean"] == pytest.approx((51.0 + 37.5) / 2)
+    assert tidy.loc["dispersion", "n_items_vs_ce"] == 2 * 2 * N_ITEMS
+    # the config fixes which tasks count, before any run: next_sentence left out
+    table2.write_table2(
+        score_paths=paths, tasks=TASKS, methods=["ce", "dispersion"], reference="dispersion", metric="acc", labels={},
+        stem=out / "counted", metrics_path=out / "counted.json", plot_path=out / "counted-plot.csv",
+        counted=["persuasion_cloze"],
+    )
+    tidy = pd.read_csv(out / "counted.csv").set_index("method")
     assert tidy.loc["ce", "average_mean"] == pytest.approx(51.0) and tidy.loc["dispersion", "average_mean"] == pytest.approx(54.0)
     assert tidy.loc["dispersion", "diff_vs_ce"] == pytest.approx(3.0)
     assert tidy.loc["dispersion", "n_items_vs_ce"] == 2 * N_ITEMS  # 2 seeds x the cloze items
     assert tidy.loc["dispersion", "avg_rank"] == tidy.loc["dispersion", "persuasion_cloze_rank"]
-    # ... and so does the DVC metric of the average
+    assert "read the tasks counted (persuasion_cloze, fixed in the config before any run)" in (out / "counted.md").read_text()
+    metrics = json.loads((out / "counted.json").read_text())
     assert metrics[MODEL]["ce"]["average"] == pytest.approx(51.0) and metrics[MODEL]["dispersion"]["average"] == pytest.approx(54.0)
+    with pytest.raises(ValueError, match=r"counted tasks \['cloze'\]: each must be one of the scored tasks"):
+        T.counted_tasks(TASKS, ["cloze"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -609,7 +621,7 @@ TARGETS = ["ce", "dispersion"]
 
 
 def test_format_table2_strings_and_bold_best(tidy):
-    display = table2.format_table2(tidy, TASKS, TARGETS)
+    display = T.format_score_table(tidy, TASKS, TARGETS)
     assert list(display.columns) == [
         "Model", "Method", "Seeds", "persuasion_cloze", "next_sentence", "Average", "Avg. rank",
         "Δ vs Cross-entropy", "per seed vs Cross-entropy", "Δ vs Dispersion", "per seed vs Dispersion",
@@ -648,7 +660,7 @@ def test_comparison_cell():
 
 def test_write_table_files(tidy, tmp_path):
     stem = tmp_path / "out" / "table2_toy"
-    table2.write_table(table2.format_table2(tidy, TASKS, TARGETS), tidy, stem, table2.table2_caption(TARGETS))
+    table2.write_table(T.format_score_table(tidy, TASKS, TARGETS), tidy, stem, table2.table2_caption(TARGETS))
 
     counts = {f"n_items_vs_{target}": "Int64" for target in TARGETS}
     back = pd.read_csv(stem.with_suffix(".csv"), dtype=counts)
@@ -658,12 +670,12 @@ def test_write_table_files(tidy, tmp_path):
     md = stem.with_suffix(".md").read_text()
     first_paragraph, table = md.split("\n\n")
     assert "Δ vs ce and dispersion: the row's average minus that method's, in points" in first_paragraph
-    assert "cover both the training runs and the test items" in first_paragraph
-    assert "paired bootstrap over test items (10000 resamples" in first_paragraph
+    assert "two-sided p over seeds and test items" in first_paragraph
+    assert "a paired bootstrap over items, 10000 resamples" in first_paragraph and "MDE" in first_paragraph
     assert "Holm p: adjusted over the table's distinct comparisons" in first_paragraph
     assert "A seed varies the order of the training data" in first_paragraph
     assert "checkpoint chosen per seed by the lowest validation loss" in first_paragraph
-    display = table2.format_table2(tidy, TASKS, TARGETS)
+    display = T.format_score_table(tidy, TASKS, TARGETS)
     assert markdown_cells(table) == [list(display.columns), *display.values.tolist()]
     assert markdown_cells(table)[4][:4] == ["toy-mlp128", "Dispersion", "3", "**52.0 ± 2.0**"]
     # Model and Method left, the 9 columns of numbers right
@@ -847,6 +859,17 @@ def scratch_records() -> list[dict]:
     return recs
 
 
+def test_table4_reads_condensation_at_the_scored_checkpoint(tmp_path):
+    # seed 0 of dispersion: its step 10 has the lower validation loss, so its scores and its
+    # condensation both come from step 10 (0.79), not from the final step 20 (0.60)
+    recs = [r for r in scratch_records() if not (r["method"] == "dispersion" and r["seed"] == 0)]
+    recs.append(record("dispersion", 0, "step-0000020", 20, 3.0, 0.54, 0.44, model="scratch"))
+    recs.append(record("dispersion", 0, "step-0000010", 10, 2.5, 0.54, 0.44, model="scratch"))
+    scores, items = load(write_records(tmp_path, recs))
+    t4 = table4.table4(scores, TASKS, ["ce", "dispersion"], items=items, trajectories={"scratch": trajectory_frame()})
+    assert t4.set_index("method").loc["dispersion", "last_half_mean"] == pytest.approx((0.79 + 0.64) / 2)
+
+
 def test_table4_scores_comparison_and_final_condensation(tmp_path):
     scores, items = load(write_records(tmp_path, scratch_records()))
     t4 = table4.table4(scores, TASKS, ["ce", "dispersion"], items=items,
@@ -875,7 +898,7 @@ def test_table4_scores_comparison_and_final_condensation(tmp_path):
 def test_table4_needs_every_scored_seed_in_the_trajectory(tmp_path):
     scores, items = load(write_records(tmp_path, scratch_records()))
     partial = {key: value for key, value in TRAJECTORY.items() if key[:2] != ("dispersion", 1)}
-    with pytest.raises(ValueError, match=r"'scratch' method 'dispersion': seed 1 is not in the trajectory"):
+    with pytest.raises(ValueError, match=r"'scratch' method 'dispersion' seed 1: step 20 of its scored checkpoint is not in"):
         table4.table4(scores, TASKS, ["ce", "dispersion"], items=items, trajectories={"scratch": trajectory_frame(partial)})
     with pytest.raises(ValueError, match=r"'scratch': no trajectory given"):
         table4.table4(scores, TASKS, ["ce", "dispersion"], items=items, trajectories={})
@@ -894,7 +917,8 @@ def test_write_table4_files(tmp_path):
     pd.testing.assert_frame_equal(back, table, check_dtype=False, rtol=0, atol=1e-12)
     caption, body = stem.with_suffix(".md").read_text().split("\n\n")
     assert caption.startswith("Models pre-trained from scratch with each loss")
-    assert "final checkpoint" in caption and "lowest validation loss" in caption and "Δ vs CE:" in caption
+    assert "the checkpoint each run's scores come from" in caption and "lowest validation loss" in caption
+    assert "Δ vs CE:" in caption
     assert "A seed varies the initialisation and the order of the training data" in caption
     cells = markdown_cells(body)
     assert cells[0] == ["Model", "Method", "Seeds", "persuasion_cloze", "next_sentence", "Average", "Avg. rank",
@@ -906,53 +930,79 @@ def test_write_table4_files(tmp_path):
     assert r"Spearman $\rho$ & Kendall $\tau$ \\" in tex
 
 
+def effect_profiles(points: dict = TRAJECTORY, noise: float = 0.0, sequences: int = 12, layers: int = 4) -> Profiles:
+    """Each (method, seed, step) of ``points`` as per-sequence layer means whose deeper half averages
+    its ``last_half``, rising with depth by the sign of its rho; ``noise``: each run's own per-sequence
+    noise (a run x sequence interaction), drawn with a fixed seed."""
+    rng = np.random.default_rng(11)
+    rows, profiles = [], []
+    for (method, seed, step), (half, rho, _tau) in points.items():
+        shape = np.linspace(-0.1, 0.1, layers) * (1 if rho >= 0 else -1)
+        base = shape - shape[-(layers // 2):].mean() + half
+        rows.append({"method": method, "seed": seed, "step": step})
+        profiles.append(base + rng.normal(0, noise, (sequences, 1)) + np.zeros((sequences, layers)))
+    return Profiles(pd.DataFrame(rows), profiles, [None] * len(rows), [None] * len(rows))
+
+
 def test_condensation_effects_by_hand():
-    effects = condensation_effects.condensation_effects(trajectory_frame(), reference="ce", metric="last_half")
+    profiles = effect_profiles(noise=0.01)
+    effects = condensation_effects.condensation_effects(profiles, reference="ce")
     assert list(effects.columns) == list(condensation_effects.EFFECT_COLUMNS)
-    assert effects["method"].tolist() == ["dispersion"] * 3 and effects["step"].tolist() == [0, 10, 20]
-    final = effects.set_index("step").loc[20]
-    # Same-seed differences 0.60 - 0.80 and 0.64 - 0.84: both -0.20, no spread between seeds; each
-    # run's sequence error 0.01 (a 95 % interval of +-0.0196) gives the difference an error of
-    # sqrt(4 x 0.01^2) / 2 = 0.01, read with the t of 1 degree of freedom (two seeds).
-    assert final["difference"] == pytest.approx(-0.20) and final["per_seed"] == "-0.2000; -0.2000"
-    assert final["mean"] == pytest.approx(0.62) and final["reference_mean"] == pytest.approx(0.82)
-    half = stats.t.ppf(0.975, 1) * 0.01
-    assert (final["ci_low"], final["ci_high"]) == (pytest.approx(-0.20 - half, rel=1e-4), pytest.approx(-0.20 + half, rel=1e-4))
-    assert final["p"] < 0.05
-    middle = effects.set_index("step").loc[10]
-    # -0.01 and +0.01: seed part 0.0002 / 2 = 1e-4, sequence part 1e-4, 1 degree of freedom.
-    assert middle["difference"] == pytest.approx(0.0, abs=1e-12)
-    assert middle["ci_high"] == pytest.approx(stats.t.ppf(0.975, 1) * math.sqrt(2e-4), rel=1e-4)
-    assert middle["p"] == pytest.approx(1.0)
-    rho = condensation_effects.condensation_effects(trajectory_frame(), metric="spearman_rho").set_index("step")
-    assert rho.loc[20, "difference"] == pytest.approx(-0.2 - 0.6)
+    cosine = effects[effects["metric"] == "last_half"].set_index("step")
+    assert cosine.index.tolist() == [0, 10, 20] and (cosine["method"] == "dispersion").all()
+    final = cosine.loc[20]
+    # the paired differences' seed x sequence table, by the analysis of variance
+    rows = profiles.rows
+
+    def deep(method, seed):
+        index = rows.index[(rows["method"] == method) & (rows["seed"] == seed) & (rows["step"] == 20)][0]
+        return profiles.layers[index][:, 2:].mean(axis=1)
+
+    d = np.array([deep("dispersion", s) - deep("ce", s) for s in (0, 1)])
+    k, n = d.shape
+    per_seed, per_unit = d.mean(axis=1), d.mean(axis=0)
+    ms_unit = k * per_unit.var(ddof=1)
+    ms_residual = ((d - per_seed[:, None] - per_unit[None, :] + d.mean()) ** 2).sum() / ((k - 1) * (n - 1))
+    se = math.sqrt(per_seed.var(ddof=1) / k + max(ms_unit - ms_residual, 0) / (k * n))
+    assert final["difference"] == pytest.approx(d.mean()) and final["se"] == pytest.approx(se)
+    assert final["dof"] == pytest.approx(1)
+    assert final["mean"] == pytest.approx((deep("dispersion", 0).mean() + deep("dispersion", 1).mean()) / 2)
+    half = stats.t.ppf(0.975, 1) * se
+    assert (final["ci_low"], final["ci_high"]) == (pytest.approx(d.mean() - half), pytest.approx(d.mean() + half))
+    assert final["detectable"] == pytest.approx((stats.t.isf(0.025, 1) + stats.t.isf(0.2, 1)) * se)
+    rho = effects[effects["metric"] == "spearman_rho"].set_index("step")
+    assert rho.loc[20, "difference"] == pytest.approx(-1.0 - 1.0)  # falling against rising profiles
 
 
 def test_condensation_effects_without_spread_and_errors():
     single = {key: value for key, value in TRAJECTORY.items() if key[1] == 0}
-    effects = condensation_effects.condensation_effects(trajectory_frame(single))
+    effects = condensation_effects.condensation_effects(effect_profiles(single))
     assert effects["ci_low"].isna().all() and effects["p"].isna().all()  # one seed each: noise unmeasured
-    assert (effects["n_seeds"] == 1).all() and effects.set_index("step").loc[20, "difference"] == pytest.approx(-0.2)
+    cosine = effects[effects["metric"] == "last_half"].set_index("step")
+    assert (cosine["n_seeds"] == 1).all() and cosine.loc[20, "difference"] == pytest.approx(-0.2)
     with pytest.raises(ValueError, match=r"reference 'whitening'"):
-        condensation_effects.condensation_effects(trajectory_frame(), reference="whitening")
-    doubled = pd.concat([trajectory_frame(), trajectory_frame().iloc[:1]])
+        condensation_effects.condensation_effects(effect_profiles(), reference="whitening")
+    base = effect_profiles()
+    doubled = Profiles(pd.concat([base.rows, base.rows.iloc[:1]], ignore_index=True), base.layers + base.layers[:1],
+                       base.lens_values + [None], base.lens_jackknife + [None])
     with pytest.raises(ValueError, match=r"has step .* twice"):
         condensation_effects.condensation_effects(doubled)
 
 
 def test_write_condensation_effects(tmp_path):
-    trajectory = tmp_path / "trajectory.csv"
-    trajectory_frame().to_csv(trajectory, index=False)
+    profiles = effect_profiles(noise=0.01)
+    path = tmp_path / "trajectory.profiles.npz"
+    write_profiles(path, profiles.rows, profiles.layers, profiles.lens_values)
     written = condensation_effects.write_condensation_effects(
-        trajectory_path=trajectory, csv_path=tmp_path / "effects.csv", markdown_path=tmp_path / "effects.md",
+        profiles_path=path, csv_path=tmp_path / "effects.csv", markdown_path=tmp_path / "effects.md",
     )
     back = pd.read_csv(tmp_path / "effects.csv")
     assert back.columns.tolist() == list(condensation_effects.EFFECT_COLUMNS)
     assert back["difference"].round(5).tolist() == written["difference"].round(5).tolist()
     caption, body = (tmp_path / "effects.md").read_text().split("\n\n")
-    assert "95 % interval and p over the training seeds" in caption and "the text sequences" in caption
+    assert "95 % interval and p over the training seeds and the text sequences" in caption and "MDE" in caption
     cells = markdown_cells(body)
-    assert cells[0] == ["method", "step", "n_seeds", "mean", "ce mean", "difference", "ci_low", "ci_high", "p",
-                        "per seed"]
-    assert cells[3][:6] == ["dispersion", "20", "2", "0.6200", "0.8200", "-0.2000"] and cells[3][-1] == "-0.2000; -0.2000"
-    assert float(cells[3][7]) < 0
+    assert cells[0] == ["method", "step", "metric", "n_seeds", "mean", "ce mean", "difference", "se", "dof", "ci_low",
+                        "ci_high", "p", "MDE", "per seed"]
+    assert cells[3][:4] == ["dispersion", "20", "last_half", "2"]
+

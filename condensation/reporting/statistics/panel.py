@@ -313,6 +313,8 @@ def contrast(panel: Panel, coefficients: Mapping[str, float]) -> Estimate:
     else:
         dof = float(min(dofs)) if dofs else panel.sampling.dof
     se = math.sqrt(seed_var + unit_var)
+    if se < 1e-12 * max(1.0, float(np.abs(values).max())):  # identical runs and units: rounding, not noise
+        se = 0.0
     saturated = ""
     if se == 0 and np.ptp(values[[i for arm in arms for i in indices[arm]]]) == 0:
         saturated = f"{panel.statistic or 'the statistic'} is {values[indices[arms[0]][0]]:.2f} for every run and resample"
