@@ -813,7 +813,8 @@ def test_write_trend_table(tmp_path):
         "gpt2,austen,gpt2,GPT-2,12,0.8741,0.7273",
         "gpt2,austen,gpt2-medium,GPT-2 | medium,24,,-0.1000",
     ]
-    title, table = (tmp_path / "t.md").read_text().split("\n\n")
+    title, units, table = (tmp_path / "t.md").read_text().split("\n\n")
+    assert "cover the text sequences only" in units
     assert title == "# gpt2 on austen"
     assert markdown_cells(table) == [
         ["family", "dataset", "model", "label", "num_layers", "spearman_rho", "kendall_tau"],

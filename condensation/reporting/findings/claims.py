@@ -35,7 +35,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from condensation.lenses import LENSES, Lens
+from condensation.lenses import LENS_NAMES, LENSES, Lens
 from condensation.reporting.statistics.decisions import (
     ANY,
     UNTESTED,
@@ -96,9 +96,19 @@ def describe(result: Estimate, digits: int = 3) -> str:
     return text
 
 
-def _means(profiles: Profiles, column: str) -> str:
-    values = [float(STATISTICS[column].compute(layers.mean(axis=0, keepdims=True))[0]) for layers in profiles.layers]
+def _means(profiles: Profiles, statistic: str) -> str:
+    """Each row's value of ``statistic`` (a key of STATISTICS or a lens), "0.312 / 0.298"."""
+    if statistic in STATISTICS:
+        compute = STATISTICS[statistic].compute
+        values = [float(compute(layers.mean(axis=0, keepdims=True))[0]) for layers in profiles.layers]
+    else:
+        index = LENS_NAMES.index(statistic)
+        values = [float(v[index]) for v in profiles.lens_values]
     return " / ".join(f"{v:.3f}" for v in values)
+
+
+def _title(statistic: str) -> str:
+    return STATISTICS[statistic].title if statistic in STATISTICS else next(lens.title for lens in LENSES if lens.name == statistic)
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,10 +130,10 @@ def size_piece(name: str, profiles: Profiles, design: Design, statistic: str, di
     if np.ptp(list(positions.values())) == 0:
         return None
     result = slope(panel, positions)
-    sizes = "; ".join(f"{label} {_means(profiles.subset(rows['label'].to_numpy() == label), 'last_half')}"
+    sizes = "; ".join(f"{label} {_means(profiles.subset(rows['label'].to_numpy() == label), statistic)}"
                       for label in labels)
     counts = "/".join(str(int((rows["label"] == label).sum())) for label in labels)
-    text = (f"{name} ({len(labels)} sizes, runs per size {counts}; deeper-layer cosine {sizes}): "
+    text = (f"{name} ({len(labels)} sizes, runs per size {counts}; {_title(statistic)} {sizes}): "
             f"slope per decade of parameters {describe(result)}")
     return Piece(name, text, result, direction)
 
@@ -141,8 +151,7 @@ def size_claim(trends: Mapping[str, Profiles], design: Design, statistic: str = 
             found = None if table is None else size_piece(f"{family} on {dataset}", table, design, statistic, direction)
             if found is not None:
                 (pieces if index == 0 else robustness).append(found)
-    return decide(pieces, ANY, STATISTICS.get(statistic).title if statistic in STATISTICS else statistic,
-                  robustness=robustness)
+    return decide(pieces, ANY, _title(statistic), robustness=robustness)
 
 
 # --------------------------------------------------------------------------------------------
@@ -198,8 +207,8 @@ def pair_pieces(pairs: Mapping[str, tuple[Sequence[str], Profiles]], design: Des
             elif kind == "init":
                 panel = _pair_panel(profiles, members, design, statistic)
                 result = difference(panel, "first", "second")
-                text = (f"{title}: {_means(profiles.subset(in_a), 'last_half')} vs {_means(profiles.subset(in_b), 'last_half')}"
-                        f" (deeper-layer cosine); {labels[0]} - {labels[1]} {describe(result)}")
+                text = (f"{title}: {_means(profiles.subset(in_a), statistic)} vs {_means(profiles.subset(in_b), statistic)}"
+                        f" ({_title(statistic)}); {labels[0]} - {labels[1]} {describe(result)}")
                 init.append(Piece(title, text, result, orientation))
     return distill, init
 
@@ -253,8 +262,8 @@ def series_pieces(series: Mapping[str, Profiles], design: Design, statistic: str
         result = difference(panel, "first", "last")
         firsts, lasts = combined.subset(np.array(arms) == "first"), combined.subset(np.array(arms) == "last")
         text = (f"{group} ({len(names)} run{'s' if len(names) > 1 else ''}): {firsts.rows['checkpoint'].iloc[0]} "
-                f"{_means(firsts, 'last_half')} -> {lasts.rows['checkpoint'].iloc[0]} {_means(lasts, 'last_half')} "
-                f"(deeper-layer cosine), first - last {describe(result)}{_peaks(series, names)}")
+                f"{_means(firsts, statistic)} -> {lasts.rows['checkpoint'].iloc[0]} {_means(lasts, statistic)} "
+                f"({_title(statistic)}), first - last {describe(result)}{_peaks(series, names)}")
         pieces.append(Piece(group, text, result, orientation))
     return pieces
 
@@ -364,7 +373,7 @@ def all_claims(evidence: Evidence, design: Design) -> list[Verdict]:
         title = STATISTICS[statistic].title
         by_claim[SIZE].append(size_claim(evidence.trends, design, statistic))
         distill, init = pair_pieces(evidence.pairs, design, statistic)
-        by_claim[DISTILLATION].append(decide(distill, ANY, title))
+        by_claim[DISTILLATION].append(decide(distill, ANY, title))  # one pair: nothing to adjust
         by_claim[INIT_PAIRS].append(decide(init, ANY, title))
         by_claim[INIT_SERIES].append(decide(series_pieces(evidence.series, design, statistic), ANY, title))
         dispersion = dispersion_condensation_pieces(evidence.effects, evidence.trajectories, statistic)
