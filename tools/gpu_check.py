@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import io
 import json
 import os
@@ -139,7 +140,7 @@ TRAINING = (
     Benchmark(
         "training",
         "benchmarks/training_loop.py",
-        "--device cuda --preset gpt2-small --compile --reps 2 --steps 20 --warmup-steps 5 --tracker none",
+        "--device cuda --preset gpt2-small --compile --reps 1 --tracker none",
         f"--device cpu {TOY_GPT2} --tokens 64 --batch 4 --steps 6 --warmup-steps 2 --reps 1 --compile --tracker none",
     ),
 )
@@ -379,7 +380,9 @@ def run_env(ctx: Context, names: list[str], limit_s: float) -> dict[str, Any]:
 
 def blocked_by(step: Step, env: dict[str, Any], cpu: bool) -> str | None:
     """Why ``step`` cannot run after this environment check; None when it can."""
-    if not cpu and not env.get("cuda", {}).get("available"):
+    if "cuda" not in env:
+        return "the environment check did not finish"
+    if not cpu and not env["cuda"].get("available"):
         return "no CUDA device"
     missing = sorted(set(step.needs) & set(env.get("missing_modules", {})))
     return f"missing module(s): {', '.join(missing)}" if missing else None
@@ -391,8 +394,6 @@ def blocked_by(step: Step, env: dict[str, Any], cpu: bool) -> str | None:
 
 def plugin_args(ctx: Context) -> list[str]:
     """xdist and pytest-timeout where installed (both are in the lent machine's image)."""
-    import importlib.util
-
     args = []
     if not ctx.cpu and importlib.util.find_spec("xdist"):
         args += ["-n", str(PYTEST_WORKERS)]
@@ -747,7 +748,7 @@ def run_workflow(ctx: Context, step: Step, limit_s: float) -> dict[str, Any]:
 def workflow_evidence(work: Path, with_tables: bool) -> dict[str, Any]:
     """What a run shows of the GPU's use: the device each measurement recorded and the precision
     each training run chose; with ``with_tables``, Table 2 and the findings."""
-    import numpy as np
+    import numpy as np  # deferred: the plan and the environment step run before anything is checked
 
     devices: dict[str, int] = {}
     for path in work.glob("results/**/*.npz"):

@@ -131,7 +131,7 @@ def test_benchmark_flags_are_ones_the_scripts_take(mode):
                 assert flag in helps[bench.script], f"{bench.script} takes no {flag}"
 
 
-def test_a_step_is_blocked_by_a_missing_module_or_no_cuda():
+def test_a_step_is_blocked_by_a_missing_module_no_cuda_or_an_unfinished_environment_check():
     step = gpu_check.STEPS["workflow"]
     env = {
         "cuda": {"available": True},
@@ -144,6 +144,8 @@ def test_a_step_is_blocked_by_a_missing_module_or_no_cuda():
         == "no CUDA device"
     )
     assert gpu_check.blocked_by(gpu_check.STEPS["dispersion"], {"cuda": {"available": False}}, cpu=True) is None
+    failed_probe = {"status": "failed", "error": "TimeoutExpired: ..."}
+    assert gpu_check.blocked_by(step, failed_probe, cpu=True) == "the environment check did not finish"
 
 
 # ---------------------------------------------------------------------------------------------
