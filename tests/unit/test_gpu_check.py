@@ -1,12 +1,13 @@
 """tools/gpu_check.py's CPU side: its plan, the time box, reading pytest and the benchmarks, the
-summary, the workflow's copy of the tree and what a run shows of the GPU's use. The whole
-rehearsal runs in tests/workflow/test_gpu_rehearsal.py."""
+summary, the workflow's copy of the tree, what a run shows of the GPU's use, and the GPU configs'
+plans. The whole rehearsal runs in tests/workflow/test_gpu_rehearsal.py."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -15,6 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
+from snakemake.utils import update_config
+
+from condensation.config.validate import validate_config
 
 ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "tools/gpu_check.py")
@@ -387,3 +392,53 @@ def test_workflow_evidence_reads_devices_and_precisions(tmp_path):
     assert evidence["all_on_gpu"] is True and evidence["table2"] == "| method | avg |" and evidence["findings"] is None
     (tmp_path / "runs/r0/final/train_summary.json").write_text(json.dumps({"mixed_precision": "no"}))
     assert gpu_check.workflow_evidence(tmp_path, with_tables=False)["all_on_gpu"] is False
+
+
+@pytest.mark.parametrize(
+    "configfiles,jobs,trained",
+    [
+        (
+            gpu_check.TINY,
+            {"train_study_run": 8, "evaluate_checkpoint": 8, "extract": 7, "total": 78},
+            ("midtrain", "scratch", "pretrain"),
+        ),
+        (
+            gpu_check.STEPS["smollm2"].configfiles,
+            {"train_study_run": 6, "evaluate_checkpoint": 6, "total": 36},
+            ("midtrain",),
+        ),
+    ],
+)
+def test_the_gpu_configs_plan_without_what_stays_home(configfiles, jobs, trained):
+    """The workflow step's overlay and the SmolLM2 config plan (a dry run) without MiniLM, the
+    Python docs corpus or the dvclive tracker, none of which travels to the lent machine."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--cores",
+            "1",
+            "--scheduler",
+            "greedy",
+            "--configfile",
+            *configfiles,
+        ],
+        cwd=ROOT,
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    plan = done.stdout + done.stderr
+    assert "minilm" not in plan and "pydocs" not in plan and "python3.11-doc" not in plan
+    for rule, count in jobs.items():
+        assert re.search(rf"^{rule}\s+{count}$", plan, re.MULTILINE), f"{rule}: not {count} jobs"
+    merged: dict = {}
+    for path in configfiles:  # as Snakemake merges --configfile files
+        update_config(merged, yaml.safe_load((ROOT / path).read_text()))
+    config = validate_config(merged)
+    assert {config[section]["train"]["tracker"] for section in trained} == {"none"}
