@@ -279,6 +279,7 @@ SUMMARY = {
             "took_s": 6.0,
             "versions": {"torch": "2.11.0+cu130"},
             "cuda": {"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.2, "torch_cuda": "13.0"},
+            "warnings": ["pyarrow: datasets needs >=24.0.0, the image has 23.0.1"],
         },
         "tests": {
             "status": "failed",
@@ -331,6 +332,7 @@ def test_summary_files_and_markdown(tmp_path):
     )
     assert "| CE step >= 40 % MFU (compiled) | >= 0.40 |  | not measured |" in text
     assert "| dispersion step <= 1.05x the CE step (all layers, compiled tile body) | <= 1.05 | 1.04 | yes |" in text
+    assert "* warning: pyarrow: datasets needs >=24.0.0, the image has 23.0.1" in text
     assert "### tests: failed" in text and "* failed: `tests.unit.test_gpu::test_x`" in text
     assert "50 of 78 jobs done in 130.0 s" in text and "* all on gpu: True" in text and "RuntimeError: boom" in text
     with tarfile.open(ctx.out / "logs.tar.gz") as archive:
