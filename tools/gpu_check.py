@@ -5,11 +5,11 @@
     python tools/gpu_check.py --plan          # what each step runs, and its time box
     python tools/gpu_check.py dispersion      # named steps only (smollm2 runs only when named)
 
-The steps, in order of value; each is stopped at its time box (seconds on a GPU / on the CPU):
+The steps, in order of value; each is stopped at its time box (``--plan`` prints them):
 
 ``env``         imports of every module the steps need, their versions, CUDA, bf16, free GPU
                 memory, disk, the kit's install report. A step whose modules are missing is not
-                run (the summary names them); without CUDA (and without ``--cpu``) nothing runs.
+                run (the summary names them); without CUDA (and without ``--cpu``) no other step runs.
 ``tests``       ``pytest -m gpu tests/unit/test_gpu.py`` (skipped without CUDA: the rehearsal
                 checks that they are collected).
 ``dispersion``  ``benchmarks/dispersion_loss.py`` at GPT2-small, T = 1024, bf16: the loss on all
@@ -996,6 +996,10 @@ def parse_args(argv: list[str] | None) -> tuple[Context, list[str], bool]:
     return ctx, ["env", *(name for name in chosen if name != "env")], args.plan
 
 
+OK = {"passed", "done", "collected (all skipped without CUDA)", "planned (dry run)"}
+"""The statuses of a step that went as it should; any other makes the call exit 1."""
+
+
 def main(argv: list[str] | None = None) -> int:
     ctx, names, plan_only = parse_args(argv)
     if plan_only:
@@ -1014,9 +1018,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[gpu_check]   {problem}", flush=True)
     print(f"[gpu_check] summary: {ctx.out / 'summary.md'}")
     return 0 if all(step["status"] in OK for step in summary["steps"].values()) else 1
-
-
-OK = {"passed", "done", "collected (all skipped without CUDA)", "planned (dry run)"}
 
 
 if __name__ == "__main__":
