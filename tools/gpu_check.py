@@ -701,29 +701,28 @@ def copy_tree(work: Path) -> None:
 _PROGRESS = re.compile(r"(\d+) of (\d+) steps \(\d+%\) done")
 
 
+def workflow_command(ctx: Context, step: Step) -> list[str]:
+    """Snakemake under the workstation profile; on a GPU, ``step.gpu_jobs`` GPU jobs at once (they
+    share the one GPU); in the CPU rehearsal of an optional (GPU-sized) step, a dry run."""
+    command = [ctx.python, "-m", "snakemake", "--workflow-profile", "profiles/workstation", "--scheduler", "greedy"]
+    command += ["--configfile", *step.configfiles]
+    if not ctx.cpu:
+        command += ["--resources", f"gpu={step.gpu_jobs}"]
+    if ctx.cpu and step.optional:
+        command.append("--dry-run")
+    return command
+
+
 def run_workflow(ctx: Context, step: Step, limit_s: float) -> dict[str, Any]:
     work = ctx.work / "work" / step.name
     copy_tree(work)
-    command = [
-        ctx.python,
-        "-m",
-        "snakemake",
-        "--workflow-profile",
-        "profiles/workstation",
-        "--scheduler",
-        "greedy",
-        "--configfile",
-        *step.configfiles,
-    ]
-    # One GPU shared by step.gpu_jobs jobs at once: they claim no GPU of their own (claim_gpus leaves
-    # a set CUDA_VISIBLE_DEVICES alone), so small models' jobs overlap instead of queueing one by
-    # one for the GPU's lock; the gpu tests check the claiming itself.
+    command = workflow_command(ctx, step)
+    # The jobs claim no GPU of their own (claim_gpus leaves a set CUDA_VISIBLE_DEVICES alone), so
+    # small models' jobs overlap instead of queueing one by one for the GPU's lock; the gpu tests
+    # check the claiming itself.
     env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(work), os.environ.get("PYTHONPATH")]))}
     if not ctx.cpu:
-        command += ["--resources", f"gpu={step.gpu_jobs}"]
         env["CUDA_VISIBLE_DEVICES"] = env.get("CUDA_VISIBLE_DEVICES", "0")
-    if ctx.cpu and step.optional:
-        command.append("--dry-run")  # the rehearsal of a GPU-sized run: its config and DAG only
     ran = run_limited(command, ctx.log(step.name), limit_s, cwd=work, env=env, stop_signal=signal.SIGINT)
     text = log_tail(ctx.log(step.name), 10**7)
     progress = _PROGRESS.findall(text)
@@ -954,7 +953,7 @@ def print_plan(ctx: Context, names: list[str]) -> None:
         for bench in step.benchmarks:
             print(f"      {shlex.join(['python', *bench.command(ctx)[1:]])}")
         if step.configfiles:
-            print(f"      snakemake --workflow-profile profiles/workstation --configfile {' '.join(step.configfiles)}")
+            print(f"      {shlex.join(['snakemake', *workflow_command(ctx, step)[3:]])}")
     total = sum(STEPS[name].box(ctx) for name in names)
     print(f"  at most {total:.0f} s in all; then {ctx.out / 'summary.md'}, summary.json and logs.tar.gz")
 
