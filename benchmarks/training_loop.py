@@ -8,9 +8,10 @@ shared machine hits both alike.
 ``ours``   ``condensation.training.loop.train(model, blocks, ..., TrainConfig(...))``, the production loop,
            with checkpointing as good as off: ``num_checkpoints=0`` (evaluations at step 0 and at
            the last step only), ``checkpoint_every`` beyond the run (one resumable state, at the
-           end), ``val_batches=1``. It runs bf16 autocast on CUDA (``mixed_precision="auto"``),
-           float32 on CPU, the CE once from the logits (no HF ``labels``), AdamW with parameter
-           groups, gradient clipping, a NaN guard and one ``log.csv`` row per step.
+           end), ``val_batches=1``, the dvclive tracker unless ``--tracker none``. It runs
+           bf16 autocast on CUDA (``mixed_precision="auto"``), float32 on CPU, the CE once from
+           the logits (no HF ``labels``), AdamW with parameter groups, gradient clipping, a NaN
+           guard and one ``log.csv`` row per step.
 ``plain``  the transformers-tutorial loop: a shuffled ``DataLoader``, ``model(input_ids=x, labels=x)``
            (HF computes the loss), ``loss.backward()``, ``clip_grad_norm_``, ``AdamW.step()``,
            ``lr_scheduler.step()`` (cosine with warmup), ``zero_grad()``; no mixed precision, as in
@@ -122,6 +123,7 @@ def run_ours(template: torch.nn.Module, args, device: torch.device, dtype: torch
         mixed_precision="no" if dtype == torch.float32 else "bf16",
         aux_weight=aux_config.weight if aux_config is not None else 0.0,
         compile=compile_forward,
+        tracker=args.tracker,
     )
     aux_loss = functools.partial(auxiliary_loss, config=aux_config) if aux_config is not None else None
     # train() places the model with accelerate; it gets float32 weights on the CPU, as in stages.py
@@ -280,6 +282,8 @@ def main() -> None:
     parser.add_argument("--aux", choices=("dispersion",), default=None, help="add this auxiliary loss to both loops")
     parser.add_argument("--compile", action="store_true",
                         help="also run ours with TrainConfig(compile=True) (ours+compile); the compile falls in the warm-up steps")
+    parser.add_argument("--tracker", choices=("dvclive", "none"), default="dvclive",
+                        help="ours' per-step metric tracker (TrainConfig.tracker); none where dvclive is not installed")
     parser.add_argument("--reps", type=int, default=3, help="runs of each loop (a fresh model and optimizer each)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--peak-tflops", type=float, default=None,

@@ -1,6 +1,6 @@
 """The CUDA path, on a real GPU: every test here is marked ``gpu`` and skipped without CUDA
-(tests/conftest.py). ``pytest -m gpu`` runs them; ``python benchmarks/gpu_check.py tests`` runs
-them and records the outcome with the device, driver, torch and commit.
+(tests/conftest.py). ``pytest -m gpu`` runs them; ``tools/gpu_check.py`` (docs/gpu.md) runs
+them on a lent GPU machine and records the outcome with the device, driver, torch and commit.
 
 What each checks, against what:
 
@@ -292,7 +292,7 @@ def test_two_concurrent_jobs_claim_gpus_of_their_own(tmp_path):
     gpus = len(glob.glob("/dev/nvidia[0-9]*"))
     assert gpus >= 1, "torch sees CUDA but /dev has no nvidia<N> device files, which claim_gpus counts"
     env = {key: value for key, value in __import__("os").environ.items() if key != "CUDA_VISIBLE_DEVICES"}
-    env["PYTHONPATH"] = str(REPO)
+    env["PYTHONPATH"] = ":".join(filter(None, [str(REPO), env.get("PYTHONPATH")]))  # a --target install stays on it
     jobs = [subprocess.Popen([sys.executable, "-c", CLAIMING_JOB, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=env)
             for _ in range(2)]
     reports = []
@@ -315,7 +315,7 @@ def test_two_concurrent_jobs_claim_gpus_of_their_own(tmp_path):
 def test_the_rules_launcher_runs_a_command_on_a_gpu_of_its_own(tmp_path):
     """``python -m condensation.runtime.gpus 1 -- ...``, as rules train_study_run and pretrain start a run."""
     env = {key: value for key, value in __import__("os").environ.items() if key != "CUDA_VISIBLE_DEVICES"}
-    env["PYTHONPATH"] = str(REPO)
+    env["PYTHONPATH"] = ":".join(filter(None, [str(REPO), env.get("PYTHONPATH")]))  # a --target install stays on it
     child = "import os, torch; print(os.environ['CUDA_VISIBLE_DEVICES'], torch.cuda.device_count())"
     done = subprocess.run([sys.executable, "-m", "condensation.runtime.gpus", "1", "--", sys.executable, "-c", child],
                           capture_output=True, text=True, env=env, timeout=300)

@@ -1,214 +1,183 @@
-"""benchmarks/gpu_check.py on a machine without CUDA: the plan it prints, and the pieces that
-read Snakemake's output, time-limit a step, estimate a run and write the summary."""
+"""tools/gpu_check.py's CPU side: its plan, the time box, reading pytest and the benchmarks, the
+summary, the workflow's copy of the tree, what a run shows of the GPU's use, and the GPU configs'
+plans. The whole rehearsal runs in tests/workflow/test_gpu_rehearsal.py."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+import yaml
+from snakemake.utils import update_config
+
+from condensation.config.validate import validate_config
 
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks/gpu_check.py")
+spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "tools/gpu_check.py")
 gpu_check = importlib.util.module_from_spec(spec)
 sys.modules["gpu_check"] = gpu_check  # dataclasses look their module up
 spec.loader.exec_module(gpu_check)
 
 
-def run_script(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+def run_script(*args: str, tmp_path: Path, timeout: int = 300) -> subprocess.CompletedProcess:
     env = os.environ | {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}  # no CUDA, even on a GPU machine
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks/gpu_check.py"), "--out", str(tmp_path / "out"), *args],
-                          capture_output=True, text=True, env=env, timeout=300)
+    env.pop("OUT", None)
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tools/gpu_check.py"),
+            "--out",
+            str(tmp_path / "out"),
+            "--work",
+            str(tmp_path / "work"),
+            *args,
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
 
 
-def test_without_cuda_it_says_which_steps_it_would_run_and_exits_0(tmp_path):
-    done = run_script(tmp_path=tmp_path)
+def plan_lines(stdout: str) -> list[str]:
+    return [
+        line.split(":")[0].strip()
+        for line in stdout.splitlines()
+        if line.startswith("  ") and not line.startswith("      ")
+    ]
+
+
+def test_the_plan_names_each_step_its_box_and_its_commands(tmp_path):
+    done = run_script("--plan", tmp_path=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.startswith("No CUDA device is visible")
-    for name in gpu_check.STEPS:
-        assert f"  {name}: " in done.stdout
-    assert "python -m pytest -m gpu" in done.stdout
-    assert "--configfile configs/paper.yaml configs/paper-miniature.yaml configs/paper-miniature-cuda.yaml" in done.stdout
-    assert "benchmarks/dispersion_loss.py --device cuda" in done.stdout and "--placement last" in done.stdout
+    assert plan_lines(done.stdout)[:-1] == ["env", "tests", "dispersion", "training", "extraction", "workflow"]
+    assert plan_lines(done.stdout)[-1].startswith("at most 500 s in all; then")
+    assert (
+        "benchmarks/dispersion_loss.py --device cuda --n-layer 12 --n-embd 768" in done.stdout
+        and "--placement last" in done.stdout
+    )
     assert "benchmarks/training_loop.py --device cuda --preset gpt2-small --compile" in done.stdout
-    assert "benchmarks/extraction.py --device cuda" in done.stdout
-    assert "--configfile configs/smollm2.yaml" in done.stdout
-    assert not (tmp_path / "out").exists(), "nothing is run or written without CUDA"
+    assert "--configfile tests/workflow/configs/tiny.yaml tests/workflow/configs/tiny-gpu.yaml" in done.stdout
+    cpu = run_script("--plan", "--cpu", tmp_path=tmp_path)
+    assert "benchmarks/dispersion_loss.py --device cpu --n-layer 2" in cpu.stdout and "(time box 1800 s)" in cpu.stdout
+    assert not (tmp_path / "out").exists(), "the plan runs and writes nothing"
 
 
-def test_named_steps_only_and_unknown_steps_refused(tmp_path):
-    done = run_script("--plan", "smollm2", "tests", tmp_path=tmp_path)
-    assert done.returncode == 0
-    named = [line.split(":")[0].strip() for line in done.stdout.splitlines() if line.startswith("  ") and not line.startswith("      ")]
-    assert named == ["tests", "smollm2", "then"]  # in the script's order
+def test_named_steps_only_smollm2_only_when_named_and_unknown_steps_refused(tmp_path):
+    named = run_script("--plan", "smollm2", "tests", tmp_path=tmp_path)
+    assert plan_lines(named.stdout)[:-1] == [
+        "env",
+        "tests",
+        "smollm2",
+    ]  # the environment first, then the script's order
+    assert "--configfile configs/smollm2-gpu.yaml" in named.stdout
+    assert "smollm2" not in plan_lines(run_script("--plan", tmp_path=tmp_path).stdout)
     refused = run_script("gpu", tmp_path=tmp_path)
     assert refused.returncode == 2 and "unknown step(s) gpu" in refused.stderr
 
 
+def test_without_cuda_the_gpu_check_runs_its_environment_step_only_and_says_why(tmp_path):
+    done = run_script("env", "extraction", tmp_path=tmp_path)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads((tmp_path / "out/summary.json").read_text())
+    env = summary["steps"]["env"]
+    assert env["status"] == "failed" and any("no CUDA device visible" in problem for problem in env["problems"])
+    assert env["missing_modules"] == {} and env["versions"]["torch"]
+    assert summary["steps"]["extraction"]["status"] == "not run: no CUDA device"
+    assert summary["call"]["mode"] == "gpu" and summary["call"]["commit"]
+    assert "### extraction: not run: no CUDA device" in (tmp_path / "out/summary.md").read_text()
+    with tarfile.open(tmp_path / "out/logs.tar.gz") as archive:
+        assert "logs/env.log" in archive.getnames()
+
+
 def test_every_command_of_the_plan_names_files_that_exist():
     for step in gpu_check.STEPS.values():
+        assert step.gpu_box_s > 0 and step.cpu_box_s > 0
         for bench in step.benchmarks:
-            assert (ROOT / bench.args[0]).is_file()
-        if step.workflow:
-            assert all((ROOT / config).is_file() for config in step.workflow.configfiles)
+            assert (ROOT / bench.script).is_file()
+        assert all((ROOT / config).is_file() for config in step.configfiles)
 
 
-def test_benchmark_flags_are_ones_the_scripts_take():
+def test_the_steps_fit_the_lease():
+    """The default steps stay under 9 minutes on a GPU, so that a call of at most 10 minutes holds
+    them, the kit's install and the machine's start-up of the Python processes."""
+    assert sum(step.gpu_box_s for step in gpu_check.STEPS.values() if not step.optional) <= 540
+    assert all(step.gpu_box_s + gpu_check.STOP_GRACE_S <= 540 for step in gpu_check.STEPS.values())
+
+
+@pytest.mark.parametrize("mode", ["gpu_args", "cpu_args"])
+def test_benchmark_flags_are_ones_the_scripts_take(mode):
     """Each benchmark command parses (--help lists every flag the plan passes)."""
+    helps = {}
     for step in gpu_check.STEPS.values():
         for bench in step.benchmarks:
-            helped = subprocess.run([sys.executable, str(ROOT / bench.args[0]), "--help"], capture_output=True, text=True, timeout=120,
-                                    env=os.environ | {"PYTHONPATH": str(ROOT)})
-            assert helped.returncode == 0, helped.stderr[-2000:]
-            for flag in (arg for arg in bench.args[1:] if arg.startswith("--")):
-                assert flag in helped.stdout, f"{bench.args[0]} takes no {flag}"
+            if bench.script not in helps:
+                helped = subprocess.run(
+                    [sys.executable, str(ROOT / bench.script), "--help"],
+                    check=False,
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                    env=os.environ | {"PYTHONPATH": str(ROOT)},
+                )
+                assert helped.returncode == 0, helped.stderr[-2000:]
+                helps[bench.script] = helped.stdout
+            for flag in (arg for arg in getattr(bench, mode) if arg.startswith("--")):
+                assert flag in helps[bench.script], f"{bench.script} takes no {flag}"
+
+
+def test_a_step_is_blocked_by_a_missing_module_no_cuda_or_an_unfinished_environment_check():
+    step = gpu_check.STEPS["workflow"]
+    env = {
+        "cuda": {"available": True},
+        "missing_modules": {"snakemake": "ModuleNotFoundError: No module named 'snakemake'"},
+    }
+    assert gpu_check.blocked_by(step, env, cpu=False) == "missing module(s): snakemake"
+    assert gpu_check.blocked_by(gpu_check.STEPS["dispersion"], env, cpu=False) is None
+    assert (
+        gpu_check.blocked_by(gpu_check.STEPS["dispersion"], {"cuda": {"available": False}}, cpu=False)
+        == "no CUDA device"
+    )
+    assert gpu_check.blocked_by(gpu_check.STEPS["dispersion"], {"cuda": {"available": False}}, cpu=True) is None
+    failed_probe = {"status": "failed", "error": "TimeoutExpired: ..."}
+    assert gpu_check.blocked_by(step, failed_probe, cpu=True) == "the environment check did not finish"
 
 
 # ---------------------------------------------------------------------------------------------
-# reading Snakemake
-
-
-SNAKEFILE = """
-rule all:
-    input: expand("out/{i}.txt", i=range(3)), "out/final.txt"
-rule part:
-    output: "out/{i}.txt"
-    shell: "sleep 1; echo {wildcards.i} > {output}"
-rule join:
-    input: expand("out/{i}.txt", i=range(3))
-    output: "out/final.txt"
-    shell: "sleep 2; cat {input} > {output}"
-"""
-
-
-@pytest.fixture(scope="module")
-def tiny_workflow(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tiny-workflow")
-    (root / "Snakefile").write_text(SNAKEFILE)
-    snakemake = [sys.executable, "-m", "snakemake", "--cores", "1"]
-    planned = subprocess.run([*snakemake, "-n"], cwd=root, capture_output=True, text=True, timeout=120)
-    ran = subprocess.run(snakemake, cwd=root, capture_output=True, text=True, timeout=120)
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    again = subprocess.run([*snakemake, "-n"], cwd=root, capture_output=True, text=True, timeout=120)
-    log = max((root / ".snakemake" / "log").glob("*.snakemake.log"), key=lambda path: path.stat().st_mtime).read_text()
-    return planned.stdout + planned.stderr, log, again.stdout + again.stderr
-
-
-def test_job_stats_of_a_dry_run(tiny_workflow):
-    planned, _, again = tiny_workflow
-    stats = gpu_check.job_stats(planned)
-    assert stats == {"part": 3, "join": 1, "all": 1} and gpu_check.count_jobs(stats) == 4
-    assert gpu_check.job_stats(again) == {}  # nothing left
-
-
-def test_job_durations_from_a_snakemake_log(tiny_workflow):
-    _, log, _ = tiny_workflow
-    durations = gpu_check.job_durations(log)
-    assert sorted(durations) == ["all", "join", "part"] and len(durations["part"]) == 3
-    assert all(1 <= seconds <= 10 for seconds in durations["part"])  # sleep 1 (stamps are whole seconds)
-    assert 2 <= durations["join"][0] <= 10
-
-
-def test_estimate_adds_each_job_left_at_its_rule_s_mean():
-    estimate = gpu_check.estimate_total(100.0, {"train": 2, "score": 3, "figure": 1, "all": 1}, {"train": [40.0, 60.0], "score": [10.0]})
-    # 2 x 50 + 3 x 10 + 1 x the mean of every finished job (110 / 3)
-    assert estimate["estimate_s"] == pytest.approx(100 + 100 + 30 + 110 / 3, abs=0.1)
-    assert estimate["rules_without_a_finished_job"] == ["figure"]
-    assert gpu_check.estimate_total(5.0, {"train": 1}, {}) is None
-
-
-# ---------------------------------------------------------------------------------------------
-# the time limit
+# the time box
 
 
 def test_a_step_is_stopped_at_its_limit_with_its_children(tmp_path):
     marker = tmp_path / "child.pid"
-    script = (f"import subprocess, time; child = subprocess.Popen(['sleep', '60']); "
-              f"open({str(marker)!r}, 'w').write(str(child.pid)); time.sleep(60)")
+    script = (
+        f"import subprocess, time; child = subprocess.Popen(['sleep', '60']); "
+        f"open({str(marker)!r}, 'w').write(str(child.pid)); time.sleep(60)"
+    )
     started = time.perf_counter()
     ran = gpu_check.run_limited([sys.executable, "-c", script], tmp_path / "log", limit_s=3)
     assert ran.stopped_at_limit and ran.returncode != 0 and time.perf_counter() - started < 30
     child = int(marker.read_text())
     time.sleep(0.5)
-    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2], "the child outlived the step"
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2], (
+        "the child outlived the step"
+    )
     assert "stopped at the step's limit of 3 s" in (tmp_path / "log").read_text()
     quick = gpu_check.run_limited([sys.executable, "-c", "print('hello')"], tmp_path / "log", limit_s=60)
     assert quick.returncode == 0 and not quick.stopped_at_limit and "hello" in (tmp_path / "log").read_text()
 
 
 # ---------------------------------------------------------------------------------------------
-# numbers, targets and the summary
-
-
-DISPERSION = {
-    "device": "NVIDIA H100", "dtype": "torch.bfloat16",
-    "loss": {"variants": {"tiled": {"time_s": 0.03}, "compiled": {"time_s": 0.02}}},
-    "train": {"placement": "all", "tiled_over_compiled_overhead": 1.4,
-              "variants": {"ce": {"time_s": 0.100, "memory_bytes": 1000}, "ce+tiled": {"time_s": 0.110, "memory_bytes": 1080},
-                           "ce+compiled": {"time_s": 0.104, "memory_bytes": 1030}}},
-}
-TRAINING = {"device": "NVIDIA H100", "variants": {"ours": {"tokens_per_s": 300_000.0, "mfu": 0.35},
-                                                 "plain": {"tokens_per_s": 100_000.0}}}
-EXTRACTION = {"device": "NVIDIA H100", "ratios": {"ours_over_reference": 25.0, "bare_over_ours": 1.2}}
-
-
-def test_headline_numbers_and_targets():
-    steps = {
-        "dispersion": {"numbers": {"dispersion-all": gpu_check.headline("dispersion-all", DISPERSION)}},
-        "training": {"numbers": {"training": gpu_check.headline("training", TRAINING)}},
-        "extraction": {"numbers": {"extraction": gpu_check.headline("extraction", EXTRACTION)}},
-        "smollm2": {"status": "stopped at the limit: run the step again to continue", "estimate_s": 2400.0},
-    }
-    rows = {row["target"]: row for row in gpu_check.target_rows(steps)}
-    assert rows["dispersion step <= 1.05x the CE step (all layers, compiled tile body)"]["measured"] == pytest.approx(1.04)
-    assert rows["dispersion step <= 1.05x the CE step (all layers, compiled tile body)"]["met"] is True
-    assert rows["extra peak memory of the dispersion step <= 5 %"]["met"] is True  # 3 %
-    assert rows["dispersion step <= 1.01x the CE step with placement last"]["met"] is None  # not measured
-    assert rows["kernel auto = compiled on CUDA is the faster tile body (tiled / compiled > 1)"]["measured"] == pytest.approx(1.5)
-    assert rows["CE step >= 40 % MFU"]["met"] is False
-    assert rows["CE step >= 2x a plain Hugging Face loop"]["measured"] == pytest.approx(3.0)
-    assert rows["extraction >= 20x the one-sequence float32 loop"]["met"] is True
-    assert rows["extraction <= 1.1x a bare forward pass"]["met"] is False
-    smollm2 = rows["configs/smollm2.yaml end to end in under 30 minutes"]
-    assert smollm2["met"] is None and smollm2["estimate_s"] == 2400.0
-
-
-def test_summary_round_trip_and_markdown(tmp_path):
-    summary = {
-        "environment": {"date": "2026-11-24T10:00:00+00:00", "host": "gpu-box", "torch": "2.11.0+cu130", "cuda": "13.0",
-                        "driver": "580.159.04", "commit": "abc123", "uncommitted_changes": False,
-                        "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.2, "capability": "9.0"}]},
-        "steps": {
-            "tests": {"status": "failed", "date": "d", "commit": "abc123", "device": "NVIDIA H100", "log": "logs/tests.log",
-                      "passed": 18, "failed": 1, "skipped": 1, "wall_s": 80.0,
-                      "failed_tests": ["tests.unit.test_gpu::test_x"], "skipped_tests": ["tests.unit.test_gpu::test_y: needs two GPUs"]},
-            "dispersion": {"status": "done", "numbers": {"dispersion-all": gpu_check.headline("dispersion-all", DISPERSION)},
-                           "runs": [{"name": "dispersion-all", "command": "python benchmarks/dispersion_loss.py", "status": "done",
-                                     "wall_s": 100.0, "json": "benchmarks/dispersion-all.json"}]},
-            "smollm2": {"status": "done", "calls": [{"snakemake_s": 900.0}, {"snakemake_s": 500.0}], "elapsed_s": 1400.0,
-                        "jobs_total": 68, "jobs_left": 0, "work": "work/smollm2", "all_on_gpu": True,
-                        "table2": "| method | avg |\n|---|---|\n| ce | 40.1 |", "findings": "# Findings\n\n* agrees"},
-            "miniature": {"status": "failed", "error": "RuntimeError: snakemake -n failed: No module named snakemake"},
-        },
-    }
-    out = tmp_path / "out"
-    out.mkdir()
-    gpu_check.save_summary(out, summary)
-    assert gpu_check.load_summary(out)["steps"]["smollm2"]["elapsed_s"] == 1400.0
-    text = (out / "summary.md").read_text()
-    assert "NVIDIA H100 80GB HBM3 (79.2 GiB); driver 580.159.04; torch 2.11.0+cu130 (CUDA 13.0); commit abc123" in text
-    assert "| configs/smollm2.yaml end to end in under 30 minutes | <= 1800 s | 1,400 | yes |" in text
-    assert "| CE step >= 40 % MFU | >= 0.40 |  | not measured |" in text
-    assert "### tests: failed" in text and "* failed: `tests.unit.test_gpu::test_x`" in text
-    assert "2 call(s), Snakemake ran 1400.0 s in all; 68 of 68 jobs done." in text
-    assert "| ce | 40.1 |" in text and "No module named snakemake" in text
-    assert "### extraction: not run" in text
-    assert gpu_check.load_summary(tmp_path / "nothing") == {"steps": {}}
+# reading pytest
 
 
 def test_junit_counts():
@@ -223,20 +192,255 @@ def test_junit_counts():
     assert counts["skipped_tests"] == ["tests.unit.test_gpu::test_c: needs two GPUs"]
 
 
-@pytest.mark.slow  # builds the stand-in Hub (shared with the other tests that serve it)
-def test_stand_in_hub_is_served_while_the_step_runs(tmp_path, stand_in_hub):
-    """The miniature's Hub: a built tree is reused (not rebuilt), served at an address that
-    answers, and stopped after."""
-    import urllib.request
+def test_verbose_counts_with_and_without_xdist():
+    """What a run stopped before its JUnit XML leaves: ``pytest -v`` lines, plain or from xdist workers."""
+    log = """tests/unit/test_gpu.py::test_auto_is_the_compiled_tile_body_on_cuda PASSED [  5%]
+tests/unit/test_gpu.py::test_bf16_training_step_with_each_objective[ce] FAILED [ 10%]
+[gw1] [ 15%] PASSED tests/unit/test_gpu.py::test_extraction_in_bf16_matches_float32
+[gw0] [ 20%] SKIPPED tests/unit/test_gpu.py::test_a_model_spread_over_two_gpus_gives_the_statistics_of_one
+[gw2] [ 25%] ERROR tests/unit/test_gpu.py::test_scoring_on_cuda_matches_float32_on_the_cpu
+"""
+    counts = gpu_check.verbose_counts(log)
+    assert (counts["passed"], counts["failed"], counts["skipped"]) == (2, 2, 1)
+    assert counts["failed_tests"] == [
+        "tests/unit/test_gpu.py::test_bf16_training_step_with_each_objective[ce]",
+        "tests/unit/test_gpu.py::test_scoring_on_cuda_matches_float32_on_the_cpu",
+    ]
 
-    (tmp_path / "hub-tree").symlink_to(stand_in_hub.root)
-    (tmp_path / "hub-tree.built").write_text("")
-    hub = gpu_check.StandInHub(tmp_path)
-    env = hub.__enter__()
-    try:
-        assert env["HF_ENDPOINT"].startswith("http://127.0.0.1:") and env["HF_HUB_CACHE"].startswith(str(tmp_path / "hub-clients"))
-        with urllib.request.urlopen(f"{env['HF_ENDPOINT']}/api/models/openai-community/gpt2", timeout=30) as answer:
-            assert json.loads(answer.read())["id"] == "openai-community/gpt2"
-    finally:
-        hub.__exit__()
-    assert hub.process.returncode is not None
+
+# ---------------------------------------------------------------------------------------------
+# numbers, targets and the summary
+
+
+DISPERSION = {
+    "device": "NVIDIA H100",
+    "dtype": "torch.bfloat16",
+    "loss": {"variants": {"tiled": {"time_s": 0.03}, "compiled": {"time_s": 0.02}}},
+    "train": {
+        "placement": "all",
+        "tiled_over_compiled_overhead": 1.4,
+        "variants": {
+            "ce": {"time_s": 0.100, "memory_bytes": 1000},
+            "ce+tiled": {"time_s": 0.110, "memory_bytes": 1080},
+            "ce+compiled": {"time_s": 0.104, "memory_bytes": 1030},
+        },
+    },
+}
+TRAINING = {
+    "device": "NVIDIA H100",
+    "variants": {
+        "ours": {"tokens_per_s": 300_000.0, "mfu": 0.35},
+        "ours+compile": {"tokens_per_s": 450_000.0, "mfu": 0.45},
+        "plain": {"tokens_per_s": 100_000.0},
+    },
+}
+EXTRACTION = {"device": "NVIDIA H100", "ratios": {"ours_over_reference": 25.0, "bare_over_ours": 1.2}}
+
+
+def test_headline_numbers_and_targets():
+    steps = {
+        "dispersion": {"numbers": {"dispersion-all": gpu_check.headline("dispersion-all", DISPERSION)}},
+        "training": {"numbers": {"training": gpu_check.headline("training", TRAINING)}},
+        "extraction": {"numbers": {"extraction": gpu_check.headline("extraction", EXTRACTION)}},
+    }
+    rows = {row["target"]: row for row in gpu_check.target_rows(steps)}
+    assert rows["dispersion step <= 1.05x the CE step (all layers, compiled tile body)"]["measured"] == pytest.approx(
+        1.04
+    )
+    assert rows["dispersion step <= 1.05x the CE step (all layers, compiled tile body)"]["met"] is True
+    assert rows["extra peak memory of the dispersion step <= 5 %"]["met"] is True  # 3 %
+    assert rows["dispersion step <= 1.01x the CE step with placement last"]["met"] is None  # not measured
+    assert rows["kernel auto = compiled on CUDA is the faster tile body (tiled / compiled > 1)"][
+        "measured"
+    ] == pytest.approx(1.5)
+    assert (
+        rows["CE step >= 40 % MFU (compiled)"]["measured"] == pytest.approx(0.45)
+        and rows["CE step >= 40 % MFU (compiled)"]["met"]
+    )
+    assert rows["CE step >= 2x a plain Hugging Face loop"]["measured"] == pytest.approx(3.0)
+    assert rows["extraction >= 20x the one-sequence float32 loop"]["met"] is True
+    assert rows["extraction <= 1.1x a bare forward pass"]["met"] is False
+
+
+SUMMARY = {
+    "call": {
+        "date": "2026-11-24T10:00:00+00:00",
+        "host": "gpu-box",
+        "mode": "gpu",
+        "python": "3.12.3",
+        "driver": "580.159.04",
+        "commit": "abc123",
+        "uncommitted_changes": False,
+    },
+    "steps": {
+        "env": {
+            "status": "passed",
+            "box_s": 20,
+            "took_s": 6.0,
+            "versions": {"torch": "2.11.0+cu130"},
+            "cuda": {"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.2, "torch_cuda": "13.0"},
+            "warnings": ["pyarrow: datasets needs >=24.0.0, the image has 23.0.1"],
+        },
+        "tests": {
+            "status": "failed",
+            "box_s": 90,
+            "took_s": 80.0,
+            "passed": 18,
+            "failed": 1,
+            "skipped": 1,
+            "failed_tests": ["tests.unit.test_gpu::test_x"],
+            "skipped_tests": [],
+        },
+        "dispersion": {
+            "status": "done",
+            "numbers": {"dispersion-all": gpu_check.headline("dispersion-all", DISPERSION)},
+            "runs": [
+                {
+                    "name": "dispersion-all",
+                    "command": "python benchmarks/dispersion_loss.py",
+                    "status": "done",
+                    "wall_s": 60.0,
+                }
+            ],
+        },
+        "workflow": {
+            "status": "stopped at the limit",
+            "jobs_done": "50 of 78",
+            "wall_s": 130.0,
+            "command": "snakemake ...",
+            "measurement_devices": {"cuda": 7},
+            "training_precisions": {"bf16": 10},
+            "all_on_gpu": True,
+            "error": "RuntimeError: boom",
+        },
+    },
+}
+
+
+def test_summary_files_and_markdown(tmp_path):
+    ctx = gpu_check.Context(out=tmp_path / "out", work=tmp_path / "work", cpu=False)
+    (ctx.work / "logs").mkdir(parents=True)
+    (ctx.work / "logs" / "tests.log").write_text("x" * (gpu_check.LOG_TAIL_BYTES + 10) + "the end")
+    (ctx.work / "install.log").write_text("gpu_kit install: {}")
+    summary = json.loads(json.dumps(SUMMARY))
+    gpu_check.save_summary(ctx, summary)
+    assert json.loads((ctx.out / "summary.json").read_text())["steps"]["workflow"]["jobs_done"] == "50 of 78"
+    text = (ctx.out / "summary.md").read_text()
+    assert (
+        "NVIDIA H100 80GB HBM3 (79.2 GiB); driver 580.159.04; torch 2.11.0+cu130 (CUDA 13.0); Python 3.12.3; commit abc123"
+        in text
+    )
+    assert "| CE step >= 40 % MFU (compiled) | >= 0.40 |  | not measured |" in text
+    assert "| dispersion step <= 1.05x the CE step (all layers, compiled tile body) | <= 1.05 | 1.04 | yes |" in text
+    assert "* warning: pyarrow: datasets needs >=24.0.0, the image has 23.0.1" in text
+    assert "### tests: failed" in text and "* failed: `tests.unit.test_gpu::test_x`" in text
+    assert "50 of 78 jobs done in 130.0 s" in text and "* all on gpu: True" in text and "RuntimeError: boom" in text
+    with tarfile.open(ctx.out / "logs.tar.gz") as archive:
+        assert sorted(archive.getnames()) == ["install.log", "logs/tests.log"]
+        log = archive.extractfile("logs/tests.log").read()
+    assert len(log) == gpu_check.LOG_TAIL_BYTES and log.endswith(b"the end"), "a log keeps its last 2 MiB"
+
+
+# ---------------------------------------------------------------------------------------------
+# the workflow's copy of the tree, and what a run shows
+
+
+def test_the_workflow_runs_in_a_copy_of_the_sources_with_the_kit_s_corpora(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    for relative in (
+        "Snakefile",
+        "rules/common.smk",
+        "results/README.md",
+        "results/tables/table2.md",
+        "runs/x/log.csv",
+        "gpu-kit/debs/r-cran-janeaustenr_1.0.0-1_all.deb",
+        "gpu-check/logs/a.log",
+        "condensation/__pycache__/x.pyc",
+    ):
+        (repo / relative).parent.mkdir(parents=True, exist_ok=True)
+        (repo / relative).write_text(relative)
+    monkeypatch.setattr(gpu_check, "REPO", repo)
+    work = repo / "gpu-check" / "work" / "workflow"
+    gpu_check.copy_tree(work)
+    copied = sorted(str(path.relative_to(work)) for path in work.rglob("*") if not path.is_dir())
+    assert copied == [
+        "Snakefile",
+        "resources/debs/r-cran-janeaustenr_1.0.0-1_all.deb",
+        "results/README.md",
+        "rules/common.smk",
+    ]
+    assert (
+        work / "resources/debs/r-cran-janeaustenr_1.0.0-1_all.deb"
+    ).read_text() == "gpu-kit/debs/r-cran-janeaustenr_1.0.0-1_all.deb"
+    gpu_check.copy_tree(work)  # again: a fresh copy over the last
+    assert (work / "Snakefile").is_file()
+
+
+def test_workflow_evidence_reads_devices_and_precisions(tmp_path):
+    for index, device in enumerate(("cuda", "cuda", "cuda:0")):
+        path = tmp_path / "results" / "geometry" / f"m{index}.npz"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(path, meta=np.array(json.dumps({"device": device})), mean=np.zeros(2))
+    for index in range(2):
+        path = tmp_path / "runs" / f"r{index}" / "final" / "train_summary.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"mixed_precision": "bf16"}))
+    (tmp_path / "results/tables").mkdir(parents=True)
+    (tmp_path / "results/tables/table2.md").write_text("| method | avg |")
+    evidence = gpu_check.workflow_evidence(tmp_path, with_tables=True)
+    assert evidence["measurement_devices"] == {"cuda": 2, "cuda:0": 1} and evidence["training_precisions"] == {
+        "bf16": 2
+    }
+    assert evidence["all_on_gpu"] is True and evidence["table2"] == "| method | avg |" and evidence["findings"] is None
+    (tmp_path / "runs/r0/final/train_summary.json").write_text(json.dumps({"mixed_precision": "no"}))
+    assert gpu_check.workflow_evidence(tmp_path, with_tables=False)["all_on_gpu"] is False
+
+
+@pytest.mark.parametrize(
+    "configfiles,jobs,trained",
+    [
+        (
+            gpu_check.TINY,
+            {"train_study_run": 8, "evaluate_checkpoint": 8, "extract": 7, "total": 78},
+            ("midtrain", "scratch", "pretrain"),
+        ),
+        (
+            gpu_check.STEPS["smollm2"].configfiles,
+            {"train_study_run": 6, "evaluate_checkpoint": 6, "total": 36},
+            ("midtrain",),
+        ),
+    ],
+)
+def test_the_gpu_configs_plan_without_what_stays_home(configfiles, jobs, trained):
+    """The workflow step's overlay and the SmolLM2 config plan (a dry run) without MiniLM, the
+    Python docs corpus or the dvclive tracker, none of which travels to the lent machine."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--cores",
+            "1",
+            "--scheduler",
+            "greedy",
+            "--configfile",
+            *configfiles,
+        ],
+        cwd=ROOT,
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    plan = done.stdout + done.stderr
+    assert "minilm" not in plan and "pydocs" not in plan and "python3.11-doc" not in plan
+    for rule, count in jobs.items():
+        assert re.search(rf"^{rule}\s+{count}$", plan, re.MULTILINE), f"{rule}: not {count} jobs"
+    merged: dict = {}
+    for path in configfiles:  # as Snakemake merges --configfile files
+        update_config(merged, yaml.safe_load((ROOT / path).read_text()))
+    config = validate_config(merged)
+    assert {config[section]["train"]["tracker"] for section in trained} == {"none"}

@@ -1,0 +1,67 @@
+"""The GPU check's CPU rehearsal in the project's environment (docs/gpu.md): every step at toy
+size, the summary it writes after each, and a step stopped at its time box (the workflow, given
+60 s) still recorded with what it finished."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_cpu_rehearsal_runs_every_step_and_writes_its_summary(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    command = [sys.executable, "tools/gpu_check.py", "--cpu", "--out", str(out), "--work", str(work)]
+    steps = ["env", "tests", "dispersion", "training", "extraction", "workflow", "smollm2"]
+    env = os.environ | {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [*command, "--box", "workflow=60", *steps],
+        cwd=ROOT,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]  # the workflow stopped at its box
+    summary = json.loads((out / "summary.json").read_text())
+    status = {name: step["status"] for name, step in summary["steps"].items()}
+    assert status == {
+        "env": "passed",
+        "tests": "collected (all skipped without CUDA)",
+        "dispersion": "done",
+        "training": "done",
+        "extraction": "done",
+        "workflow": "stopped at the limit",
+        "smollm2": "planned (dry run)",
+    }, done.stdout[-3000:]
+    assert summary["call"]["mode"] == "cpu rehearsal" and summary["steps"]["tests"]["skipped"] == 21
+    numbers = {name: values for step in summary["steps"].values() for name, values in step.get("numbers", {}).items()}
+    assert set(numbers) == {"dispersion-all", "dispersion-last", "training", "extraction"}
+    assert (
+        numbers["dispersion-all"]["ce+compiled step / ce step"] > 0
+        and numbers["dispersion-last"]["placement"] == "last"
+    )
+    assert (
+        numbers["training"]["ours+compile / plain tokens/s"] > 0 and numbers["extraction"]["ours time / bare time"] > 0
+    )
+    assert all(
+        row["met"] is None and row["measured"] is not None for row in summary["targets"] if "MFU" not in row["target"]
+    )
+    workflow = summary["steps"]["workflow"]
+    assert re.fullmatch(r"\d+ of 78", workflow["jobs_done"]) and workflow["took_s"] < 60 + 30
+    assert "configs/smollm2-gpu.yaml" in summary["steps"]["smollm2"]["command"]
+    assert "not judged (CPU)" in (out / "summary.md").read_text()
+    with tarfile.open(out / "logs.tar.gz") as archive:
+        names = set(archive.getnames())
+    assert {"logs/env.log", "logs/dispersion.log", "logs/workflow.log", "benchmarks/training.json"} <= names
