@@ -236,51 +236,64 @@ def measure(
     device: str = "auto",
     lens_tokens: int | None = lenses.SAMPLE_TOKENS,
     trend: TrendConfig = PAPER_TREND,
+    heatmap_size: int | None = geometry.HEATMAP_SIZE,
     meta: Mapping[str, Any] | None = None,
     progress: bool | Callable[[int], object] = True,
 ) -> Measurement:
     """Condensation of ``model``, layer by layer, on ``texts`` (or ``dataset``).
 
-    ``model``: a Hugging Face model (give its ``tokenizer``), a hub id, a directory, ``pkg://...``,
-    a ``.gguf`` file or a prepared ``ModelHandle``. ``texts``: a list of strings, each measured as
+    ``model``: a hub id, a directory, ``pkg://...``, a ``.gguf`` file or a prepared ``ModelHandle``;
+    or a model object: a Hugging Face model (give its ``tokenizer``), a TransformerLens
+    ``HookedTransformer`` or ``TransformerBridge``, an nnsight ``LanguageModel`` (these carry their
+    tokenizer), or a callable from token ids ``[B, T]`` to the per-layer hidden states
+    (:mod:`condensation.hidden_states`). ``texts``: a list of strings, each measured as
     one sequence of its first ``seq_len`` tokens (every one must have that many), or a text file,
     from which ``num_sequences`` sequences of ``min_words`` words (default ``1.25 * seq_len``) are
     sampled with ``sample_seed``; ``dataset``: a built-in corpus name or a config-style entry,
     sampled the same way; ``token_ids``: sequences already tokenised, ``[N, T]``.
     ``dtype``/``device``: ``auto`` is bf16 on a CUDA GPU, else fp32 on CPU.
     ``lens_tokens``: tokens per layer the spectral lenses sample (None: cosines only).
+    ``heatmap_size``: the position-wise mean matrix is kept whole up to this ``T`` and averaged over
+    blocks of positions to this size above it (None: whole at any ``T``, memory ``T^2``); every
+    other statistic is exact at any ``T``, in memory linear in ``T``.
     """
-    import torch
+    from condensation.hidden_states import UnsupportedModelError, source_of
 
     if sum(source is not None for source in (texts, dataset, token_ids)) != 1:
         raise MeasureError("give one of texts (a list of strings or a text file), dataset or token_ids")
     sampling = SamplingConfig(num_sequences=num_sequences, seq_len=seq_len,
                               min_words=min_words or max(seq_len, math.ceil(1.25 * seq_len)), seed=sample_seed)
-    if isinstance(model, torch.nn.Module):
-        if tokenizer is None and token_ids is None:
-            raise MeasureError("a model object needs its tokenizer: measure(model, texts, tokenizer=tokenizer)")
-        name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
-        loaded = model
-        num_parameters = models.count_parameters(model)
-    else:
+    if isinstance(model, (str, os.PathLike, models.ModelHandle)):
         handle = resolve_model(model, name)
-        name, num_parameters = handle.name, handle.num_parameters
         tokenizer = tokenizer or models.load_tokenizer(handle)
-        loaded = models.load_model(handle, dtype, device)
+        source = source_of(models.load_model(handle, dtype, device))
+        source.name, source.num_parameters = handle.name, handle.num_parameters
+    else:
+        try:
+            source = source_of(model)
+        except UnsupportedModelError as error:
+            raise MeasureError(str(error)) from error
+        tokenizer = tokenizer if tokenizer is not None else source.tokenizer
+        if tokenizer is None and token_ids is None:
+            raise MeasureError(f"a {source.kind} model object needs its tokenizer: measure(model, texts, "
+                               "tokenizer=tokenizer), or give token_ids")
+    name = name or source.name
     meta = dict(meta or {})
     if token_ids is not None:
         sequences = []
+        seq_len = int(token_ids.shape[-1])
     elif isinstance(texts, (str, os.PathLike)) or dataset is not None:
-        source = dataset if dataset is not None else texts
-        meta.setdefault("dataset", source.get("name", "dataset") if isinstance(source, Mapping) else Path(source).stem)
-        sequences = sampled_texts(source, sampling)
+        source_text = dataset if dataset is not None else texts
+        meta.setdefault("dataset", source_text.get("name", "dataset") if isinstance(source_text, Mapping)
+                        else Path(source_text).stem)
+        sequences = sampled_texts(source_text, sampling)
     else:
         sequences = list(texts)
         if not sequences:
             raise MeasureError("texts is an empty list; give at least two strings of seq_len tokens or more")
-    limit = models.max_positions(loaded.config)
-    if limit is not None and seq_len > limit:
-        raise MeasureError(f"model '{name}' accepts at most {limit} positions, fewer than seq_len={seq_len}; lower seq_len")
+    if source.max_positions is not None and seq_len > source.max_positions:
+        raise MeasureError(f"model '{name}' accepts at most {source.max_positions} positions, fewer than "
+                           f"seq_len={seq_len}; lower seq_len")
     from condensation.data import packing, text
 
     where = f"{meta.get('dataset', 'texts')}: "
@@ -290,19 +303,20 @@ def measure(
         raise MeasureError(str(error)) from error
     label = f"{name} on {meta.get('dataset', 'texts')}"
     update, close = _progress(len(input_ids), label) if progress is True else (progress or None, lambda: None)
-    parameter = next(loaded.parameters())
     started = time.perf_counter()
     try:
         stats = geometry.extract_cosine_statistics(
-            loaded, input_ids, batch_size=batch_size, progress=update, lens_tokens=lens_tokens,
-            meta={**meta, "model": name, "num_parameters": num_parameters,
-                  "dtype": str(parameter.dtype), "device": str(parameter.device)},
+            source, input_ids, batch_size=batch_size, progress=update, lens_tokens=lens_tokens, heatmap_size=heatmap_size,
+            meta={**meta, "model": name, "num_parameters": source.num_parameters,
+                  "dtype": source.dtype, "device": str(source.device)},
         )
+    except UnsupportedModelError as error:
+        raise MeasureError(str(error)) from error
     finally:
         close()
     stats.meta["seconds"] = time.perf_counter() - started
     log.info("%s: %d sequences x %d tokens, %d layers, %.1f s", name, *input_ids.shape, stats.num_layers, stats.meta["seconds"])
-    return Measurement(name, stats, num_parameters, trend)
+    return Measurement(name, stats, source.num_parameters, trend)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ def extract(
     measurement = measure(
         models.ModelHandle.load(handle_path), texts, seq_len=sampling.seq_len, batch_size=extraction.batch_size,
         dtype=extraction.dtype, device=extraction.device, meta={"dataset": Path(samples_path).stem},
-        lens_tokens=extraction.lens_tokens,
+        lens_tokens=extraction.lens_tokens, heatmap_size=None,  # the paper's whole T x T matrices
     )
     measurement.statistics.save(out_path)
 
