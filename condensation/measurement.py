@@ -151,7 +151,11 @@ def resolve_model(model: str | os.PathLike | models.ModelHandle, name: str | Non
         target = cache_dir() / "gguf" / f"{local.stem}-{local.stat().st_size if local.is_file() else 0}"
         if (target / "config.json").exists():
             return models.prepare_local(name, str(target))
-        return models.convert_gguf(name, str(local), target)
+        try:
+            return models.convert_gguf(name, str(local), target)
+        except ImportError as error:  # transformers reads GGUF through the gguf package
+            raise MeasureError(f"{local.name}: a .gguf model needs the gguf package: pip install 'condensation[gguf]' "
+                               f"({error})") from error
     if local.exists() or text.startswith(models.PACKAGE_SCHEME):
         return models.prepare_local(name, str(local))
     if text.startswith((".", "/", "~")) or os.sep in text.strip("/").replace("/", "", 1):
@@ -175,7 +179,11 @@ def sampled_texts(source: str | os.PathLike | Mapping[str, Any], sampling: Sampl
         if not path.read_text(encoding="utf-8", errors="replace").strip():
             raise MeasureError(f"texts: {path} is empty; give a file with at least {sampling.min_words} words of text")
         spec = DatasetSpec.from_config(path.stem, {"source": "files", "files": [str(path)]})
-    rows = text.load_rows(spec, _dataset_dir(spec))
+    try:
+        rows = text.load_rows(spec, _dataset_dir(spec))
+    except ModuleNotFoundError as error:  # a hub dataset loads through the datasets package
+        raise MeasureError(f"{spec.dataset}: reading a {spec.source} dataset needs {error.name}: "
+                           "pip install 'condensation[workflow]'") from error
     try:
         return [sample["text"] for sample in text.sample_sequences(rows, sampling)]
     except text.DatasetError as error:
@@ -194,7 +202,14 @@ def _dataset_dir(spec: DatasetSpec) -> Path | None:
     if spec.source in CORPORA:
         from condensation.data import corpus
 
-        corpus.build_corpus_dir(spec.source, corpus.find_deb(CORPORA[spec.source].package), directory)
+        try:
+            corpus.build_corpus_dir(spec.source, corpus.find_deb(CORPORA[spec.source].package), directory)
+        except (FileNotFoundError, ImportError) as error:
+            raise MeasureError(
+                f"the built-in corpus '{spec.source}' is built from a Debian package ({error}); in a checkout, "
+                f"`pip install '.[workflow]'` and `bash tools/fetch_debs.sh` (or set ${corpus.DEBS_ENV_VAR} to a folder "
+                "holding it); anywhere, measure your own text with --texts FILE"
+            ) from error
     else:
         from condensation.data import text
 
