@@ -15,6 +15,7 @@ entry as under ``datasets:`` in config.yaml), sampled as the workflow samples th
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import math
 import os
@@ -63,6 +64,9 @@ class Measurement:
     num_parameters: int | None = None
     trend_config: TrendConfig = PAPER_TREND
     """Which layers and pairs the trend and the summaries read (the paper's by default)."""
+    token_digest: str | None = None
+    """SHA-256 of the token ids measured: two measurements with the same digest read the same
+    tokens, which :func:`condensation.similarity.compare` needs for representation similarity."""
 
     @property
     def trend(self) -> geometry.TrendStatistics:
@@ -331,7 +335,9 @@ def measure(
         close()
     stats.meta["seconds"] = time.perf_counter() - started
     log.info("%s: %d sequences x %d tokens, %d layers, %.1f s", name, *input_ids.shape, stats.num_layers, stats.meta["seconds"])
-    return Measurement(name, stats, source.num_parameters, trend)
+    ids = input_ids.cpu().numpy().astype(np.int64)
+    digest = hashlib.sha256(repr(ids.shape).encode() + ids.tobytes()).hexdigest()
+    return Measurement(name, stats, source.num_parameters, trend, token_digest=digest)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -201,6 +201,7 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
                 problems.append(f"config.models.{name}.arch.n_positions is below config.pretrain.train.block_size")
     problems += [problem for study in STUDIES for problem in check_study(config, study)]
     problems += check_series(config)
+    problems += _check_similarity(config)
     problems += _check_evaluation(config)
     sampling = config["sampling"]
     if sampling["min_words"] < sampling["seq_len"]:
@@ -208,6 +209,29 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
             f"config.sampling.min_words ({sampling['min_words']}) is below seq_len ({sampling['seq_len']}): "
             "sequences could come out shorter than seq_len tokens"
         )
+    return problems
+
+
+def _check_similarity(config: dict[str, Any]) -> list[str]:
+    """A comparison names a pair with a reference row, or a study that trains and reference models."""
+    problems = []
+    for name, spec in config["similarity"].items():
+        where = f"config.similarity.{name}"
+        if "pair" in spec:
+            pair = config["pairs"].get(spec["pair"])
+            if pair is None:
+                problems.append(f"{where}.pair: unknown pair '{spec['pair']}' (known: {', '.join(config['pairs']) or 'none'})")
+            elif not pair.get("reference"):
+                problems.append(f"{where}.pair: pair '{spec['pair']}' has no reference row to compare its models against")
+        else:
+            methods = config[spec["study"]]["methods"]
+            if not config[spec["study"]]["models"]:
+                problems.append(f"{where}.study: the {spec['study']} study trains no model (its models list is empty)")
+            problems += [f"{where}.methods: '{m}' is not a method of {spec['study']} (it has: {', '.join(methods)})"
+                         for m in spec.get("methods") or [] if m not in methods]
+            problems += [f"{where}.reference: unknown model '{m}'" for m in spec["reference"] if m not in config["models"]]
+        if spec.get("dataset") and spec["dataset"] not in config["datasets"]:
+            problems.append(f"{where}.dataset: unknown dataset '{spec['dataset']}'")
     return problems
 
 
