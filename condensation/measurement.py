@@ -375,6 +375,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ... (default: auto)")
     parser.add_argument("--lens-tokens", type=int, default=lenses.SAMPLE_TOKENS,
                         help=f"tokens per layer the spectral lenses sample (default: {lenses.SAMPLE_TOKENS}; 0: cosines only)")
+    parser.add_argument("--heatmap-size", type=int, default=geometry.HEATMAP_SIZE, metavar="CELLS",
+                        help=f"keep the position-wise mean matrix whole up to this seq-len and block-averaged to "
+                        f"CELLS x CELLS above it (default: {geometry.HEATMAP_SIZE}; 0: whole at any length, memory T^2)")
     parser.add_argument("--no-embedding-layer", action="store_true", help="leave layer 0 out of the trend")
     parser.add_argument("--offdiag", action="store_true", help="trend of the off-diagonal mean (i != j) instead of all pairs")
     parser.add_argument("--out", default="condensation-measure", metavar="DIR",
@@ -425,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             measurements.append(measure(
                 model, **source, seq_len=args.seq_len, num_sequences=args.num_sequences, min_words=args.min_words,
                 sample_seed=args.seed, batch_size=args.batch_size, dtype=args.dtype, device=args.device,
-                lens_tokens=args.lens_tokens or None, trend=trend,
+                lens_tokens=args.lens_tokens or None, trend=trend, heatmap_size=args.heatmap_size or None,
             ))
     except (MeasureError, models.ModelError) as error:
         print(f"condensation measure: {error}", file=sys.stderr)
