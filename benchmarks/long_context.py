@@ -90,7 +90,8 @@ def quadratic_extraction(model: torch.nn.Module, input_ids: torch.Tensor, batch_
     accumulator = QuadraticAccumulator()
     lens_sums = lenses.LensAccumulator(*input_ids.shape)
     for start in range(0, input_ids.shape[0], batch_size):
-        hidden = model(input_ids=input_ids[start : start + batch_size], output_hidden_states=True, use_cache=False).hidden_states
+        batch = input_ids[start : start + batch_size]
+        hidden = model(input_ids=batch, output_hidden_states=True, use_cache=False).hidden_states
         accumulator.update(hidden)
         lens_sums.update(hidden)
     lens_sums.finalize()
@@ -98,7 +99,8 @@ def quadratic_extraction(model: torch.nn.Module, input_ids: torch.Tensor, batch_
 
 
 def our_extraction(model: torch.nn.Module, input_ids: torch.Tensor, batch_size: int) -> dict[str, np.ndarray]:
-    stats = geometry.extract_cosine_statistics(model, input_ids, batch_size=batch_size, heatmap_size=geometry.HEATMAP_SIZE)
+    stats = geometry.extract_cosine_statistics(model, input_ids, batch_size=batch_size,
+                                               heatmap_size=geometry.HEATMAP_SIZE)
     return {"layer_mean": stats.layer_mean, "layer_mean_offdiag": stats.layer_mean_offdiag}
 
 
@@ -129,7 +131,8 @@ def child(args) -> None:
     extraction = VARIANTS[args.child]
     warm = torch.randint(0, 1000, (2, 64), generator=torch.Generator().manual_seed(1)).to(device)
     extraction(model, warm, args.batch_size)
-    ids = torch.randint(0, 1000, (args.sequences, args.child_tokens), generator=torch.Generator().manual_seed(0)).to(device)
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 1000, (args.sequences, args.child_tokens), generator=generator).to(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -180,9 +183,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         return child(args)
-    print(f"device: {device_name(args.device, args.threads)}; torch {torch.__version__}; GPT2 {args.layers} layers x {args.width}, "
+    print(f"device: {device_name(args.device, args.threads)}; torch {torch.__version__}; "
+          f"GPT2 {args.layers} layers x {args.width}, "
           f"{args.sequences} sequences, batch {args.batch_size}")
-    print(f"{'T':>6} {'ours MB':>9} {'quad MB':>9} {'mem ratio':>9} {'ours s':>8} {'quad s':>8} {'time ratio':>10} {'max |dmu|':>10}")
+    print(f"{'T':>6} {'ours MB':>9} {'quad MB':>9} {'mem ratio':>9} {'ours s':>8} {'quad s':>8} {'time ratio':>10} "
+          f"{'max |dmu|':>10}")
     rows, failed = [], False
     for tokens in args.tokens:
         ours = measure_in_child(args, "ours", tokens)
@@ -196,7 +201,8 @@ def main() -> None:
                   f"{'-':>10}  (quadratic: {quad['error']})")
         else:
             difference = max(np.abs(np.subtract(ours[k], quad[k])).max() for k in ("layer_mean", "layer_mean_offdiag"))
-            row |= {"memory_ratio": quad["peak_mb"] / max(ours["peak_mb"], 1e-9), "time_ratio": quad["seconds"] / ours["seconds"],
+            row |= {"memory_ratio": quad["peak_mb"] / max(ours["peak_mb"], 1e-9),
+                    "time_ratio": quad["seconds"] / ours["seconds"],
                     "max_layer_mean_difference": float(difference)}
             failed |= difference > AGREEMENT_TOLERANCE
             print(f"{tokens:>6} {ours['peak_mb']:>9.1f} {quad['peak_mb']:>9.1f} {row['memory_ratio']:>8.1f}x "
@@ -205,7 +211,8 @@ def main() -> None:
     print("mem ratio = quadratic peak / ours (higher: ours holds less); time ratio = quadratic time / ours "
           "(above 1: ours is faster); peaks are above the memory held before the call")
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": device_name(args.device, args.threads), "rows": rows}, indent=1))
+        summary = {"device": device_name(args.device, args.threads), "rows": rows}
+        Path(args.json).write_text(json.dumps(summary, indent=1))
     if failed:
         sys.exit(f"FAILED: a layer mean differs by more than {AGREEMENT_TOLERANCE} or ours did not run")
 

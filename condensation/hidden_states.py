@@ -27,8 +27,9 @@ from, so the light install measures them when the user has them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -99,7 +100,8 @@ def source_of(model: Any) -> HiddenStateSource:
     if library == "nnsight":
         if callable(getattr(model, "trace", None)):
             return _nnsight(model)
-        raise UnsupportedModelError(f"an nnsight {type(model).__name__} without .trace is not read; measure takes {SUPPORTED}")
+        raise UnsupportedModelError(f"an nnsight {type(model).__name__} without .trace is not read; "
+                                    f"measure takes {SUPPORTED}")
     if callable(getattr(model, "get_input_embeddings", None)):  # a Hugging Face model, or one shaped like it
         return _transformers(model)
     if callable(model):
@@ -158,7 +160,8 @@ def _transformer_lens(model: Any) -> HiddenStateSource:
     if not bridge and str(getattr(model.cfg, "normalization_type", "")).endswith("Pre"):
         log.warning("%s: its LayerNorm weights are folded (from_pretrained's default), so the last layer is the "
                     "normalised stream without them and every layer is centred; load it with "
-                    "from_pretrained_no_processing to measure what the Hugging Face model computes", type(model).__name__)
+                    "from_pretrained_no_processing to measure what the Hugging Face model computes",
+                    type(model).__name__)
 
     def forward(input_ids):
         wanted = set(names) | ({final_hook} if final_hook else set())
@@ -190,5 +193,6 @@ def _nnsight(model: Any) -> HiddenStateSource:
     return HiddenStateSource(
         forward=forward, device=_parameter_device(model), kind="nnsight",
         name=str(getattr(config, "_name_or_path", "") or type(model).__name__), num_parameters=_count(model),
-        max_positions=_max_positions(config), tokenizer=getattr(model, "tokenizer", None), dtype=_parameter_dtype(model),
+        max_positions=_max_positions(config), tokenizer=getattr(model, "tokenizer", None),
+        dtype=_parameter_dtype(model),
     )

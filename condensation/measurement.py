@@ -211,8 +211,8 @@ def _dataset_dir(spec: DatasetSpec) -> Path | None:
         except (FileNotFoundError, ImportError) as error:
             raise MeasureError(
                 f"the built-in corpus '{spec.source}' is built from a Debian package ({error}); in a checkout, "
-                f"`pip install '.[workflow]'` and `bash tools/fetch_debs.sh` (or set ${corpus.DEBS_ENV_VAR} to a folder "
-                "holding it); anywhere, measure your own text with --texts FILE"
+                f"`pip install '.[workflow]'` and `bash tools/fetch_debs.sh` (or set ${corpus.DEBS_ENV_VAR} to a "
+                "folder holding it); anywhere, measure your own text with --texts FILE"
             ) from error
     else:
         from condensation.data import text
@@ -325,7 +325,8 @@ def measure(
     started = time.perf_counter()
     try:
         stats = geometry.extract_cosine_statistics(
-            source, input_ids, batch_size=batch_size, progress=update, lens_tokens=lens_tokens, heatmap_size=heatmap_size,
+            source, input_ids, batch_size=batch_size, progress=update, lens_tokens=lens_tokens,
+            heatmap_size=heatmap_size,
             meta={**meta, "model": name, "num_parameters": source.num_parameters,
                   "dtype": source.dtype, "device": str(source.device)},
         )
@@ -377,7 +378,8 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"tokens per layer the spectral lenses sample (default: {lenses.SAMPLE_TOKENS}; 0: cosines only)")
     parser.add_argument("--heatmap-size", type=int, default=geometry.HEATMAP_SIZE, metavar="CELLS",
                         help=f"keep the position-wise mean matrix whole up to this seq-len and block-averaged to "
-                        f"CELLS x CELLS above it (default: {geometry.HEATMAP_SIZE}; 0: whole at any length, memory T^2)")
+                        f"CELLS x CELLS above it (default: {geometry.HEATMAP_SIZE}; 0: whole at any length, "
+                        "memory T^2)")
     parser.add_argument("--no-embedding-layer", action="store_true", help="leave layer 0 out of the trend")
     parser.add_argument("--offdiag", action="store_true", help="trend of the off-diagonal mean (i != j) instead of all pairs")
     parser.add_argument("--out", default="condensation-measure", metavar="DIR",

@@ -27,8 +27,9 @@ of one method (seeds) gives that spread in :func:`summarise`, as a t interval ov
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -114,8 +115,8 @@ def matched_layers(layers: int, reference_layers: int) -> np.ndarray:
     return np.rint(np.arange(layers + 1) * reference_layers / max(layers, 1)).astype(int)
 
 
-def jackknife(statistic: Callable[[np.ndarray], float], groups: np.ndarray, bounds: tuple[float, float] = (-math.inf, math.inf),
-              confidence: float = CONFIDENCE) -> Estimate:
+def jackknife(statistic: Callable[[np.ndarray], float], groups: np.ndarray,
+              bounds: tuple[float, float] = (-math.inf, math.inf), confidence: float = CONFIDENCE) -> Estimate:
     """``statistic(keep)`` over all sequences and with each group left out (``keep`` a mask over
     ``groups``, the group of each sequence): the estimate and its t interval, cut to the
     statistic's range ``bounds``."""
@@ -137,25 +138,78 @@ def _pearson(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b) / denominator if denominator > 0 else math.nan
 
 
-def _centred_grams(sample: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
-    """``[L+1, n, n]`` Gram matrices of the centred token directions (those ``keep`` selects)."""
-    import torch
-
-    tokens = sample.double() if keep is None else sample[:, keep].double()
-    centred = tokens - tokens.mean(dim=1, keepdim=True)
-    return torch.bmm(centred, centred.transpose(1, 2))
+def token_grams(sample: torch.Tensor) -> torch.Tensor:
+    """``[L+1, K, K]`` float64 Gram matrices of a sample's token directions, uncentred: computed
+    once per model, then centred for any subset of its tokens (:func:`cka_matrix`'s ``keep``)."""
+    tokens = sample.double()
+    return tokens @ tokens.transpose(1, 2)
 
 
-def cka_matrix(sample: torch.Tensor, reference: torch.Tensor, keep: np.ndarray | None = None) -> np.ndarray:
+def cka_matrix(sample: torch.Tensor, reference: torch.Tensor) -> np.ndarray:
     """Linear CKA ``[L_a + 1, L_b + 1]`` of two samples ``[L + 1, K, d]`` of the same K tokens:
-    ``<K_a, K_b>_F / (|K_a|_F |K_b|_F)`` of the centred Gram matrices."""
+    ``<H K_a H, H K_b H>_F / (|H K_a H|_F |H K_b H|_F)``, ``K`` the Gram matrices and ``H`` the
+    centring matrix, from the uncentred Gram matrices: ``<H A H, H B H> = <A, B> - 2 r_a . r_b / K
+    + s_a s_b / K^2`` (``r`` the row sums, ``s`` the total), with no centred copy of either."""
+    return cka_of_grams(token_grams(sample), token_grams(reference.to(sample.device)))
+
+
+def cka_of_grams(grams_a: torch.Tensor, grams_b: torch.Tensor) -> np.ndarray:
+    """:func:`cka_matrix` from the samples' :func:`token_grams`."""
     import torch
 
-    mask = None if keep is None else torch.from_numpy(keep).to(sample.device)
-    grams_a = _centred_grams(sample, mask).flatten(1)
-    grams_b = _centred_grams(reference.to(sample.device), mask).flatten(1)
-    inner = grams_a @ grams_b.T
-    return (inner / torch.outer(grams_a.norm(dim=1), grams_b.norm(dim=1))).cpu().numpy()
+    tokens = grams_a.shape[-1]
+
+    def centred_inner(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        rows_a, rows_b = a.sum(-1), b.sum(-1)  # [L, K]
+        return (a.flatten(1) @ b.flatten(1).T - 2 * rows_a @ rows_b.T / tokens
+                + torch.outer(rows_a.sum(-1), rows_b.sum(-1)) / tokens**2)
+
+    norms_a = centred_inner(grams_a, grams_a).diagonal().sqrt()
+    norms_b = centred_inner(grams_b, grams_b).diagonal().sqrt()
+    return (centred_inner(grams_a, grams_b) / torch.outer(norms_a, norms_b)).cpu().numpy()
+
+
+def _group_terms(a: torch.Tensor, b: torch.Tensor, groups: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """What ``<H a H, H b H>`` over any union of token groups is made of (``a``, ``b``: one layer's
+    ``[K, K]`` Gram matrices; ``groups``: ``[K, G]`` one-hot): block sums of ``a * b`` ``[G, G]``,
+    of the row sums' products ``[G, G, G]``, and of ``a`` and of ``b`` ``[G, G]``."""
+    import torch
+
+    rows_a, rows_b = a @ groups, b @ groups  # [K, G]: each token's sums over each group
+    return (groups.T @ (a * b) @ groups, torch.einsum("tg,th,tk->ghk", groups, rows_a, rows_b),
+            groups.T @ rows_a, groups.T @ rows_b)
+
+
+def _centred_inner_kept(terms: tuple[torch.Tensor, ...], keep: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+    """``<H a H, H b H>`` over the kept groups (``keep``: ``[G]`` of 0 and 1) from :func:`_group_terms`."""
+    import torch
+
+    products, rows, sums_a, sums_b = terms
+    n = keep @ sizes
+    return (keep @ products @ keep - 2 * torch.einsum("g,h,k,ghk->", keep, keep, keep, rows) / n
+            + (keep @ sums_a @ keep) * (keep @ sums_b @ keep) / n**2)
+
+
+def matched_cka_jackknife(grams_a: torch.Tensor, grams_b: torch.Tensor, pairs: np.ndarray,
+                          token_groups: np.ndarray) -> Estimate:
+    """The mean CKA over the layer ``pairs`` (``[P, 2]``) with its delete-a-group jackknife over the
+    tokens' ``token_groups`` (one pass over each Gram matrix, then each replicate from block sums)."""
+    import torch
+
+    labels = np.unique(token_groups)
+    onehot = torch.from_numpy((token_groups[:, None] == labels[None, :]).astype(np.float64)).to(grams_a.device)
+    sizes = onehot.sum(0)
+    terms = [(_group_terms(grams_a[i], grams_b[j], onehot), _group_terms(grams_a[i], grams_a[i], onehot),
+              _group_terms(grams_b[j], grams_b[j], onehot)) for i, j in pairs]
+
+    def matched_mean(keep_groups: np.ndarray) -> float:
+        keep = torch.from_numpy(keep_groups.astype(np.float64)).to(grams_a.device)
+        values = [_centred_inner_kept(ab, keep, sizes) / (_centred_inner_kept(aa, keep, sizes)
+                                                          * _centred_inner_kept(bb, keep, sizes)).sqrt()
+                  for ab, aa, bb in terms]
+        return float(torch.stack(values).mean())
+
+    return jackknife(matched_mean, labels, (0.0, 1.0))
 
 
 def compare(measured: Measurement, reference: Measurement, points: int = PROFILE_POINTS) -> Comparison:
@@ -165,29 +219,47 @@ def compare(measured: Measurement, reference: Measurement, points: int = PROFILE
     if a.num_sequences != b.num_sequences or a.sequence_layer_mean is None or b.sequence_layer_mean is None:
         raise SimilarityError(f"{measured.name} ({a.num_sequences} sequences) and {reference.name} "
                               f"({b.num_sequences}) were not measured on the same texts with per-sequence means")
-    profile_a, profile_b = profile_at_depths(a.sequence_layer_mean, points), profile_at_depths(b.sequence_layer_mean, points)
+    profile_a = profile_at_depths(a.sequence_layer_mean, points)
+    profile_b = profile_at_depths(b.sequence_layer_mean, points)
     groups = np.arange(a.num_sequences) % JACKKNIFE_GROUPS
-    correlation = jackknife(lambda keep: _pearson(profile_a[keep].mean(0), profile_b[keep].mean(0)), groups, (-1.0, 1.0))
-    distance = jackknife(
-        lambda keep: float(np.sqrt(((profile_a[keep].mean(0) - profile_b[keep].mean(0)) ** 2).mean())), groups, (0.0, 2.0))
+
+    def rms_distance(keep: np.ndarray) -> float:
+        return float(np.sqrt(((profile_a[keep].mean(0) - profile_b[keep].mean(0)) ** 2).mean()))
+
+    correlation = jackknife(lambda keep: _pearson(profile_a[keep].mean(0), profile_b[keep].mean(0)), groups,
+                            (-1.0, 1.0))
+    distance = jackknife(rms_distance, groups, (0.0, 2.0))
     matched = matched_layers(a.num_layers - 1, b.num_layers - 1)
     cka, matched_cka = _cka(measured, reference, matched)
     return Comparison(measured.name, reference.name, correlation, distance, matched_cka, cka, matched, a.num_sequences)
 
 
-def _cka(measured: Measurement, reference: Measurement, matched: np.ndarray) -> tuple[np.ndarray | None, Estimate | None]:
+def _cka(measured: Measurement, reference: Measurement,
+         matched: np.ndarray) -> tuple[np.ndarray | None, Estimate | None]:
     a, b = measured.statistics.lenses, reference.statistics.lenses
     if a is None or b is None or a.sample is None or b.sample is None:
         return None, None  # measured without lenses (lens_tokens=None), or loaded from a file
     if measured.token_digest is None or measured.token_digest != reference.token_digest:
         return None, None  # different tokens (tokenizers): no token-by-token similarity
+    grams_a = _grams_of(a)
+    grams_b = _grams_of(b).to(grams_a.device)
+    pairs = np.stack([np.arange(matched.size), matched], axis=1)
     token_groups = a.sample_sequences % JACKKNIFE_GROUPS
-    rows = np.arange(matched.size)
+    return cka_of_grams(grams_a, grams_b), matched_cka_jackknife(grams_a, grams_b, pairs, token_groups)
 
-    def matched_mean(keep: np.ndarray) -> float:
-        return float(cka_matrix(a.sample, b.sample, keep)[rows, matched].mean())
 
-    return cka_matrix(a.sample, b.sample), jackknife(matched_mean, token_groups, (0.0, 1.0))
+_GRAMS: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+"""Token Gram matrices by sample, so that a reference compared with several models is multiplied
+out once (the sample is kept alongside, so its id is not reused while cached)."""
+
+
+def _grams_of(lens_statistics: lenses.LensStatistics) -> torch.Tensor:
+    sample = lens_statistics.sample
+    if id(sample) not in _GRAMS:
+        if len(_GRAMS) >= 16:
+            _GRAMS.clear()
+        _GRAMS[id(sample)] = (sample, token_grams(sample))
+    return _GRAMS[id(sample)][1]
 
 
 def compare_models(model: Any, reference: Any, texts: Any = None, **options: Any) -> Comparison:
@@ -222,7 +294,8 @@ def _over_runs(values: np.ndarray) -> Estimate:
     mean = float(values.mean())
     if values.size < 2:
         return Estimate(mean, math.nan, math.nan)
-    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, values.size - 1)) * float(values.std(ddof=1)) / math.sqrt(values.size)
+    se = float(values.std(ddof=1)) / math.sqrt(values.size)
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, values.size - 1)) * se
     return Estimate(mean, mean - half, mean + half)
 
 

@@ -220,16 +220,18 @@ def _check_similarity(config: dict[str, Any]) -> list[str]:
         if "pair" in spec:
             pair = config["pairs"].get(spec["pair"])
             if pair is None:
-                problems.append(f"{where}.pair: unknown pair '{spec['pair']}' (known: {', '.join(config['pairs']) or 'none'})")
+                known = ", ".join(config["pairs"]) or "none"
+                problems.append(f"{where}.pair: unknown pair '{spec['pair']}' (known: {known})")
             elif not pair.get("reference"):
-                problems.append(f"{where}.pair: pair '{spec['pair']}' has no reference row to compare its models against")
+                problems.append(f"{where}.pair: pair '{spec['pair']}' has no reference row to compare against")
         else:
             methods = config[spec["study"]]["methods"]
             if not config[spec["study"]]["models"]:
                 problems.append(f"{where}.study: the {spec['study']} study trains no model (its models list is empty)")
             problems += [f"{where}.methods: '{m}' is not a method of {spec['study']} (it has: {', '.join(methods)})"
                          for m in spec.get("methods") or [] if m not in methods]
-            problems += [f"{where}.reference: unknown model '{m}'" for m in spec["reference"] if m not in config["models"]]
+            problems += [f"{where}.reference: unknown model '{m}'"
+                         for m in spec["reference"] if m not in config["models"]]
         if spec.get("dataset") and spec["dataset"] not in config["datasets"]:
             problems.append(f"{where}.dataset: unknown dataset '{spec['dataset']}'")
     return problems

@@ -159,7 +159,8 @@ def similarity_table(
         return measured[str(location)]
 
     comparisons = [
-        (row["group"], similarity.compare(measurement(row["model"], location), measurement(row["reference"], reference)))
+        (row["group"],
+         similarity.compare(measurement(row["model"], location), measurement(row["reference"], reference)))
         for row, location, reference in zip(rows, compared, references, strict=True)
     ]
     table = similarity.comparison_table(comparisons, name, dataset)

@@ -40,7 +40,8 @@ def reference(hf_gpt2, token_ids):
 
 def assert_same_numbers(result, reference, atol):
     a, b = result.statistics, reference.statistics
-    for name in ("layer_mean", "layer_mean_offdiag", "sequence_layer_mean", "sequence_layer_mean_offdiag", "mean_cosine"):
+    names = ("layer_mean", "layer_mean_offdiag", "sequence_layer_mean", "sequence_layer_mean_offdiag", "mean_cosine")
+    for name in names:
         np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=0, atol=atol, err_msg=name)
     np.testing.assert_allclose(a.lenses.values, b.lenses.values, rtol=0, atol=max(atol, 1e-5))
     assert result.trend.spearman_rho == reference.trend.spearman_rho

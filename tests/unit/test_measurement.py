@@ -108,8 +108,8 @@ def test_the_command_help_and_errors(tmp_path):
     done = command("--help", cwd=tmp_path)
     assert done.returncode == 0
     for option in ("--texts", "--dataset", "--config", "--seq-len", "--num-sequences", "--min-words", "--seed",
-                   "--batch-size", "--dtype", "--device", "--lens-tokens", "--heatmap-size", "--no-embedding-layer", "--offdiag",
-                   "--out"):
+                   "--batch-size", "--dtype", "--device", "--lens-tokens", "--heatmap-size", "--no-embedding-layer",
+                   "--offdiag", "--out"):
         assert option in done.stdout
     done = command(str(tmp_path / "nope"), "--texts", str(tmp_path / "nope.txt"), cwd=tmp_path)
     assert done.returncode == 2 and "condensation measure:" in done.stderr and "Traceback" not in done.stderr

@@ -39,6 +39,22 @@ def test_cka_matches_the_feature_space_formula_and_its_invariances():
     assert cka[1, 1] < 0.5  # unrelated
 
 
+def test_the_matched_cka_jackknife_from_block_sums_equals_leaving_tokens_out():
+    generator = torch.Generator().manual_seed(2)
+    a, b = torch.randn(3, 40, 5, generator=generator), torch.randn(4, 40, 7, generator=generator)
+    b[1:] += a[:, :, :1]  # some shared structure
+    pairs = np.array([[0, 0], [1, 2], [2, 3]])
+    token_groups = np.arange(40) % 4
+    found = similarity.matched_cka_jackknife(similarity.token_grams(a), similarity.token_grams(b), pairs, token_groups)
+
+    def direct(keep: np.ndarray) -> float:
+        kept = torch.from_numpy(np.isin(token_groups, np.arange(4)[keep]))
+        return float(similarity.cka_matrix(a[:, kept], b[:, kept])[pairs[:, 0], pairs[:, 1]].mean())
+
+    expected = similarity.jackknife(direct, np.arange(4), (0.0, 1.0))
+    assert (found.value, found.low, found.high) == pytest.approx((expected.value, expected.low, expected.high), abs=1e-12)
+
+
 def test_jackknife_of_a_mean_is_the_t_interval_of_group_means():
     values = np.arange(12.0) ** 1.5
     groups = np.arange(12) % 4
@@ -95,9 +111,9 @@ def test_summarise_gives_each_group_and_the_difference_with_intervals():
     for group, level in (("ce", 0.80), ("dispersion", 0.90)):
         for seed in range(3):
             value = level + 0.01 * seed
-            rows.append({"comparison": "midtrain", "dataset": "austen", "group": group, "model": f"m/{group}/seed{seed}",
-                         "reference": "wide", **{f"{c}{s}": value for c in similarity.STATISTICS
-                                                  for s in ("", "_low", "_high")}})
+            columns = {f"{c}{s}": value for c in similarity.STATISTICS for s in ("", "_low", "_high")}
+            rows.append({"comparison": "midtrain", "dataset": "austen", "group": group,
+                         "model": f"m/{group}/seed{seed}", "reference": "wide", **columns})
     (line,) = similarity.summarise(pd.DataFrame(rows))
     assert line.startswith("midtrain: against wide on austen, ce (3 runs): profile correlation 0.810 [")
     # Welch: se = sqrt(2 x 1e-4 / 3), 4 degrees of freedom, t = 2.776

@@ -18,10 +18,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 TORCH = "torch==2.13.0"  # as tools/install.sh: the CPU wheel on disk; any other spec fetches a CUDA build
