@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
+from condensation.models import max_positions
+
 log = logging.getLogger("condensation")
 
 
@@ -130,14 +132,6 @@ def _count(model: Any) -> int | None:
     return sum(p.numel() for p in parameters()) if callable(parameters) else None
 
 
-def _max_positions(config: Any) -> int | None:
-    for key in ("max_position_embeddings", "n_positions", "seq_length", "n_ctx"):
-        value = getattr(config, key, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
-
-
 def _transformers(model: Any) -> HiddenStateSource:
     def forward(input_ids):
         return model(input_ids=input_ids, output_hidden_states=True, use_cache=False).hidden_states
@@ -146,7 +140,7 @@ def _transformers(model: Any) -> HiddenStateSource:
     return HiddenStateSource(
         forward=forward, device=model.get_input_embeddings().weight.device, kind="transformers",
         name=getattr(config, "_name_or_path", "") or type(model).__name__, num_parameters=_count(model),
-        max_positions=_max_positions(config), dtype=_parameter_dtype(model),
+        max_positions=max_positions(config), dtype=_parameter_dtype(model),
     )
 
 
@@ -176,7 +170,7 @@ def _transformer_lens(model: Any) -> HiddenStateSource:
     return HiddenStateSource(
         forward=forward, device=_parameter_device(model), kind="transformer_bridge" if bridge else "transformer_lens",
         name=str(getattr(model.cfg, "model_name", "") or type(model).__name__), num_parameters=_count(model),
-        max_positions=_max_positions(model.cfg), tokenizer=getattr(model, "tokenizer", None),
+        max_positions=max_positions(model.cfg), tokenizer=getattr(model, "tokenizer", None),
         dtype=_parameter_dtype(model),
     )
 
@@ -193,6 +187,6 @@ def _nnsight(model: Any) -> HiddenStateSource:
     return HiddenStateSource(
         forward=forward, device=_parameter_device(model), kind="nnsight",
         name=str(getattr(config, "_name_or_path", "") or type(model).__name__), num_parameters=_count(model),
-        max_positions=_max_positions(config), tokenizer=getattr(model, "tokenizer", None),
+        max_positions=max_positions(config), tokenizer=getattr(model, "tokenizer", None),
         dtype=_parameter_dtype(model),
     )

@@ -238,6 +238,36 @@ def _progress(total: int, label: str) -> tuple[Callable[[int], object], Callable
 # ---------------------------------------------------------------------------------------------
 
 
+def _sequences(texts: Any, dataset: Any, sampling: SamplingConfig, meta: dict[str, Any]) -> list[str]:
+    """The texts to measure: sampled from a file or a dataset (whose name goes into ``meta``), or
+    the given strings."""
+    if isinstance(texts, (str, os.PathLike)) or dataset is not None:
+        source = dataset if dataset is not None else texts
+        meta.setdefault("dataset", source.get("name", "dataset") if isinstance(source, Mapping) else Path(source).stem)
+        return sampled_texts(source, sampling)
+    sequences = list(texts)
+    if not sequences:
+        raise MeasureError("texts is an empty list; give at least two strings of seq_len tokens or more")
+    return sequences
+
+
+def _source_and_tokenizer(model: Any, name: str | None, tokenizer: Any, dtype: str, device: str):
+    """Where ``model``'s hidden states come from (loaded first when it is a path or an id), and its
+    tokenizer: the one given, else the one it is loaded with or carries (None for a bare model)."""
+    from condensation.hidden_states import UnsupportedModelError, source_of
+
+    if isinstance(model, (str, os.PathLike, models.ModelHandle)):
+        handle = resolve_model(model, name)
+        source = source_of(models.load_model(handle, dtype, device))
+        source.name, source.num_parameters = handle.name, handle.num_parameters
+        return source, tokenizer or models.load_tokenizer(handle)
+    try:
+        source = source_of(model)
+    except UnsupportedModelError as error:
+        raise MeasureError(str(error)) from error
+    return source, tokenizer if tokenizer is not None else source.tokenizer
+
+
 def measure(
     model: Any,
     texts: Sequence[str] | str | os.PathLike | None = None,
@@ -276,40 +306,20 @@ def measure(
     blocks of positions to this size above it (None: whole at any ``T``, memory ``T^2``); every
     other statistic is exact at any ``T``, in memory linear in ``T``.
     """
-    from condensation.hidden_states import UnsupportedModelError, source_of
+    from condensation.hidden_states import UnsupportedModelError
 
     if sum(source is not None for source in (texts, dataset, token_ids)) != 1:
         raise MeasureError("give one of texts (a list of strings or a text file), dataset or token_ids")
     sampling = SamplingConfig(num_sequences=num_sequences, seq_len=seq_len,
                               min_words=min_words or max(seq_len, math.ceil(1.25 * seq_len)), seed=sample_seed)
-    if isinstance(model, (str, os.PathLike, models.ModelHandle)):
-        handle = resolve_model(model, name)
-        tokenizer = tokenizer or models.load_tokenizer(handle)
-        source = source_of(models.load_model(handle, dtype, device))
-        source.name, source.num_parameters = handle.name, handle.num_parameters
-    else:
-        try:
-            source = source_of(model)
-        except UnsupportedModelError as error:
-            raise MeasureError(str(error)) from error
-        tokenizer = tokenizer if tokenizer is not None else source.tokenizer
-        if tokenizer is None and token_ids is None:
-            raise MeasureError(f"a {source.kind} model object needs its tokenizer: measure(model, texts, "
-                               "tokenizer=tokenizer), or give token_ids")
+    source, tokenizer = _source_and_tokenizer(model, name, tokenizer, dtype, device)
+    if tokenizer is None and token_ids is None:
+        raise MeasureError(f"a {source.kind} model object needs its tokenizer: measure(model, texts, "
+                           "tokenizer=tokenizer), or give token_ids")
     name = name or source.name
     meta = dict(meta or {})
-    if token_ids is not None:
-        sequences = []
-        seq_len = int(token_ids.shape[-1])
-    elif isinstance(texts, (str, os.PathLike)) or dataset is not None:
-        source_text = dataset if dataset is not None else texts
-        meta.setdefault("dataset", source_text.get("name", "dataset") if isinstance(source_text, Mapping)
-                        else Path(source_text).stem)
-        sequences = sampled_texts(source_text, sampling)
-    else:
-        sequences = list(texts)
-        if not sequences:
-            raise MeasureError("texts is an empty list; give at least two strings of seq_len tokens or more")
+    sequences = [] if token_ids is not None else _sequences(texts, dataset, sampling, meta)
+    seq_len = int(token_ids.shape[-1]) if token_ids is not None else seq_len
     if source.max_positions is not None and seq_len > source.max_positions:
         raise MeasureError(f"model '{name}' accepts at most {source.max_positions} positions, fewer than "
                            f"seq_len={seq_len}; lower seq_len")
