@@ -64,6 +64,8 @@ class Estimate:
     def __format__(self, spec: str) -> str:
         """``f"{e}"``: 0.912 [0.900, 0.925]; ``f"{e:+}"`` signs each number (a difference)."""
         sign = "+" if spec == "+" else ""
+        if math.isnan(self.low) or math.isnan(self.high):
+            return f"{self.value:{sign}.3f} (no interval)"
         return f"{self.value:{sign}.3f} [{self.low:{sign}.3f}, {self.high:{sign}.3f}]"
 
     def __str__(self) -> str:
@@ -287,8 +289,8 @@ def comparison_table(rows: Sequence[tuple[str, Comparison]], name: str, dataset:
     return pd.DataFrame([{"comparison": name, "dataset": dataset, "group": group, **c.as_row()} for group, c in rows])
 
 
-def _over_runs(values: np.ndarray) -> Estimate:
-    """Mean over runs with a t interval over them (NaN bounds for a single run)."""
+def _over_runs(values: np.ndarray, bounds: tuple[float, float]) -> Estimate:
+    """Mean over runs with a t interval over them, cut to ``bounds`` (NaN bounds for a single run)."""
     from scipy import stats
 
     mean = float(values.mean())
@@ -296,7 +298,7 @@ def _over_runs(values: np.ndarray) -> Estimate:
         return Estimate(mean, math.nan, math.nan)
     se = float(values.std(ddof=1)) / math.sqrt(values.size)
     half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, values.size - 1)) * se
-    return Estimate(mean, mean - half, mean + half)
+    return Estimate(mean, max(mean - half, bounds[0]), min(mean + half, bounds[1]))
 
 
 def _difference(first: np.ndarray, second: np.ndarray) -> Estimate:
@@ -338,16 +340,18 @@ def summarise(table: pd.DataFrame) -> list[str]:
             line += f" | {group} minus {groups[0]}: " + "; ".join(
                 f"{label} {_difference(first[column].to_numpy(float), other[column].to_numpy(float)):+}"
                 for column, label in _COLUMNS if first[column].notna().all() and other[column].notna().all())
-        lines.append(line + " (intervals: 95 %, t over runs; one run: jackknife over sequence groups)")
+        lines.append(line + " (intervals: 95 %, t over runs, the training noise; a group of one run: "
+                     "jackknife over sequence groups, the text sampling)")
     return lines
 
 
 _COLUMNS = (("profile_correlation", "profile correlation"), ("profile_distance", "profile distance"),
             ("matched_cka", "matched-depth CKA"))
+_BOUNDS = {"profile_correlation": (-1.0, 1.0), "profile_distance": (0.0, 2.0), "matched_cka": (0.0, 1.0)}
 
 
 def _group_estimate(rows: pd.DataFrame, column: str) -> Estimate:
     if len(rows) == 1:
         row = rows.iloc[0]
         return Estimate(float(row[column]), float(row[f"{column}_low"]), float(row[f"{column}_high"]))
-    return _over_runs(rows[column].to_numpy(float))
+    return _over_runs(rows[column].to_numpy(float), _BOUNDS[column])
