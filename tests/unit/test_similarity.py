@@ -52,7 +52,8 @@ def test_the_matched_cka_jackknife_from_block_sums_equals_leaving_tokens_out():
         return float(similarity.cka_matrix(a[:, kept], b[:, kept])[pairs[:, 0], pairs[:, 1]].mean())
 
     expected = similarity.jackknife(direct, np.arange(4), (0.0, 1.0))
-    assert (found.value, found.low, found.high) == pytest.approx((expected.value, expected.low, expected.high), abs=1e-12)
+    expected_bounds = (expected.value, expected.low, expected.high)
+    assert (found.value, found.low, found.high) == pytest.approx(expected_bounds, abs=1e-12)
 
 
 def test_jackknife_of_a_mean_is_the_t_interval_of_group_means():
