@@ -5,7 +5,7 @@ The environment is built from nothing but the core (torch first and pinned, so t
 CPU wheel on disk, then the package with ``-c constraints.txt`` and no extras) and kept in pytest's
 cache under a key of what it was built from (pyproject.toml, constraints.txt, Python): a later run
 reinstalls the package into it, and rebuilds it whenever the requirements change. On the project's
-2-core machine (shared, loaded) a cold build took 291 s, a warm reinstall 14 s.
+2-core machine (shared, loaded) a cold build took 192-291 s, a warm reinstall 14 s.
 """
 
 from __future__ import annotations
