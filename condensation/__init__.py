@@ -8,8 +8,12 @@ Folders by stage of the pipeline, in the order the data flows (each folder's doc
   geometry    the one cosine helper, per-layer cosine statistics reduced on the fly, trend
               statistics, the condensation probe; lenses: anisotropy, IsoScore*, effective
               rank, PC1 share from the same pass
+  hidden_states where a measurement's hidden states come from: Hugging Face, TransformerLens,
+              nnsight, or any callable
   measurement ``measure``: one model measured in one call (API and command; the extract rule's
               stage calls it)
+  similarity  one model's condensation against another's: layer profiles over relative depth and
+              linear CKA on the same tokens, with intervals
   training/   the one training loop (accelerate), its checkpoints, the losses and their tiled
               kernel, the baselines
   evaluation/ offline lm-eval tasks from held-out text, lm-eval scoring, score files and records

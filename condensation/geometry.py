@@ -67,20 +67,23 @@ def cosine_matrices(hidden: torch.Tensor) -> torch.Tensor:
     return torch.bmm(z, z.transpose(1, 2)).clamp_(-1.0, 1.0)
 
 
-def density_histogram(values: torch.Tensor | np.ndarray, bins: int = NUM_BINS) -> np.ndarray:
-    """Density histogram over [-1, 1] (integrates to 1), matching ``np.histogram(density=True)``."""
-    counts = histogram_counts(torch.as_tensor(values), bins)
+def density_histogram(values: torch.Tensor | np.ndarray, bins: int = NUM_BINS,
+                      weights: torch.Tensor | None = None) -> np.ndarray:
+    """Density histogram over [-1, 1] (integrates to 1), matching ``np.histogram(density=True)``
+    (and its ``weights``)."""
+    counts = histogram_counts(torch.as_tensor(values), bins, weights)
     return counts_to_density(counts)
 
 
-def histogram_counts(values: torch.Tensor, bins: int = NUM_BINS) -> torch.Tensor:
-    """Counts in ``bins`` equal bins over [-1, 1]; the right edge 1.0 falls in the last bin."""
+def histogram_counts(values: torch.Tensor, bins: int = NUM_BINS, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Counts in ``bins`` equal bins over [-1, 1]; the right edge 1.0 falls in the last bin. With
+    ``weights`` (one per value), each value counts its weight."""
     flat = values.reshape(-1).double()
     index = ((flat + 1.0) * (bins / 2.0)).floor().clamp_(0, bins - 1).long()
     # index_add_, not bincount: on CUDA bincount reads max() back to size its output (a host sync
     # per layer per batch); this stays on the device. Counts are exact in float64 up to 2^53.
     counts = torch.zeros(bins, dtype=torch.float64, device=values.device)
-    return counts.index_add_(0, index, torch.ones_like(flat))
+    return counts.index_add_(0, index, torch.ones_like(flat) if weights is None else weights.reshape(-1).double())
 
 
 def counts_to_density(counts: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -98,7 +101,7 @@ _SEQUENCE_ARRAYS = ("sequence_layer_mean", "sequence_layer_mean_offdiag")
 class CosineStatistics:
     """What one extraction (one model on one dataset) produces; saved as one ``.npz``."""
 
-    mean_cosine: np.ndarray  # [L+1, T, T] float32
+    mean_cosine: np.ndarray  # [L+1, T, T] float32, or [L+1, C, C] block means when T > C (``positions`` set)
     hist_of_mean: np.ndarray  # [L+1, bins] density
     hist_pooled: np.ndarray  # [L+1, bins] density
     layer_mean: np.ndarray  # [L+1], all T^2 pairs (paper)
@@ -110,6 +113,8 @@ class CosineStatistics:
     sequence_layer_mean_offdiag: np.ndarray | None = None
     # the other lenses (condensation.lenses); None in files written before they were measured
     lenses: lens_module.LensStatistics | None = None
+    # T when ``mean_cosine`` is block-averaged to fewer cells than T x T; None when it is whole
+    positions: int | None = None
 
     @property
     def num_layers(self) -> int:
@@ -118,7 +123,8 @@ class CosineStatistics:
 
     @property
     def seq_len(self) -> int:
-        return int(self.mean_cosine.shape[-1])
+        """T, the tokens of each sequence."""
+        return int(self.positions if self.positions is not None else self.mean_cosine.shape[-1])
 
     @property
     def bin_edges(self) -> np.ndarray:
@@ -135,6 +141,8 @@ class CosineStatistics:
                 "lens_values": self.lenses.values, "lens_jackknife": self.lenses.jackknife,
                 "lens_names": np.array(lens_module.LENS_NAMES), "lens_sample_tokens": np.int64(self.lenses.sample_tokens),
             }
+        if self.positions is not None:  # only then: a file of whole matrices stays as it was
+            per_sequence["positions"] = np.int64(self.positions)
         with atomic_path(path) as tmp:
             with open(tmp, "wb") as handle:  # a file object keeps numpy from appending ".npz"
                 np.savez_compressed(
@@ -172,16 +180,50 @@ class CosineStatistics:
                 meta=json.loads(str(data["meta"])),
                 **{name: data[name] if name in data.files else None for name in _SEQUENCE_ARRAYS},
                 lenses=lenses,
+                positions=int(data["positions"]) if "positions" in data.files else None,
             )
 
 
-class CosineAccumulator:
-    """Running sums of per-layer cosine statistics; memory independent of the number of sequences."""
+HEATMAP_SIZE = 256
+"""Side of the position-wise mean matrix :func:`measure` keeps per layer by default: the full
+``T x T`` matrix up to ``T = 256`` (the workflow's default length), else that matrix averaged over
+blocks of positions down to ``256 x 256``, so that its memory does not grow with ``T``."""
 
-    def __init__(self, bins: int = NUM_BINS) -> None:
-        self.bins = bins
+CHUNK_VALUES = 1 << 18
+"""Cosines held at once per layer (1 MB in float32): the ``[B, T, T]`` matrices are computed a few
+whole sequences at a time while one sequence's ``T x T`` fits (up to ``T = 512``), and in chunks of
+rows of one sequence above that, so that memory grows with ``T``, not ``T^2``. Small chunks stay in
+the processor's cache: at ``T = 2048`` on a CPU they reduce 3x faster than one ``T x T`` matrix."""
+
+
+def position_blocks(seq_len: int, size: int | None) -> torch.Tensor | None:
+    """The block of each of ``seq_len`` positions when the mean matrix is kept at ``size x size``
+    (``size`` near-equal runs of consecutive positions); None when it is kept whole."""
+    if size is not None and size < 1:
+        raise ValueError(f"heatmap size must be a positive number of cells or None (full resolution), got {size}")
+    if size is None or seq_len <= size:
+        return None
+    return torch.arange(seq_len) * size // seq_len
+
+
+class CosineAccumulator:
+    """Running sums of per-layer cosine statistics over batches of equal-length sequences.
+
+    Memory: the mean matrix's cells (``T x T``, or ``heatmap_size^2`` above that length), one
+    diagonal of ``T`` values and a histogram per layer, two numbers per sequence and layer, and
+    one chunk of cosines at a time (:data:`CHUNK_VALUES`): linear in ``T`` and in the number of
+    sequences once ``T`` exceeds ``heatmap_size``. Every statistic but the mean matrix is exact at
+    any length; the mean matrix is exact up to ``heatmap_size`` and block-averaged above it.
+    """
+
+    def __init__(self, bins: int = NUM_BINS, heatmap_size: int | None = None, chunk_values: int = CHUNK_VALUES) -> None:
+        position_blocks(1, heatmap_size)  # checks the size
+        self.bins, self.heatmap_size, self.chunk_values = bins, heatmap_size, chunk_values
         self.count = 0
-        self._sum: torch.Tensor | None = None  # [L+1, T, T] float64
+        self.seq_len: int | None = None
+        self._blocks: torch.Tensor | None = None  # [T] block of each position; None: full resolution
+        self._sum: torch.Tensor | None = None  # [L+1, C, C] float64 sums of cosines per cell
+        self._diagonal: torch.Tensor | None = None  # [L+1, T] float64 sums of the self-cosines
         self._pooled: torch.Tensor | None = None  # [L+1, bins] counts
         self._sequence_sums: list[torch.Tensor] = []  # per batch [2, L+1, B]: all pairs, diagonal
 
@@ -189,84 +231,129 @@ class CosineAccumulator:
         """Add one batch: ``hidden_states[l]`` is ``[B, T, d]`` for every layer ``l``.
 
         Each layer is reduced on its own device (a model spread over several GPUs leaves its
-        layers on several); the reductions, ``T x T`` at most, then meet on the first layer's."""
-        per_layer_sum, per_layer_counts, per_sequence = [], [], []
+        layers on several); the reductions then meet on the first layer's."""
+        seq_len = int(hidden_states[0].shape[1])
+        if self.seq_len is None:
+            self.seq_len, self._blocks = seq_len, position_blocks(seq_len, self.heatmap_size)
+        elif seq_len != self.seq_len:
+            raise ValueError(f"batch has sequences of {seq_len} tokens but earlier batches had {self.seq_len}: "
+                             "every sequence must have the same length")
         device = hidden_states[0].device
-        for hidden in hidden_states:
-            cos = cosine_matrices(hidden)
-            per_layer_sum.append(cos.sum(dim=0, dtype=torch.float64).to(device))
-            per_layer_counts.append(histogram_counts(cos, self.bins).to(device))
-            diagonal = torch.diagonal(cos, dim1=-2, dim2=-1)
-            per_sequence.append(torch.stack([cos.sum(dim=(-2, -1), dtype=torch.float64),
-                                             diagonal.sum(dim=-1, dtype=torch.float64)]).to(device))
-        batch_sum = torch.stack(per_layer_sum)
-        batch_counts = torch.stack(per_layer_counts)
+        reduced = [[part.to(device) for part in self._reduce_layer(hidden)] for hidden in hidden_states]
+        batch_sum, batch_diagonal, batch_counts, per_sequence = (torch.stack(parts) for parts in zip(*reduced))
         if self._sum is None:
-            self._sum, self._pooled = batch_sum, batch_counts
+            self._sum, self._diagonal, self._pooled = batch_sum, batch_diagonal, batch_counts
         else:
-            if batch_sum.shape != self._sum.shape:
-                raise ValueError(
-                    f"batch has shape {tuple(batch_sum.shape)} (layers, T, T) but earlier batches "
-                    f"had {tuple(self._sum.shape)}: every sequence must have the same length"
-                )
+            if batch_sum.shape[0] != self._sum.shape[0]:
+                raise ValueError(f"batch has {batch_sum.shape[0]} layers but earlier batches had {self._sum.shape[0]}")
             self._sum += batch_sum
+            self._diagonal += batch_diagonal
             self._pooled += batch_counts
-        self._sequence_sums.append(torch.stack(per_sequence, dim=1))
+        self._sequence_sums.append(per_sequence.transpose(0, 1))
         self.count += int(hidden_states[0].shape[0])
+
+    def _reduce_layer(self, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """One layer's ``[B, T, d]`` states: the cell sums ``[C, C]``, the diagonal ``[T]``, the
+        histogram counts ``[bins]`` and each sequence's sums ``[2, B]`` (all pairs, diagonal)."""
+        batch, seq_len = hidden.shape[:2]
+        z = unit_rows(hidden.float())[0]
+        # whole sequences at a time while one's T x T fits the budget (a batched matmul computes each
+        # sequence alone, so the values are those of one call over the batch), else rows of one
+        sequences = max(1, self.chunk_values // seq_len**2)
+        rows = seq_len if sequences > 1 or seq_len**2 <= self.chunk_values else max(1, self.chunk_values // seq_len)
+        cells = seq_len if self._blocks is None else int(self.heatmap_size)
+        blocks = None if self._blocks is None else self._blocks.to(z.device)
+        cell_sum = torch.zeros(cells, cells, dtype=torch.float64, device=z.device)
+        diagonal = torch.zeros(seq_len, dtype=torch.float64, device=z.device)
+        counts = torch.zeros(self.bins, dtype=torch.float64, device=z.device)
+        totals = torch.zeros(2, batch, dtype=torch.float64, device=z.device)
+        for first in range(0, batch, sequences):
+            group = z[first : first + sequences]
+            for start in range(0, seq_len, rows):
+                stop = min(start + rows, seq_len)
+                cos = torch.bmm(group[:, start:stop], group.transpose(1, 2)).clamp_(-1.0, 1.0)  # [b, rows, T]
+                counts += histogram_counts(cos, self.bins)
+                self_cos = torch.diagonal(cos, offset=start, dim1=-2, dim2=-1)  # [b, rows]: the pairs (i, i)
+                totals[:, first : first + sequences] += torch.stack(
+                    [cos.sum(dim=(-2, -1), dtype=torch.float64), self_cos.sum(dim=-1, dtype=torch.float64)])
+                summed = cos.sum(dim=0, dtype=torch.float64)  # [rows, T]
+                diagonal[start:stop] += torch.diagonal(summed, offset=start)
+                if blocks is None:
+                    cell_sum[start:stop] += summed
+                else:  # columns into their blocks, then rows
+                    by_column = summed.new_zeros(stop - start, cells).index_add_(1, blocks, summed)
+                    cell_sum.index_add_(0, blocks[start:stop], by_column)
+        return cell_sum, diagonal, counts, totals
 
     def finalize(self, meta: dict[str, Any] | None = None) -> CosineStatistics:
         if self._sum is None or self.count == 0:
             raise ValueError("no sequences were accumulated")
-        mean = (self._sum / self.count).cpu()
-        seq_len = mean.shape[-1]
-        diag = torch.diagonal(mean, dim1=-2, dim2=-1).sum(-1)
-        total = mean.sum(dim=(-2, -1))
+        seq_len = int(self.seq_len)
+        cell_means = (self._sum / self.count).cpu()  # [L+1, C, C]: summed over the pairs in each cell
+        total = cell_means.sum(dim=(-2, -1))
+        diag = (self._diagonal / self.count).cpu().sum(-1)
         pairs, offdiag_pairs = seq_len**2, max(seq_len * (seq_len - 1), 1)
         offdiag = (total - diag) / offdiag_pairs
         sequence_total, sequence_diag = torch.cat(self._sequence_sums, dim=-1).cpu().transpose(1, 2)  # [N, L+1]
+        meta = dict(meta or {})
+        if self._blocks is None:
+            mean, weights = cell_means, None
+        else:  # each cell the mean of its block of pairs; the histogram weighs a cell by its pairs
+            sizes = torch.bincount(self._blocks, minlength=cell_means.shape[-1]).double()
+            weights = sizes[:, None] * sizes[None, :]
+            mean = cell_means / weights
+            meta["heatmap_cells"] = int(cell_means.shape[-1])
         return CosineStatistics(
             mean_cosine=mean.float().numpy(),
-            hist_of_mean=np.stack([density_histogram(m, self.bins) for m in mean]),
+            hist_of_mean=np.stack([density_histogram(m, self.bins, weights) for m in mean]),
             hist_pooled=counts_to_density(self._pooled),
             layer_mean=(total / pairs).numpy(),
             layer_mean_offdiag=offdiag.numpy(),
             num_sequences=self.count,
-            meta=dict(meta or {}),
+            meta=meta,
             sequence_layer_mean=(sequence_total / pairs).numpy(),
             sequence_layer_mean_offdiag=((sequence_total - sequence_diag) / offdiag_pairs).numpy(),
+            positions=None if self._blocks is None else seq_len,
         )
 
 
 @torch.inference_mode()
 def extract_cosine_statistics(
-    model: torch.nn.Module,
+    model: Any,
     input_ids: torch.Tensor,
     batch_size: int = 8,
     meta: dict[str, Any] | None = None,
     progress: Callable[[int], object] | None = None,
     lens_tokens: int | None = lens_module.SAMPLE_TOKENS,
+    heatmap_size: int | None = None,
 ) -> CosineStatistics:
     """Run ``model`` on ``input_ids`` ``[N, T]`` in batches and reduce all hidden states on the fly.
 
-    All sequences have exactly ``T`` tokens, so batches need no padding and no attention mask.
-    The cosine reductions run on the model's device. ``progress`` is called with each batch's
-    number of sequences (e.g. ``progress.ProgressLog(...).update``). The other lenses
-    (:mod:`condensation.lenses`) read the same hidden states, their spectral ones from a sample of
-    ``lens_tokens`` tokens per layer; None (or a single sequence) measures the cosines alone.
+    ``model``: a Hugging Face model, a TransformerLens or nnsight wrapper, or a callable returning
+    the per-layer hidden states (:func:`condensation.hidden_states.source_of`). All sequences have
+    exactly ``T`` tokens, so batches need no padding and no attention mask. The cosine reductions
+    run on the model's device. ``progress`` is called with each batch's number of sequences (e.g.
+    ``progress.ProgressLog(...).update``). The other lenses (:mod:`condensation.lenses`) read the
+    same hidden states, their spectral ones from a sample of ``lens_tokens`` tokens per layer; None
+    (or a single sequence) measures the cosines alone. ``heatmap_size``: keep the mean matrix whole
+    up to that ``T`` and block-averaged to that size above it (None: always whole).
     """
+    from condensation.hidden_states import source_of
+
     if input_ids.ndim != 2 or input_ids.shape[0] == 0:
         raise ValueError(f"input_ids must be [N, T] with N >= 1, got shape {tuple(input_ids.shape)}")
-    device = model.get_input_embeddings().weight.device  # where the first layer is, spread or not
-    accumulator = CosineAccumulator()
+    source = source_of(model)
+    accumulator = CosineAccumulator(heatmap_size=heatmap_size)
     lens_sums = None
     if lens_tokens is not None and input_ids.shape[0] >= 2:
         lens_sums = lens_module.LensAccumulator(*input_ids.shape, sample_tokens=lens_tokens)
     for start in range(0, input_ids.shape[0], batch_size):
-        batch = input_ids[start : start + batch_size].to(device)
-        output = model(input_ids=batch, output_hidden_states=True, use_cache=False)
-        accumulator.update(output.hidden_states)
+        batch = input_ids[start : start + batch_size].to(source.device)
+        hidden_states = source(batch)
+        accumulator.update(hidden_states)
         if lens_sums is not None:
-            lens_sums.update(output.hidden_states)
+            lens_sums.update(hidden_states)
+        del hidden_states
         if progress is not None:
             progress(batch.shape[0])
     stats = accumulator.finalize(meta)

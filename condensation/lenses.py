@@ -177,6 +177,11 @@ class LensStatistics:
     values: np.ndarray
     jackknife: np.ndarray
     sample_tokens: int
+    sample: torch.Tensor | None = None
+    """The sampled token directions ``[L+1, K, d]`` (unit rows), in memory only (not saved): what
+    :mod:`condensation.similarity` compares between two models measured on the same tokens."""
+    sample_sequences: np.ndarray | None = None
+    """``[K]``: the sequence each sampled token comes from."""
 
     def layer_values(self, name: str) -> np.ndarray:
         return self.values[LENS_NAMES.index(name)]
@@ -270,4 +275,5 @@ class LensAccumulator:
             values[2:, layer] = found[:, 0]
             if layer in deep:
                 jackknife[2:, :, layer] = found[:, 1:]
-        return LensStatistics(values, jackknife, int(len(self._sample_flat)))
+        return LensStatistics(values, jackknife, int(len(self._sample_flat)), sample=self._sample,
+                              sample_sequences=(self._sample_flat // seq_len).numpy())

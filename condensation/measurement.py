@@ -15,6 +15,7 @@ entry as under ``datasets:`` in config.yaml), sampled as the workflow samples th
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import math
 import os
@@ -63,6 +64,9 @@ class Measurement:
     num_parameters: int | None = None
     trend_config: TrendConfig = PAPER_TREND
     """Which layers and pairs the trend and the summaries read (the paper's by default)."""
+    token_digest: str | None = None
+    """SHA-256 of the token ids measured: two measurements with the same digest read the same
+    tokens, which :func:`condensation.similarity.compare` needs for representation similarity."""
 
     @property
     def trend(self) -> geometry.TrendStatistics:
@@ -151,7 +155,11 @@ def resolve_model(model: str | os.PathLike | models.ModelHandle, name: str | Non
         target = cache_dir() / "gguf" / f"{local.stem}-{local.stat().st_size if local.is_file() else 0}"
         if (target / "config.json").exists():
             return models.prepare_local(name, str(target))
-        return models.convert_gguf(name, str(local), target)
+        try:
+            return models.convert_gguf(name, str(local), target)
+        except ImportError as error:  # transformers reads GGUF through the gguf package
+            raise MeasureError(f"{local.name}: a .gguf model needs the gguf package: pip install 'condensation[gguf]' "
+                               f"({error})") from error
     if local.exists() or text.startswith(models.PACKAGE_SCHEME):
         return models.prepare_local(name, str(local))
     if text.startswith((".", "/", "~")) or os.sep in text.strip("/").replace("/", "", 1):
@@ -175,7 +183,11 @@ def sampled_texts(source: str | os.PathLike | Mapping[str, Any], sampling: Sampl
         if not path.read_text(encoding="utf-8", errors="replace").strip():
             raise MeasureError(f"texts: {path} is empty; give a file with at least {sampling.min_words} words of text")
         spec = DatasetSpec.from_config(path.stem, {"source": "files", "files": [str(path)]})
-    rows = text.load_rows(spec, _dataset_dir(spec))
+    try:
+        rows = text.load_rows(spec, _dataset_dir(spec))
+    except ModuleNotFoundError as error:  # a hub dataset loads through the datasets package
+        raise MeasureError(f"{spec.dataset}: reading a {spec.source} dataset needs {error.name}: "
+                           "pip install 'condensation[workflow]'") from error
     try:
         return [sample["text"] for sample in text.sample_sequences(rows, sampling)]
     except text.DatasetError as error:
@@ -194,7 +206,14 @@ def _dataset_dir(spec: DatasetSpec) -> Path | None:
     if spec.source in CORPORA:
         from condensation.data import corpus
 
-        corpus.build_corpus_dir(spec.source, corpus.find_deb(CORPORA[spec.source].package), directory)
+        try:
+            corpus.build_corpus_dir(spec.source, corpus.find_deb(CORPORA[spec.source].package), directory)
+        except (FileNotFoundError, ImportError) as error:
+            raise MeasureError(
+                f"the built-in corpus '{spec.source}' is built from a Debian package ({error}); in a checkout, "
+                f"`pip install '.[workflow]'` and `bash tools/fetch_debs.sh` (or set ${corpus.DEBS_ENV_VAR} to a "
+                "folder holding it); anywhere, measure your own text with --texts FILE"
+            ) from error
     else:
         from condensation.data import text
 
@@ -219,6 +238,36 @@ def _progress(total: int, label: str) -> tuple[Callable[[int], object], Callable
 # ---------------------------------------------------------------------------------------------
 
 
+def _sequences(texts: Any, dataset: Any, sampling: SamplingConfig, meta: dict[str, Any]) -> list[str]:
+    """The texts to measure: sampled from a file or a dataset (whose name goes into ``meta``), or
+    the given strings."""
+    if isinstance(texts, (str, os.PathLike)) or dataset is not None:
+        source = dataset if dataset is not None else texts
+        meta.setdefault("dataset", source.get("name", "dataset") if isinstance(source, Mapping) else Path(source).stem)
+        return sampled_texts(source, sampling)
+    sequences = list(texts)
+    if not sequences:
+        raise MeasureError("texts is an empty list; give at least two strings of seq_len tokens or more")
+    return sequences
+
+
+def _source_and_tokenizer(model: Any, name: str | None, tokenizer: Any, dtype: str, device: str):
+    """Where ``model``'s hidden states come from (loaded first when it is a path or an id), and its
+    tokenizer: the one given, else the one it is loaded with or carries (None for a bare model)."""
+    from condensation.hidden_states import UnsupportedModelError, source_of
+
+    if isinstance(model, (str, os.PathLike, models.ModelHandle)):
+        handle = resolve_model(model, name)
+        source = source_of(models.load_model(handle, dtype, device))
+        source.name, source.num_parameters = handle.name, handle.num_parameters
+        return source, tokenizer or models.load_tokenizer(handle)
+    try:
+        source = source_of(model)
+    except UnsupportedModelError as error:
+        raise MeasureError(str(error)) from error
+    return source, tokenizer if tokenizer is not None else source.tokenizer
+
+
 def measure(
     model: Any,
     texts: Sequence[str] | str | os.PathLike | None = None,
@@ -236,51 +285,44 @@ def measure(
     device: str = "auto",
     lens_tokens: int | None = lenses.SAMPLE_TOKENS,
     trend: TrendConfig = PAPER_TREND,
+    heatmap_size: int | None = geometry.HEATMAP_SIZE,
     meta: Mapping[str, Any] | None = None,
     progress: bool | Callable[[int], object] = True,
 ) -> Measurement:
     """Condensation of ``model``, layer by layer, on ``texts`` (or ``dataset``).
 
-    ``model``: a Hugging Face model (give its ``tokenizer``), a hub id, a directory, ``pkg://...``,
-    a ``.gguf`` file or a prepared ``ModelHandle``. ``texts``: a list of strings, each measured as
+    ``model``: a hub id, a directory, ``pkg://...``, a ``.gguf`` file or a prepared ``ModelHandle``;
+    or a model object: a Hugging Face model (give its ``tokenizer``), a TransformerLens
+    ``HookedTransformer`` or ``TransformerBridge``, an nnsight ``LanguageModel`` (these carry their
+    tokenizer), or a callable from token ids ``[B, T]`` to the per-layer hidden states
+    (:mod:`condensation.hidden_states`). ``texts``: a list of strings, each measured as
     one sequence of its first ``seq_len`` tokens (every one must have that many), or a text file,
     from which ``num_sequences`` sequences of ``min_words`` words (default ``1.25 * seq_len``) are
     sampled with ``sample_seed``; ``dataset``: a built-in corpus name or a config-style entry,
     sampled the same way; ``token_ids``: sequences already tokenised, ``[N, T]``.
     ``dtype``/``device``: ``auto`` is bf16 on a CUDA GPU, else fp32 on CPU.
     ``lens_tokens``: tokens per layer the spectral lenses sample (None: cosines only).
+    ``heatmap_size``: the position-wise mean matrix is kept whole up to this ``T`` and averaged over
+    blocks of positions to this size above it (None: whole at any ``T``, memory ``T^2``); every
+    other statistic is exact at any ``T``, in memory linear in ``T``.
     """
-    import torch
+    from condensation.hidden_states import UnsupportedModelError
 
     if sum(source is not None for source in (texts, dataset, token_ids)) != 1:
         raise MeasureError("give one of texts (a list of strings or a text file), dataset or token_ids")
     sampling = SamplingConfig(num_sequences=num_sequences, seq_len=seq_len,
                               min_words=min_words or max(seq_len, math.ceil(1.25 * seq_len)), seed=sample_seed)
-    if isinstance(model, torch.nn.Module):
-        if tokenizer is None and token_ids is None:
-            raise MeasureError("a model object needs its tokenizer: measure(model, texts, tokenizer=tokenizer)")
-        name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
-        loaded = model
-        num_parameters = models.count_parameters(model)
-    else:
-        handle = resolve_model(model, name)
-        name, num_parameters = handle.name, handle.num_parameters
-        tokenizer = tokenizer or models.load_tokenizer(handle)
-        loaded = models.load_model(handle, dtype, device)
+    source, tokenizer = _source_and_tokenizer(model, name, tokenizer, dtype, device)
+    if tokenizer is None and token_ids is None:
+        raise MeasureError(f"a {source.kind} model object needs its tokenizer: measure(model, texts, "
+                           "tokenizer=tokenizer), or give token_ids")
+    name = name or source.name
     meta = dict(meta or {})
-    if token_ids is not None:
-        sequences = []
-    elif isinstance(texts, (str, os.PathLike)) or dataset is not None:
-        source = dataset if dataset is not None else texts
-        meta.setdefault("dataset", source.get("name", "dataset") if isinstance(source, Mapping) else Path(source).stem)
-        sequences = sampled_texts(source, sampling)
-    else:
-        sequences = list(texts)
-        if not sequences:
-            raise MeasureError("texts is an empty list; give at least two strings of seq_len tokens or more")
-    limit = models.max_positions(loaded.config)
-    if limit is not None and seq_len > limit:
-        raise MeasureError(f"model '{name}' accepts at most {limit} positions, fewer than seq_len={seq_len}; lower seq_len")
+    sequences = [] if token_ids is not None else _sequences(texts, dataset, sampling, meta)
+    seq_len = int(token_ids.shape[-1]) if token_ids is not None else seq_len
+    if source.max_positions is not None and seq_len > source.max_positions:
+        raise MeasureError(f"model '{name}' accepts at most {source.max_positions} positions, fewer than "
+                           f"seq_len={seq_len}; lower seq_len")
     from condensation.data import packing, text
 
     where = f"{meta.get('dataset', 'texts')}: "
@@ -290,19 +332,23 @@ def measure(
         raise MeasureError(str(error)) from error
     label = f"{name} on {meta.get('dataset', 'texts')}"
     update, close = _progress(len(input_ids), label) if progress is True else (progress or None, lambda: None)
-    parameter = next(loaded.parameters())
     started = time.perf_counter()
     try:
         stats = geometry.extract_cosine_statistics(
-            loaded, input_ids, batch_size=batch_size, progress=update, lens_tokens=lens_tokens,
-            meta={**meta, "model": name, "num_parameters": num_parameters,
-                  "dtype": str(parameter.dtype), "device": str(parameter.device)},
+            source, input_ids, batch_size=batch_size, progress=update, lens_tokens=lens_tokens,
+            heatmap_size=heatmap_size,
+            meta={**meta, "model": name, "num_parameters": source.num_parameters,
+                  "dtype": source.dtype, "device": str(source.device)},
         )
+    except UnsupportedModelError as error:
+        raise MeasureError(str(error)) from error
     finally:
         close()
     stats.meta["seconds"] = time.perf_counter() - started
     log.info("%s: %d sequences x %d tokens, %d layers, %.1f s", name, *input_ids.shape, stats.num_layers, stats.meta["seconds"])
-    return Measurement(name, stats, num_parameters, trend)
+    ids = input_ids.cpu().numpy().astype(np.int64)
+    digest = hashlib.sha256(repr(ids.shape).encode() + ids.tobytes()).hexdigest()
+    return Measurement(name, stats, source.num_parameters, trend, token_digest=digest)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,6 +386,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ... (default: auto)")
     parser.add_argument("--lens-tokens", type=int, default=lenses.SAMPLE_TOKENS,
                         help=f"tokens per layer the spectral lenses sample (default: {lenses.SAMPLE_TOKENS}; 0: cosines only)")
+    parser.add_argument("--heatmap-size", type=int, default=geometry.HEATMAP_SIZE, metavar="CELLS",
+                        help=f"keep the position-wise mean matrix whole up to this seq-len and block-averaged to "
+                        f"CELLS x CELLS above it (default: {geometry.HEATMAP_SIZE}; 0: whole at any length, "
+                        "memory T^2)")
     parser.add_argument("--no-embedding-layer", action="store_true", help="leave layer 0 out of the trend")
     parser.add_argument("--offdiag", action="store_true", help="trend of the off-diagonal mean (i != j) instead of all pairs")
     parser.add_argument("--out", default="condensation-measure", metavar="DIR",
@@ -390,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             measurements.append(measure(
                 model, **source, seq_len=args.seq_len, num_sequences=args.num_sequences, min_words=args.min_words,
                 sample_seed=args.seed, batch_size=args.batch_size, dtype=args.dtype, device=args.device,
-                lens_tokens=args.lens_tokens or None, trend=trend,
+                lens_tokens=args.lens_tokens or None, trend=trend, heatmap_size=args.heatmap_size or None,
             ))
     except (MeasureError, models.ModelError) as error:
         print(f"condensation measure: {error}", file=sys.stderr)

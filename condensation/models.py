@@ -202,9 +202,11 @@ def num_transformer_layers(config) -> int:
 
 
 def max_positions(config) -> int | None:
-    for key in ("max_position_embeddings", "n_positions", "seq_length"):
+    """The longest sequence a model's config (Hugging Face, or TransformerLens' ``n_ctx``) allows;
+    None when it says nothing."""
+    for key in ("max_position_embeddings", "n_positions", "seq_length", "n_ctx"):
         value = getattr(config, key, None)
-        if isinstance(value, int):
+        if isinstance(value, int) and value > 0:
             return value
     return None
 

@@ -15,6 +15,8 @@ from condensation.config.plan import (
     gpus_needed,
     score_tables,
     series_model_name,
+    similarity_dataset,
+    similarity_rows,
     studies,
     study_checkpoints,
     study_methods,
@@ -111,6 +113,7 @@ path = SimpleNamespace(
     trend_table="results/tables/trend/{family}_{dataset}",
     series_table="results/tables/series/{series}",
     pair_table="results/tables/paired/{pair}",
+    similarity_table="results/tables/similarity/{comparison}.csv",
     checkpoint_geometry="results/{study}/geometry/{model}/{method}/seed{seed}",
     trajectory="results/{study}/{model}/trajectory.csv",
     effects="results/{study}/{model}/condensation_effects",
@@ -149,6 +152,7 @@ wildcard_constraints:
     model=_alternatives(config["models"]),
     family=_alternatives(config["families"]),
     pair=_alternatives(config["pairs"]),
+    comparison=_alternatives(config["similarity"]),
     series=_alternatives(config["series"]),
     study=_alternatives(STUDIES),
     method=_alternatives({method for methods in STUDY_METHODS.values() for method in methods}),
@@ -243,6 +247,27 @@ def pair_geometry(wildcards):
     return {
         "geometry": expand(path.geometry, model=models, dataset=spec["dataset"]),
         "handles": expand(path.handle, model=models),
+    }
+
+
+# Each similarity comparison's rows (plan.similarity_rows): a group, the compared model (a model of
+# the config, or a study run) and its reference.
+SIMILARITY_ROWS = {name: similarity_rows(config, name) for name in config["similarity"]}
+
+
+def similarity_inputs(wildcards):
+    """Per row, the compared model (its handle, or a study run's final weights) and the reference's
+    handle; and the dataset's samples."""
+    rows = SIMILARITY_ROWS[wildcards.comparison]
+    compared = [
+        fill(path.study_run.final, study=row["run"][0], model=row["run"][1], method=row["run"][2], seed=row["run"][3])
+        if row["run"] else fill(path.handle, model=row["model"])
+        for row in rows
+    ]
+    return {
+        "compared": compared,
+        "references": [fill(path.handle, model=row["reference"]) for row in rows],
+        "samples": fill(path.samples, dataset=similarity_dataset(config, wildcards.comparison)),
     }
 
 

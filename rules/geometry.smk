@@ -54,3 +54,26 @@ rule trend_metrics:
         "logs/benchmarks/trend_metrics.tsv"
     script:
         "../workflow_scripts/trend_metrics.py"
+
+
+rule similarity_table:
+    input:
+        unpack(similarity_inputs),
+    output:
+        path.similarity_table,
+    log:
+        "logs/similarity_table/{comparison}.log",
+    benchmark:
+        "logs/benchmarks/similarity_table/{comparison}.tsv"
+    params:
+        rows=lambda wildcards: SIMILARITY_ROWS[wildcards.comparison],
+        dataset=lambda wildcards: similarity_dataset(config, wildcards.comparison),
+        sampling=SAMPLING,
+        extraction=EXTRACTION,
+    threads: 1
+    resources:
+        gpu=1,
+        mem_mb=16000,
+        runtime=60,
+    script:
+        "../workflow_scripts/similarity_table.py"

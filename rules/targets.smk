@@ -13,6 +13,7 @@ def observation_targets():
         figure for family, spec in families.items() for figure in expand(path.family_figure, family=family, dataset=spec["datasets"])
     ]
     targets += expand(path.paired_figure, pair=config["pairs"])
+    targets += expand(path.similarity_table, comparison=config["similarity"])
     targets += expand(path.dataset_figure, family=config["dataset_robustness"])
     targets += expand(path.series_figure, series=config["series"])
     if families:

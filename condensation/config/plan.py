@@ -242,3 +242,38 @@ def check_size_order(family: str, model_names: Sequence[str], labels: Mapping[st
         raise FamilySizeError(
             f"{where}: listed as {listed}; a family that compares sizes is listed smallest first: {smallest_first}"
         )
+
+
+def similarity_rows(config: Mapping[str, Any], name: str) -> list[dict[str, Any]]:
+    """The rows of one ``similarity`` comparison: each a group label, the compared model (a model
+    name, or a study run as ``run: [study, model, method, seed]``) and its reference model.
+
+    ``pair``: the pair's first models (group: its first label) and second models (its second
+    label), each against the pair's reference at the same place. ``study``: every run of the
+    study's models, with the listed methods (default: the configured ones) and seeds, each against
+    each reference."""
+    spec = config["similarity"][name]
+    if "pair" in spec:
+        pair = config["pairs"][spec["pair"]]
+        labels = pair["labels"]
+        return [
+            {"group": labels[column], "model": model, "run": None, "reference": reference}
+            for column, side in enumerate(("first", "second"))
+            for model, reference in zip(pair[side], pair["reference"], strict=True)
+        ]
+    study = config[spec["study"]]
+    methods = spec.get("methods") or list(study["methods"])
+    return [
+        {"group": method, "model": f"{model}/{method}/seed{seed}", "run": [spec["study"], model, method, seed],
+         "reference": reference}
+        for method in methods for model in study["models"] for seed in study["seeds"] for reference in spec["reference"]
+    ]
+
+
+def similarity_dataset(config: Mapping[str, Any], name: str) -> str:
+    """The dataset whose samples a comparison reads: its own, else its pair's, else its study's
+    geometry dataset."""
+    spec = config["similarity"][name]
+    if spec.get("dataset"):
+        return spec["dataset"]
+    return config["pairs"][spec["pair"]]["dataset"] if "pair" in spec else config[spec["study"]]["geometry_dataset"]

@@ -6,11 +6,11 @@ way everywhere: one message per problem, naming its place in the file.
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-import jsonschema
 import yaml
 
 from condensation.config.corpora import CORPORA
@@ -67,8 +67,14 @@ def _objectives_into(method: dict[str, Any]) -> None:
     method["objective"]["description"] = "; ".join(f"{name}: {o.summary or o.kind}" for name, o in OBJECTIVES.items())
 
 
-def _with_defaults(validator_class: type) -> type:
-    """A validator that also fills in each property's ``default`` (the jsonschema FAQ recipe)."""
+@functools.lru_cache(maxsize=None)
+def _validator_class() -> type:
+    """A Draft 2020-12 validator that also fills in each property's ``default`` (the jsonschema FAQ
+    recipe). jsonschema is imported here, by the workflow's validation only: the light install
+    (measuring, the losses) reads the schema's defaults with PyYAML alone."""
+    import jsonschema
+
+    validator_class = jsonschema.Draft202012Validator
     validate_properties = validator_class.VALIDATORS["properties"]
 
     def set_defaults(validator, properties, instance, schema):
@@ -86,9 +92,6 @@ def _copy(value: Any) -> Any:
     return yaml.safe_load(yaml.safe_dump(value, sort_keys=False))
 
 
-_Validator = _with_defaults(jsonschema.Draft202012Validator)
-
-
 def _where(path) -> str:
     return "config" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
 
@@ -96,7 +99,7 @@ def _where(path) -> str:
 def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """Return a validated copy of ``config`` with defaults filled in, or raise :class:`ConfigError`."""
     config = _copy(dict(config))
-    validator = _Validator(load_schema())
+    validator = _validator_class()(load_schema())
     problems = [
         f"{_where(error.absolute_path)}: {error.message}"
         for error in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
@@ -198,6 +201,7 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
                 problems.append(f"config.models.{name}.arch.n_positions is below config.pretrain.train.block_size")
     problems += [problem for study in STUDIES for problem in check_study(config, study)]
     problems += check_series(config)
+    problems += _check_similarity(config)
     problems += _check_evaluation(config)
     sampling = config["sampling"]
     if sampling["min_words"] < sampling["seq_len"]:
@@ -205,6 +209,31 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
             f"config.sampling.min_words ({sampling['min_words']}) is below seq_len ({sampling['seq_len']}): "
             "sequences could come out shorter than seq_len tokens"
         )
+    return problems
+
+
+def _check_similarity(config: dict[str, Any]) -> list[str]:
+    """A comparison names a pair with a reference row, or a study that trains and reference models."""
+    problems = []
+    for name, spec in config["similarity"].items():
+        where = f"config.similarity.{name}"
+        if "pair" in spec:
+            pair = config["pairs"].get(spec["pair"])
+            if pair is None:
+                known = ", ".join(config["pairs"]) or "none"
+                problems.append(f"{where}.pair: unknown pair '{spec['pair']}' (known: {known})")
+            elif not pair.get("reference"):
+                problems.append(f"{where}.pair: pair '{spec['pair']}' has no reference row to compare against")
+        else:
+            methods = config[spec["study"]]["methods"]
+            if not config[spec["study"]]["models"]:
+                problems.append(f"{where}.study: the {spec['study']} study trains no model (its models list is empty)")
+            problems += [f"{where}.methods: '{m}' is not a method of {spec['study']} (it has: {', '.join(methods)})"
+                         for m in spec.get("methods") or [] if m not in methods]
+            problems += [f"{where}.reference: unknown model '{m}'"
+                         for m in spec["reference"] if m not in config["models"]]
+        if spec.get("dataset") and spec["dataset"] not in config["datasets"]:
+            problems.append(f"{where}.dataset: unknown dataset '{spec['dataset']}'")
     return problems
 
 

@@ -42,7 +42,7 @@ def extract(
     measurement = measure(
         models.ModelHandle.load(handle_path), texts, seq_len=sampling.seq_len, batch_size=extraction.batch_size,
         dtype=extraction.dtype, device=extraction.device, meta={"dataset": Path(samples_path).stem},
-        lens_tokens=extraction.lens_tokens,
+        lens_tokens=extraction.lens_tokens, heatmap_size=None,  # the paper's whole T x T matrices
     )
     measurement.statistics.save(out_path)
 
@@ -128,3 +128,44 @@ def trend_metrics(
         )
     with atomic_path(plot_path) as tmp:
         pd.concat(curves).to_csv(tmp, index=False, float_format="%.5f")
+
+
+def similarity_table(
+    *, name: str, dataset: str, rows: Sequence[Mapping[str, Any]], compared: Sequence[str | Path],
+    references: Sequence[str | Path], samples_path: str | Path, sampling: SamplingConfig | Mapping[str, Any],
+    extraction: ExtractionConfig | Mapping[str, Any], csv_path: str | Path, threads: int = 1,
+) -> None:
+    """One ``similarity`` comparison (:func:`condensation.config.plan.similarity_rows`): each row's
+    model (a handle, or a study run's final weights) measured on the dataset's samples as the
+    extract rule measures it, then compared with its reference (:func:`condensation.similarity.compare`)."""
+    import torch
+
+    from condensation import similarity
+    from condensation.measurement import measure
+
+    sampling = typed(SamplingConfig, sampling)
+    extraction = typed(ExtractionConfig, extraction)
+    torch.set_num_threads(threads)
+    texts = text.read_samples(samples_path)
+    measured: dict[str, Any] = {}
+
+    def measurement(model_name: str, location: str | Path):
+        if str(location) not in measured:
+            location = Path(location)
+            handle = models.ModelHandle.load(location) if location.suffix == ".json" else \
+                models.ModelHandle(name=model_name, location=str(location.resolve()))
+            measured[str(location)] = measure(
+                handle, texts, seq_len=sampling.seq_len, batch_size=extraction.batch_size, dtype=extraction.dtype,
+                device=extraction.device, lens_tokens=extraction.lens_tokens, heatmap_size=None, progress=False,
+                meta={"dataset": dataset},
+            )
+        return measured[str(location)]
+
+    comparisons = [
+        (row["group"],
+         similarity.compare(measurement(row["model"], location), measurement(row["reference"], reference)))
+        for row, location, reference in zip(rows, compared, references, strict=True)
+    ]
+    table = similarity.comparison_table(comparisons, name, dataset)
+    with atomic_path(csv_path) as tmp:
+        table.to_csv(tmp, index=False, float_format="%.5f")

@@ -125,6 +125,7 @@ def measure_checkpoints(
             stats = measure(
                 handle, texts, seq_len=sampling.seq_len, batch_size=extraction.batch_size, dtype=extraction.dtype,
                 device=extraction.device, lens_tokens=extraction.lens_tokens, meta={"dataset": Path(samples_path).stem, "step": step},
+                heatmap_size=None,  # the paper's whole T x T matrices, as the extract rule keeps them
             ).statistics
             stats.save(tmp / f"{step_name(step)}.npz")
             statistics = geometry.depth_trend(stats, trend)

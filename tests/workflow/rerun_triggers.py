@@ -50,6 +50,7 @@ NOT_ALONE = {
     ("scratch", "ablation", "taus"): "scratch has no grid: a grid needs weights and taus both",
     ("scratch", "ablation", "seeds"): "scratch has no grid: a grid needs weights and taus both",
     ("scratch", "ablation", "models"): "scratch has no grid: a grid needs weights and taus both",
+    ("similarity", "distillation", "pair"): "the tiny config has one pair with a reference row, the one named",
 }
 """Settings that cannot change alone into another valid config, with the reason; the settings
 beside them are walked."""
@@ -104,6 +105,9 @@ ALTERNATIVES: dict[Setting, Any] = {
     ("pairs", "distillation", "dataset"): "pydocs",
     ("scratch", "methods", "distill", "teacher"): "toy-narrow",
     ("evaluation", "limit"): 6,
+    ("similarity", "midtrain-vs-wide", "methods"): ["dispersion", "ce"],
+    ("similarity", "midtrain-vs-wide", "reference"): ["toy-narrow"],
+    ("similarity", "midtrain-vs-wide", "dataset"): "pydocs",
 }
 
 EXPECTED_RULES: list[tuple[Setting, set[str]]] = [
@@ -117,6 +121,7 @@ EXPECTED_RULES: list[tuple[Setting, set[str]]] = [
     (("families", "toy", "compares_size"), {"findings"}),
     (("families",), {"family_figure"}),
     (("pairs",), {"paired_figure"}),
+    (("similarity",), {"similarity_table"}),
     (("dataset_robustness",), {"dataset_figure"}),
     (("series",), {"series_figure"}),
     (("pretrain",), {"pretrain"}),

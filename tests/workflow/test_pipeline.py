@@ -56,6 +56,8 @@ def expected_outputs() -> list[str]:
         "results/tables/paired/init-vs-trained.csv",
         "results/figures/paired/distillation.png",
         "results/tables/paired/distillation.csv",
+        "results/tables/similarity/distillation.csv",
+        "results/tables/similarity/midtrain-vs-wide.csv",
         "results/figures/scratch/toy-narrow-init_condensation.png",
         "results/tables/table4.csv",
         "results/tables/table4.md",
@@ -92,6 +94,28 @@ def test_trend_table_holds_valid_statistics(project):
     assert table.loc[1, "num_parameters"] > table.loc[0, "num_parameters"]
     metrics = json.loads((project / "results/metrics/trend.json").read_text())
     assert set(metrics["toy/austen/toy-wide"]) == {"spearman_rho", "kendall_tau"}
+
+
+def test_similarity_tables_compare_each_model_with_its_reference(project):
+    """The distillation pair's students against their teacher, and each mid-training run (method x
+    seed) against the wide toy: profile correlation, distance and CKA with intervals that hold
+    them; the findings page's lines from them."""
+    from condensation import similarity
+
+    distillation = pd.read_csv(project / "results/tables/similarity/distillation.csv")
+    assert list(distillation["group"]) == ["CE only", "distilled"]
+    assert set(distillation["reference"]) == {"toy-wide"}
+    runs = pd.read_csv(project / "results/tables/similarity/midtrain-vs-wide.csv")
+    assert list(runs["model"]) == ["toy-wide/ce/seed0", "toy-wide/ce/seed1", "toy-wide/dispersion/seed0",
+                                   "toy-wide/dispersion/seed1"]
+    for table in (distillation, runs):
+        for column in similarity.STATISTICS:
+            assert (table[f"{column}_low"] <= table[column]).all() and (table[column] <= table[f"{column}_high"]).all()
+        assert table["matched_cka"].between(0, 1).all() and (table["profile_distance"] >= 0).all()
+    # a run mid-trained from the wide toy stays close to it: nearly the same profile and tokens
+    assert (runs["matched_cka"] > 0.5).all() and (runs["profile_correlation"] > 0.5).all()
+    lines = similarity.summarise(pd.concat([distillation, runs]))
+    assert len(lines) == 2 and "dispersion minus ce" in lines[1] and "distilled minus CE only" in lines[0]
 
 
 def test_init_model_is_the_pretraining_start(project):
