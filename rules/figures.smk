@@ -150,6 +150,7 @@ rule findings:
         series_profiles=expand(f"{path.series_table}.profiles.npz", series=config["series"]),
         effects=[f"{path.effects}.csv".format(study=s, model=m) for s in studies(config) for m in config[s]["models"]],
         trajectories=[path.trajectory.format(study=s, model=m) for s in studies(config) for m in config[s]["models"]],
+        similarity=expand(path.similarity_table, comparison=config["similarity"]),
     output:
         markdown=report(
             path.findings,
@@ -171,5 +172,7 @@ rule findings:
         drawn_series=[name for name, spec in config["series"].items() if spec["model"] in DRAWN_MODELS],
         tasks=list(config["evaluation"]["tasks"]),
         counted_tasks=config["evaluation"]["counted_tasks"],
+        # a comparison of a pair (distilled students and their teacher) or of a study's runs with wider models
+        similarity_kinds={name: "pair" if "pair" in spec else "study" for name, spec in config["similarity"].items()},
     script:
         "../workflow_scripts/findings.py"

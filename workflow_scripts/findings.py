@@ -10,6 +10,7 @@ with logged(snakemake.log[0]):
         series_profiles=inputs.series_profiles, effects=inputs.effects, trajectories=inputs.trajectories,
         score_tables=inputs.score_tables, families=params.families, uncounted_families=params.uncounted_families,
         drawn_models=params.drawn_models, series_groups=params.series_groups, drawn_series=params.drawn_series,
-        tasks=params.tasks, counted_tasks=params.counted_tasks,
+        tasks=params.tasks, counted_tasks=params.counted_tasks, similarity=inputs.similarity,
+        similarity_kinds=params.similarity_kinds,
         markdown_path=snakemake.output.markdown, json_path=snakemake.output.json,
     )

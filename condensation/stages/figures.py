@@ -195,14 +195,17 @@ def findings(
     score_tables: Sequence[str | Path], families: Mapping[str, Sequence[str]], markdown_path: str | Path,
     json_path: str | Path, uncounted_families: Sequence[str] = (), drawn_models: Sequence[str] = (),
     series_groups: Mapping[str, str] | None = None, drawn_series: Sequence[str] = (), tasks: Sequence[str] = (),
-    counted_tasks: Sequence[str] | None = None,
+    counted_tasks: Sequence[str] | None = None, similarity: Sequence[str | Path] = (),
+    similarity_kinds: Mapping[str, str] | None = None,
 ) -> None:
     """The findings page: each of the paper's claims against what this run measured. The tables'
     per-sequence profiles (``*_profiles``: trend tables, pairs, series), the studies' effects and
     trajectories (``results/<study>/<model>/``: named "<study>, <model>") and Tables 2 and 4;
     ``families``: each family's datasets, the first its primary text; ``drawn_models`` and
     ``drawn_series``: trained or initialised here, so one run leaves training noise unmeasured;
-    ``series_groups``: series -> the group of runs read together."""
+    ``series_groups``: series -> the group of runs read together; ``similarity``: the comparison
+    tables of condensation.similarity (``similarity_kinds``: comparison -> "pair" or "study"), shown
+    beside the distillation and dispersion claims."""
     from condensation.reporting.findings import claims, page
     from condensation.reporting.tables.profiles import read_all
 
@@ -216,13 +219,17 @@ def findings(
         effects={study_name(path): pd.read_csv(path) for path in effects},
         trajectories={study_name(path): pd.read_csv(path) for path in trajectories},
         scores={Path(path).stem: pd.read_csv(path) for path in score_tables},
+        similarity=pd.concat([pd.read_csv(path) for path in similarity]) if similarity else None,
+        similarity_kinds=dict(similarity_kinds or {}),
     )
     design = claims.Design(drawn=frozenset(drawn_models), uncounted=frozenset(uncounted_families), families=dict(families),
                            series_groups=dict(series_groups or {}), drawn_series=frozenset(drawn_series))
     counted = list(counted_tasks) if counted_tasks else list(tasks)
     left_out = [task for task in tasks if task not in counted]
-    sentence = (f"Averages and tests read {', '.join(counted)}"
-                + (f"; {', '.join(left_out)} is shown but not counted" if left_out else "")
-                + " (evaluation.counted_tasks, fixed in the config before any compared row was seen)." if tasks else "")
+    sentence = ""
+    if tasks:
+        which = f"the counted tasks {', '.join(counted)}" if counted_tasks else f"every scored task ({', '.join(counted)})"
+        sentence = (f"Averages and tests read {which}, as evaluation.counted_tasks fixes them before any compared row is "
+                    "seen" + (f"; {', '.join(left_out)} shown but not counted." if left_out else "."))
     page.write_findings(claims.all_claims(evidence, design), markdown_path, json_path,
                         claims.claims_under_lenses(evidence, design), {"counted": counted, "sentence": sentence})

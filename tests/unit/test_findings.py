@@ -103,7 +103,7 @@ def test_distillation_is_an_equivalence_claim_with_a_replicated_teacher():
     single = [("t0", "teacher", 0.20)] * 3
     distill, _ = claims.pair_pieces({"distillation": pair(labels, ce, mirrors, single)}, claims.Design(drawn=drawn), "last_half")
     decision = claims.decide(distill)
-    assert decision.verdict == INCONCLUSIVE and "one run of reference" in decision.reason
+    assert decision.verdict == INCONCLUSIVE and "one run of teacher" in decision.reason
 
 
 def test_initialisation_pairs_any_piece_agreeing_with_none_against_and_a_given_trained_model():

@@ -199,31 +199,33 @@ def pair_pieces(pairs: Mapping[str, tuple[Sequence[str], Profiles]], design: Des
         for label_a, label_b in combos:
             in_a = (rows["member"] == 0) & (rows["label"] == label_a)
             in_b = (rows["member"] == 1) & (rows["label"] == label_b)
-            members = {"first": in_a, "second": in_b}
+            arm_a, arm_b = (label_a, label_b) if label_a != label_b else (labels[0], labels[1])
+            members = {arm_a: in_a, arm_b: in_b}
             title = f"{name}: {label_a} vs {label_b}"
             if kind == "distill" and not reference.empty:
-                members["reference"] = rows["member"] == 2
-                distill.append(_distillation_piece(title, labels, profiles, members, design, statistic, orientation))
+                arm_r = labels[2] if len(labels) > 2 else "reference"
+                members[arm_r] = rows["member"] == 2
+                distill.append(_distillation_piece(title, (arm_a, arm_b, arm_r), profiles, members, design, statistic))
             elif kind == "init":
                 panel = _pair_panel(profiles, members, design, statistic)
-                result = difference(panel, "first", "second")
+                result = difference(panel, arm_a, arm_b)
                 text = (f"{title}: {_means(profiles.subset(in_a), statistic)} vs {_means(profiles.subset(in_b), statistic)}"
                         f" ({_title(statistic)}); {labels[0]} - {labels[1]} {describe(result)}")
                 init.append(Piece(title, text, result, orientation))
     return distill, init
 
 
-def _distillation_piece(title: str, labels: Sequence[str], profiles: Profiles, members: Mapping[str, pd.Series],
-                        design: Design, statistic: str, orientation: int) -> Piece:
-    """The share of the gap from the CE student (first) to the teacher (reference) that the
-    distilled student (second) closes, tested against :data:`DISTILLATION_MARGIN` at 90 % two-sided
-    (two one-sided tests at 5 %): numerator distilled - CE, denominator teacher - CE."""
+def _distillation_piece(title: str, arms: Sequence[str], profiles: Profiles, members: Mapping[str, pd.Series],
+                        design: Design, statistic: str) -> Piece:
+    """The share of the gap from the CE student (``arms[0]``) to the teacher (``arms[2]``) that the
+    distilled student (``arms[1]``) closes, tested against :data:`DISTILLATION_MARGIN` at 90 %
+    two-sided (two one-sided tests at 5 %). A ratio: the same whatever the statistic's sign."""
     panel = _pair_panel(profiles, members, design, statistic)
     margin = DISTILLATION_MARGIN
-    share, ratio = gap_share(panel, "second", "first", "reference", margin)
-    moved, gap = difference(panel, "second", "first"), difference(panel, "reference", "first")
-    reference = labels[2] if len(labels) > 2 else "reference"
-    text = (f"{title}: {labels[1]} - {labels[0]} {describe(moved)}; {reference} - {labels[0]} {describe(gap)}; "
+    ce, distilled, teacher = arms
+    share, ratio = gap_share(panel, distilled, ce, teacher, margin)
+    moved, gap = difference(panel, distilled, ce), difference(panel, teacher, ce)
+    text = (f"{title}: {distilled} - {ce} {describe(moved)}; {teacher} - {ce} {describe(gap)}; "
             f"share of the gap closed {_pct(ratio.estimate)} [{_pct(ratio.ci_low)}, {_pct(ratio.ci_high)}] "
             f"(90 %, Fieller; agrees below {margin:.0%})")
     return Piece(title, text, share, margin=margin, ratio=ratio)
@@ -249,7 +251,7 @@ def series_pieces(series: Mapping[str, Profiles], design: Design, statistic: str
         layers, lens_values, lens_jack, arms, seeds, rows = [], [], [], [], [], []
         for name in names:
             table = series[name]
-            for arm, index in (("first", 0), ("last", len(table.rows) - 1)):
+            for arm, index in (("first checkpoint", 0), ("last checkpoint", len(table.rows) - 1)):
                 layers.append(table.layers[index])
                 lens_values.append(table.lens_values[index])
                 lens_jack.append(table.lens_jackknife[index])
@@ -257,24 +259,29 @@ def series_pieces(series: Mapping[str, Profiles], design: Design, statistic: str
                 seeds.append(name)
                 rows.append({"series": name, "checkpoint": table.rows["checkpoint"].iloc[index]})
         combined = Profiles(pd.DataFrame(rows), layers, lens_values, lens_jack)
-        fixed = [] if any(n in design.drawn_series for n in names) else ["first", "last"]
+        fixed = [] if any(n in design.drawn_series for n in names) else ["first checkpoint", "last checkpoint"]
         panel = combined.panel(statistic, arms, seeds, fixed)
-        result = difference(panel, "first", "last")
-        firsts, lasts = combined.subset(np.array(arms) == "first"), combined.subset(np.array(arms) == "last")
+        result = difference(panel, "first checkpoint", "last checkpoint")
+        firsts, lasts = (combined.subset(np.array(arms) == f"{which} checkpoint") for which in ("first", "last"))
         text = (f"{group} ({len(names)} run{'s' if len(names) > 1 else ''}): {firsts.rows['checkpoint'].iloc[0]} "
                 f"{_means(firsts, statistic)} -> {lasts.rows['checkpoint'].iloc[0]} {_means(lasts, statistic)} "
-                f"({_title(statistic)}), first - last {describe(result)}{_peaks(series, names)}")
+                f"({_title(statistic)}), first - last {describe(result)}{_peaks(series, names, statistic)}")
         pieces.append(Piece(group, text, result, orientation))
     return pieces
 
 
-def _peaks(series: Mapping[str, Profiles], names: Sequence[str]) -> str:
+def _peaks(series: Mapping[str, Profiles], names: Sequence[str], statistic: str) -> str:
+    """A checkpoint between the first and the last where the statistic peaks, per run."""
+    if statistic not in STATISTICS:
+        return ""
+    compute = STATISTICS[statistic].compute
     peaks = []
     for name in names:
-        values = [float(STATISTICS["last_half"].compute(layers.mean(axis=0, keepdims=True))[0]) for layers in series[name].layers]
+        values = [float(compute(layers.mean(axis=0, keepdims=True))[0]) for layers in series[name].layers]
         peak = int(np.argmax(values))
-        if peak not in (0, len(values) - 1):
-            peaks.append(f"{values[peak]:.3f} at {series[name].rows['checkpoint'].iloc[peak]} (then {values[-1]:.3f} at the end)")
+        if peak not in (0, len(values) - 1) and values[peak] > values[-1]:
+            checkpoint = series[name].rows["checkpoint"].iloc[peak]
+            peaks.append(f"{values[peak]:.3f} at {checkpoint} (then {values[-1]:.3f} at the end)")
     return "; peak " + ", ".join(peaks) if peaks else ""
 
 
@@ -294,9 +301,12 @@ def estimate_from(row: Mapping, prefix: str = "", suffix: str = "", covers: str 
     seeds = row.get(f"{prefix}per_seed{suffix}")
     per_seed = tuple(float(v) for v in str(seeds).split(";")) if isinstance(seeds, str) and seeds else ()
     se = get("se")
-    unmeasured = "" if math.isfinite(se) else f"{int(get('n_seeds')) if math.isfinite(get('n_seeds')) else 1} seed(s): training noise unmeasured"
+    seeds = get("n_seeds")
+    unmeasured = "" if math.isfinite(se) else f"{int(seeds) if math.isfinite(seeds) else 1} seed(s): training noise unmeasured"
+    saturated = row.get(f"{prefix}saturated{suffix}")
     return Estimate(estimate, se, get("dof"), get("seed_se"), get("unit_se"),
-                    str(row.get(f"{prefix}covers{suffix}", covers) or covers), per_seed, unmeasured)
+                    str(row.get(f"{prefix}covers{suffix}", covers) or covers), per_seed, unmeasured,
+                    saturated=saturated if isinstance(saturated, str) else "")
 
 
 def dispersion_condensation_pieces(effects: Mapping[str, pd.DataFrame], trajectories: Mapping[str, pd.DataFrame],
@@ -312,19 +322,24 @@ def dispersion_condensation_pieces(effects: Mapping[str, pd.DataFrame], trajecto
         result = estimate_from(last.to_dict(), covers="seeds and sequences")
         text = (f"{name}, step {int(last['step'])}: {method} {last['mean']:.3f} vs CE {last['reference_mean']:.3f} "
                 f"over {int(last['n_seeds'])} seeds; {method} - CE {describe(result)}")
-        collapsed = _collapsed(trajectories.get(name), int(last["step"]))
+        collapsed = _collapsed(trajectories.get(name), int(last["step"]), (method, "ce"))
         notes = (f"{name}: collapsed at step {int(last['step'])} (deeper-layer cosine >= {COLLAPSED}): {collapsed}",) if collapsed else ()
         pieces.append(Piece(name, text + (f"; collapsed: {collapsed}" if collapsed else ""), result, -1, notes=notes))
     return pieces
 
 
-def _collapsed(trajectory: pd.DataFrame | None, step: int) -> str:
+def _collapsed(trajectory: pd.DataFrame | None, step: int, methods: Sequence[str]) -> str:
+    """The runs of ``methods`` whose deeper-layer cosine reached :data:`COLLAPSED` at ``step``."""
     if trajectory is None or "last_half" not in trajectory:
         return ""
-    final = trajectory[(trajectory["step"] == step) & (trajectory["last_half"] >= COLLAPSED)]
-    counts = final.groupby("method")["seed"].apply(lambda s: ", ".join(str(int(v)) for v in s))
-    totals = trajectory[trajectory["step"] == step].groupby("method").size()
-    return "; ".join(f"{method} {len(seeds.split(', '))} of {totals[method]} runs (seed {seeds})" for method, seeds in counts.items())
+    at_step = trajectory[(trajectory["step"] == step) & trajectory["method"].isin(methods)]
+    parts = []
+    for method in methods:
+        runs = at_step[at_step["method"] == method]
+        gone = runs[runs["last_half"] >= COLLAPSED]
+        if len(gone):
+            parts.append(f"{method} {len(gone)} of {len(runs)} runs (seed {', '.join(str(int(s)) for s in gone['seed'])})")
+    return "; ".join(parts)
 
 
 def score_pieces(tables: Mapping[str, pd.DataFrame], method: str = "dispersion", baseline: str = "ce") -> list[Piece]:
@@ -355,6 +370,10 @@ class Evidence:
     effects: Mapping[str, pd.DataFrame] = field(default_factory=dict)
     trajectories: Mapping[str, pd.DataFrame] = field(default_factory=dict)
     scores: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+    similarity: pd.DataFrame | None = None
+    """The comparison tables of :mod:`condensation.similarity` (layer profile and CKA against a wider model)."""
+    similarity_kinds: Mapping[str, str] = field(default_factory=dict)
+    """Comparison -> "pair" (distilled students against their teacher) or "study" (runs against wider models)."""
 
 
 SIZE = "A larger or wider model condenses less (Figs. 2, S1)"
@@ -383,9 +402,23 @@ def all_claims(evidence: Evidence, design: Design) -> list[Verdict]:
     uncounted = [f"{family}: not counted (its models differ in more than size: compares_size is false)"
                  for family in design.families if family in design.uncounted]
     notes[SIZE] += uncounted
+    notes[DISTILLATION] += _similarity_notes(evidence, "pair")
+    notes[DISPERSION] += _similarity_notes(evidence, "study")
     verdicts = [over_statistics(claim, decisions, notes[claim]) for claim, decisions in by_claim.items()]
     verdicts.append(over_statistics(SCORES, [decide(score_pieces(evidence.scores), ANY, "accuracy")]))
     return verdicts
+
+
+def _similarity_notes(evidence: Evidence, kind: str) -> list[str]:
+    """"Recovers the patterns of larger models": how close each group's layer profile and CKA come
+    to a wider model's (condensation.similarity), shown beside the claim, not counted in it."""
+    if evidence.similarity is None or evidence.similarity.empty:
+        return []
+    from condensation.similarity import summarise
+
+    chosen = [name for name, found in evidence.similarity_kinds.items() if found == kind]
+    table = evidence.similarity[evidence.similarity["comparison"].isin(chosen)]
+    return [f"closeness to the wider model (shown, not counted): {line}" for line in summarise(table)] if len(table) else []
 
 
 def claims_under_lenses(evidence: Evidence, design: Design) -> dict[str, list[Verdict]]:
@@ -398,7 +431,7 @@ def claims_under_lenses(evidence: Evidence, design: Design) -> dict[str, list[Ve
         if not _has_lens(evidence, lens):
             continue
         sign = lens.condensed
-        distill, init = pair_pieces(evidence.pairs, design, lens.name, orientation=sign)
+        distill, init = pair_pieces(evidence.pairs, design, lens.name, orientation=sign)  # a share needs no sign
         under[lens.title] = [
             over_statistics(f"The size ordering under {lens.title}", [size_claim(evidence.trends, design, lens.name, -sign)]),
             over_statistics(DISTILLATION, [decide(distill, ANY, lens.title)]),

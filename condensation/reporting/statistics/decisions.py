@@ -205,8 +205,9 @@ def over_statistics(claim: str, decisions: Sequence[Decision], notes: Sequence[s
     verdicts = {d.verdict for d in tested}
     if len(verdicts) == 1:
         verdict = verdicts.pop()
-        reason = "; ".join(dict.fromkeys(f"{d.statistic}: {d.reason}" if len(tested) > 1 else d.reason
-                                         for d in tested if d.reason))
-        return Verdict(claim, verdict, list(decisions), reason, list(notes))
+        reasons = list(dict.fromkeys(d.reason for d in tested if d.reason))
+        if len(reasons) > 1:
+            reasons = [f"{d.statistic}: {d.reason}" for d in tested if d.reason]
+        return Verdict(claim, verdict, list(decisions), "; ".join(reasons), list(notes))
     reason = "; ".join(f"{d.statistic} {d.verdict}" for d in tested)
     return Verdict(claim, DEPENDS, list(decisions), reason, list(notes))

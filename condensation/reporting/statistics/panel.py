@@ -400,11 +400,14 @@ def fieller(panel: Panel, numerator: Mapping[str, float], denominator: Mapping[s
     lo_den, hi_den = den.interval(confidence)
     if not (num.measured and den.measured) or lo_den <= 0 <= hi_den:
         return Ratio(point, math.nan, math.nan, confidence)
+    if num.se == 0 and den.se == 0:  # no noise at all: the ratio is known
+        return Ratio(point, point, point, confidence)
+    tolerance = 1e-12 * max(1.0, float(np.abs(panel.values).max()))
 
     def accepted(m: float) -> bool:
         combined = {arm: numerator.get(arm, 0.0) - m * denominator.get(arm, 0.0) for arm in {*numerator, *denominator}}
         low, high = contrast(panel, combined).interval(confidence)
-        return low <= 0 <= high
+        return low <= tolerance and high >= -tolerance
 
     def edge(inside: float, outside: float) -> float:
         for _ in range(60):

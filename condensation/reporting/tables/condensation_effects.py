@@ -24,7 +24,7 @@ from condensation.runtime.io import write_text
 
 EFFECT_COLUMNS = (
     "method", "step", "metric", "n_seeds", "n_reference_seeds", "mean", "reference_mean", "difference", "se",
-    "dof", "seed_se", "unit_se", "ci_low", "ci_high", "p", "detectable", "per_seed", "std", "reference_std",
+    "dof", "seed_se", "unit_se", "ci_low", "ci_high", "p", "detectable", "per_seed", "std", "reference_std", "saturated",
 )
 METRICS = ("last_half", "spearman_rho", "kendall_tau")
 
@@ -71,6 +71,7 @@ def _effect(profiles: Profiles, metric: str, method: str, reference: str, step: 
         "ci_low": low, "ci_high": high, "p": result.p_value, "detectable": result.detectable(ALPHA, POWER),
         "per_seed": "; ".join(f"{d:+.4f}" for d in result.per_seed) or math.nan,
         "std": float(pd.Series(own).std(ddof=1)), "reference_std": float(pd.Series(base).std(ddof=1)),
+        "saturated": result.saturated or math.nan,
     }
 
 
@@ -95,7 +96,7 @@ def write_condensation_effects(
     Markdown (4 decimals, the rule in the caption). Returns the effects frame."""
     effects = condensation_effects(read_profiles(profiles_path), reference=reference)
     write_csv(effects, csv_path, "%.5f")
-    shown = effects.drop(columns=["n_reference_seeds", "std", "reference_std", "seed_se", "unit_se"])
+    shown = effects.drop(columns=["n_reference_seeds", "std", "reference_std", "seed_se", "unit_se", "saturated"])
     shown["per_seed"] = [MISSING if pd.isna(text) else text for text in effects["per_seed"]]
     shown = shown.rename(columns={"reference_mean": f"{reference} mean", "per_seed": "per seed", "detectable": "MDE"})
     write_text(markdown_path, effects_caption(reference) + "\n\n" + to_markdown(shown, float_format=".4f") + "\n")
