@@ -61,8 +61,8 @@ SEED_STRIDE = 1000
 """Set i's seed_offset is SEED_STRIDE x i: the sets share no run while a config's seeds span less."""
 DEFAULT_CONFIGFILES = ("config.yaml", "configs/rerun-reduced.yaml")
 FINDINGS = Path("results/metrics/findings.json")
-WALL_TIME = "rerun-seconds.txt"
-"""In a set's directory: the wall time of its last run, for the report."""
+SET_RECORD = "rerun-set.json"
+"""In a set's directory: how its last run was made (configs, command) and its wall time, for the report."""
 NORMAL_95 = float(stats.norm.isf(0.025))
 
 PieceKey = tuple[str, str, str, str]
@@ -151,16 +151,20 @@ def run_set(settings: RerunSettings, offset: int) -> float:
     """One set in its copy of the repository; its wall time in seconds."""
     directory = settings.directory(offset)
     copy_repository(directory)
+    # the copy's own config files; one git ignores (not copied) is read where it is
+    configs = [name if (directory / name).is_file() else str(ROOT / name) for name in settings.configfiles]
     env = dict(os.environ, PYTHONPATH=str(directory))
     # targets and options first: --configfile and --config take every word after them
     command = [sys.executable, "-m", "snakemake", "--cores", settings.cores, *settings.snakemake_args,
-               "--configfile", *settings.configfiles, "--config", f"seed_offset={offset}"]
+               "--configfile", *configs, "--config", f"seed_offset={offset}"]
     print(f"[rerun] offset {offset}: {' '.join(command)} in {directory}", flush=True)
     start = time.perf_counter()
     with open(directory / "rerun.log", "a") as log:
         subprocess.run(command, cwd=directory, env=env, check=True, stdout=log, stderr=subprocess.STDOUT)
     seconds = time.perf_counter() - start
-    (directory / WALL_TIME).write_text(f"{seconds:.1f}\n")
+    record = {"offset": offset, "configfiles": list(settings.configfiles), "command": command,
+              "seconds": round(seconds, 1)}
+    (directory / SET_RECORD).write_text(json.dumps(record, indent=2) + "\n")
     return seconds
 
 
@@ -365,22 +369,25 @@ def _piece_rows(findings: dict[int, SetFindings], comparisons: Sequence[Comparis
             for key in keys]
 
 
-def _minutes(settings: RerunSettings, offset: int) -> float | None:
-    """The wall time of a set's last run (run_set writes it), in minutes."""
-    path = settings.directory(offset) / WALL_TIME
-    return round(float(path.read_text()) / 60, 1) if path.is_file() else None
+def _set_records(settings: RerunSettings) -> dict[int, dict[str, Any]]:
+    """How each set's last run was made (run_set writes it); {} for a set run otherwise."""
+    paths = {offset: settings.directory(offset) / SET_RECORD for offset in settings.offsets}
+    return {offset: json.loads(path.read_text()) if path.is_file() else {} for offset, path in paths.items()}
 
 
 def report(settings: RerunSettings, findings: dict[int, SetFindings], comparisons: list[Comparison],
            left_out: list[str], checks: list[Check]) -> dict[str, Any]:
     """Everything the report says, as plain data (the JSON; the Markdown is made from it)."""
+    records = _set_records(settings)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=False,
                             capture_output=True, text=True).stdout
     return {
-        "offsets": list(findings), "configfiles": list(settings.configfiles), "alpha": settings.alpha,
+        "offsets": list(findings), "alpha": settings.alpha,
+        "configfiles": sorted({" ".join(r.get("configfiles", ["(not recorded)"])) for r in records.values()}),
         "commit": commit.strip(), "date": datetime.date.today().isoformat(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-        "minutes": {str(offset): _minutes(settings, offset) for offset in findings},
+        "minutes": {str(offset): round(r["seconds"] / 60, 1) if "seconds" in r else None
+                    for offset, r in records.items()},
         "checks": [asdict(c) for c in checks], "passed": all(c.passed for c in checks),
         "verdicts": [{"name": n, "verdicts": v, "moved": m} for n, v, m in moved_verdicts(findings)],
         "pieces": _piece_rows(findings, comparisons),
@@ -392,7 +399,7 @@ def markdown(data: dict[str, Any]) -> str:
     offsets = data["offsets"]
     minutes = ", ".join(f"{m} min" for m in data["minutes"].values() if m is not None)
     timed = f"; wall time per set: {minutes}" if minutes else ""
-    sets = (f"Seed offsets {', '.join(map(str, offsets))}; configs {' '.join(data['configfiles'])}; commit "
+    sets = (f"Seed offsets {', '.join(map(str, offsets))}; configs {'; '.join(data['configfiles'])}; commit "
             f"{data['commit']}; {data['date']}; {data['machine']}{timed}.")
     header = ("| z | comparisons | raw \\|z\\| <= 1.96 | coverage (t) | binomial p | mean z^2 | largest \\|z\\| "
               f"| Bonferroni bound (alpha {data['alpha']:g}) | |")

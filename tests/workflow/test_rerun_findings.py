@@ -23,11 +23,12 @@ def test_three_seed_sets_of_the_tiny_config_draw_their_own_runs_and_are_compared
     command = [sys.executable, str(repo / "tools/rerun_findings.py"), "--configfile",
                "tests/workflow/configs/tiny.yaml", "--cores", "2", "--workdir", str(workdir)]
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=5400, check=False)
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=7200, check=False)
     assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((workdir / "rerun-report.json").read_text())
     assert result.returncode == (0 if report["passed"] else 1)
     assert (workdir / "rerun-report.md").read_text() in result.stdout
+    assert report["configfiles"] == ["tests/workflow/configs/tiny.yaml"]
     for offset in OFFSETS:  # each set trained with its own seeds: the plans the runs read
         directory = workdir / f"offset-{offset}"
         assert json.loads((directory / "runs/pretrain/toy-wide/run.json").read_text())["train"]["seed"] == offset
