@@ -13,6 +13,8 @@ from condensation.config.plan import (
     ablation_grid,
     evaluation_tasks,
     gpus_needed,
+    model_seed as plan_model_seed,
+    run_seed as plan_run_seed,
     score_tables,
     series_model_name,
     similarity_dataset,
@@ -48,7 +50,6 @@ LABELS = {name: spec.label for name, spec in MODELS.items()}
 # Models whose weights this workflow draws (pre-trained, initialised or trained in a study here):
 # one run of them leaves the training noise unmeasured; any other model is one given checkpoint.
 DRAWN_MODELS = [name for name, spec in MODELS.items() if spec.source in ("pretrain", "init", "run")]
-SEED_OFFSET = config["seed_offset"]
 
 
 def series_group(spec):
@@ -65,19 +66,15 @@ SERIES_GROUPS = {name: series_group(spec) for name, spec in config["series"].ite
 
 
 def model_seed(wildcards):
-    """The seed a model is pre-trained or initialised with: its own, else its ``of`` model's,
-    else pretrain.seed; plus seed_offset. None for a model whose weights are given."""
-    spec = MODELS[wildcards.model]
-    if spec.source not in ("pretrain", "init"):
-        return None
-    base = MODELS[spec.of] if spec.source == "init" else spec
-    seed = next((s for s in (spec.seed, base.seed) if s is not None), config["pretrain"]["seed"])
-    return seed + SEED_OFFSET
+    """The seed a model is pre-trained or initialised with, seed_offset included (plan.model_seed)."""
+    return plan_model_seed(config, wildcards.model)
 
 
 def run_seed(wildcards):
-    """A study run's seed (its wildcard) plus seed_offset."""
-    return int(wildcards.seed) + SEED_OFFSET
+    """A study run's seed (its wildcard), seed_offset included (plan.run_seed)."""
+    return plan_run_seed(config, int(wildcards.seed))
+
+
 HUB_MODELS = [name for name, spec in MODELS.items() if spec.source == "hub"]
 HUB_DATASETS = [name for name, spec in DATASETS.items() if spec.source == "hub"]
 # lm-eval tasks whose data lives on the Hub (every task that is not built here)

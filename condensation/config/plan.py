@@ -77,6 +77,33 @@ def study_runs(config: Mapping[str, Any], study: str) -> list[tuple[str, str, in
     return runs
 
 
+def model_seed(config: Mapping[str, Any], model: str) -> int | None:
+    """The seed a model is pre-trained or initialised with: its own, else its ``of`` model's, else
+    pretrain.seed; plus seed_offset. None for a model whose weights are given or come from a run."""
+    entry = config["models"][model]
+    if entry["source"] not in ("pretrain", "init"):
+        return None
+    base = config["models"][entry["of"]] if entry["source"] == "init" else entry
+    seed = next((s for s in (entry.get("seed"), base.get("seed")) if s is not None), config["pretrain"]["seed"])
+    return seed + config["seed_offset"]
+
+
+def run_seed(config: Mapping[str, Any], seed: int) -> int:
+    """The seed a study run with ``seed`` (its place in the study's seeds) trains with."""
+    return seed + config["seed_offset"]
+
+
+def drawn_seeds(config: Mapping[str, Any]) -> dict[str, int]:
+    """Every seed this config draws weights or a data order with, by what draws it: each
+    pre-trained or initialised model (``models.<name>``) and each study run
+    (``<study> <model> <method> seed<seed>``). Two configs share a run where they share a seed."""
+    seeds = {f"models.{name}": seed for name in config["models"] if (seed := model_seed(config, name)) is not None}
+    for study in studies(config):
+        for model, method, seed in study_runs(config, study):
+            seeds[f"{study} {model} {method} seed{seed}"] = run_seed(config, seed)
+    return seeds
+
+
 def ablation_grid(config: Mapping[str, Any], study: str = "midtrain") -> dict[str, tuple[float, float]]:
     """Method name -> (weight, tau) of every dispersion run of Table 3: the ablation grid plus
     each configured method that is the plain dispersion loss (the paper's default row)."""
