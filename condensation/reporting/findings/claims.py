@@ -404,8 +404,14 @@ def all_claims(evidence: Evidence, design: Design) -> list[Verdict]:
     notes[SIZE] += uncounted
     notes[DISTILLATION] += _similarity_notes(evidence, "pair")
     notes[DISPERSION] += _similarity_notes(evidence, "study")
+    base = ("mid-training runs all start from one pre-trained model: their intervals cover the mid-training "
+            "seeds, not that model's own pre-training (a rerun that pre-trains it again may move beyond them)")
+    if any(name.startswith("midtrain") for name in evidence.effects):
+        notes[DISPERSION].append(base)
     verdicts = [over_statistics(claim, decisions, notes[claim]) for claim, decisions in by_claim.items()]
-    verdicts.append(over_statistics(SCORES, [decide(score_pieces(evidence.scores), ANY, "accuracy")]))
+    scores = score_pieces(evidence.scores)
+    verdicts.append(over_statistics(SCORES, [decide(scores, ANY, "accuracy")],
+                                    [base] if any(p.name.startswith("table2") for p in scores) else []))
     return verdicts
 
 

@@ -78,18 +78,20 @@ class ScoreNoise:
 DEFAULT_NOISE = {"condensation": ConditionNoise(), "scores": ScoreNoise()}
 
 
-def _draw_runs(rng: np.random.Generator, arms: dict[str, float], seeds: int, noise: ConditionNoise,
+def _draw_runs(rng: np.random.Generator, arms: dict[str, float], seeds: int | Sequence[int], noise: ConditionNoise,
                paired: bool, main: np.ndarray) -> tuple[list[Run], list[np.ndarray]]:
-    """Per arm (name -> true mean) ``seeds`` runs on the shared sequences' main effect ``main``;
-    ``paired``: a seed's shift is shared by every arm (the same initialisation and data order)."""
+    """Per arm (name -> true mean) ``seeds`` runs (or ``seeds[i]`` for the i-th arm) on the shared
+    sequences' main effect ``main``; ``paired``: a seed's shift is shared by every arm (the same
+    initialisation and data order)."""
     runs, per_unit = [], []
-    shared = rng.normal(0, noise.seed_sd, seeds)
-    for arm, mean in arms.items():
-        shifts = shared if paired else rng.normal(0, noise.seed_sd, seeds)
-        for seed in range(seeds):
+    counts = [seeds] * len(arms) if isinstance(seeds, int) else list(seeds)
+    shared = rng.normal(0, noise.seed_sd, max(counts))
+    for (arm, mean), count in zip(arms.items(), counts, strict=True):
+        shifts = shared if paired else rng.normal(0, noise.seed_sd, count)
+        for seed in range(count):
             own = rng.normal(0, noise.interaction_sd, noise.sequences)
             per_unit.append(mean + shifts[seed] + main + own)
-            runs.append(Run(arm, seed, 0.0))
+            runs.append(Run(arm, seed if paired else f"{arm}-{seed}", 0.0))  # unpaired arms share no seed
     return runs, per_unit
 
 
@@ -107,11 +109,11 @@ def simulate_difference(effect: float, seeds: int, *, paired: bool = True, noise
     return _rates(calls)
 
 
-def simulate_slope(slope_per_decade: float, positions: Sequence[float], seeds: int, *,
+def simulate_slope(slope_per_decade: float, positions: Sequence[float], seeds: int | Sequence[int], *,
                    noise: ConditionNoise = ConditionNoise(), robustness: int = 0, draws: int = 2000, seed: int = 0) -> Rates:
-    """The size claim: widths at ``positions`` (log10 parameters), ``seeds`` runs each (a width's
-    seeds are not paired with another width's), the slope predicted negative; the first text
-    decides, ``robustness`` more texts are measured and shown."""
+    """The size claim: widths at ``positions`` (log10 parameters), ``seeds`` runs each (or per
+    width; a width's seeds are not paired with another width's), the slope predicted negative; the
+    first text decides, ``robustness`` more texts are measured and shown."""
     rng = np.random.default_rng(seed)
     x = np.asarray(positions, float)
     arms = {f"w{index}": slope_per_decade * (value - x.mean()) + 0.4 for index, value in enumerate(x)}
