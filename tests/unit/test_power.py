@@ -43,8 +43,9 @@ def test_the_distillation_equivalence_test_is_calibrated_at_its_margin_and_power
     assert power.simulate_gap_share(0.0, 3, draws=200).agrees >= 0.80
 
 
-def default_size_design() -> tuple[list[float], int]:
-    """The toy family of config.yaml: log10 parameters per width and the fewest seeds of a width."""
+def default_size_design() -> tuple[list[float], list[int]]:
+    """The toy family of config.yaml: log10 parameters and seeds per width, smallest first."""
+    import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -52,16 +53,13 @@ def default_size_design() -> tuple[list[float], int]:
     vocab = config["pretrain"]["tokenizer_vocab_size"]
     widths: dict[str, list[str]] = {}
     for name in family:
-        spec = config["models"][name]
-        widths.setdefault(spec["label"], []).append(name)
+        widths.setdefault(config["models"][name]["label"], []).append(name)
     positions = []
     for names in widths.values():
-        import torch
-
         with torch.device("meta"):
             model = GPT2LMHeadModel(GPT2Config(vocab_size=vocab, **config["models"][names[0]]["arch"]))
         positions.append(math.log10(sum(p.numel() for p in model.parameters())))
-    return positions, min(len(names) for names in widths.values())
+    return positions, [len(names) for names in widths.values()]
 
 
 def test_the_default_size_design_is_calibrated_and_powered_at_the_slope_it_measured():

@@ -50,13 +50,15 @@ class Rates:
 
 @dataclass(frozen=True)
 class ConditionNoise:
-    """Noise of a condensation statistic (a mean cosine) measured on shared sequences."""
+    """Noise of a condensation statistic (the deeper layers' mean cosine) measured on shared
+    sequences. The defaults are the default pipeline's own, read off its toy family by
+    :func:`estimate_noise` (``python -m condensation.reporting.statistics.power``; docs/statistics.md)."""
 
-    seed_sd: float = 0.035
+    seed_sd: float = 0.037
     """Spread of a run's value between seeds (initialisation and data order)."""
-    sequence_sd: float = 0.06
-    """Spread of one sequence's value around its run's mean: shared by every run (main effect)."""
-    interaction_sd: float = 0.03
+    sequence_sd: float = 0.014
+    """Spread of one sequence's value around its run's mean, shared by every run (main effect)."""
+    interaction_sd: float = 0.012
     """A run's own spread on each sequence (run x sequence interaction)."""
     sequences: int = 32
 
@@ -75,7 +77,9 @@ class ScoreNoise:
     items_per_task: int = 300
 
 
-DEFAULT_NOISE = {"condensation": ConditionNoise(), "scores": ScoreNoise()}
+MEASURED_SIZE_SLOPE = -0.19
+"""The size claim's slope (deeper-layer cosine per decade of parameters) the default measured across
+its toy widths: the effect its design must find with 80 % power."""
 
 
 def _draw_runs(rng: np.random.Generator, arms: dict[str, float], seeds: int | Sequence[int], noise: ConditionNoise,
