@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 from transformers import AutoModelForCausalLM
 
 from condensation.config.plan import processes_per_run, study_checkpoints
@@ -36,7 +37,7 @@ SLURM_TASK = {"SLURM_JOB_ID": "4242", "SLURM_NNODES": "2", "SLURM_JOB_NODELIST":
 def test_srun_starts_one_launcher_per_node_with_its_gpus():
     line = srun_command(3, 8, "/venv/bin/python", "/wf/train_run.py")
     assert line.startswith("srun --nodes=3 --ntasks=3 --ntasks-per-node=1 --gres=gpu:8 --kill-on-bad-exit=1 ")
-    assert line.endswith("/venv/bin/python -m condensation.runtime.nodes --nodes 3 --gpus-per-node 8 -- /wf/train_run.py")
+    assert line.endswith("-m condensation.runtime.nodes --nodes 3 --gpus-per-node 8 -- /wf/train_run.py")
     assert "--gres" not in srun_command(2, 0, "python", "t.py")  # CPU nodes ask for no GPU
 
 
@@ -62,7 +63,8 @@ def test_the_launcher_reads_the_first_host_from_scontrol():
 def test_the_launcher_stops_outside_slurm_and_on_a_step_of_another_size():
     with pytest.raises(SystemExit, match="SLURM_JOB_ID, SLURM_NNODES, SLURM_NODEID, SLURM_JOB_NODELIST not set"):
         nodes.main(["--nodes", "2", "--gpus-per-node", "1", "--", "t.py"], env={})
-    three = SLURM_TASK | {"SLURM_NNODES": "3", "SLURM_NODEID": "0", "PATH": f"{FAKE_SLURM}{os.pathsep}{os.environ['PATH']}"}
+    path = f"{FAKE_SLURM}{os.pathsep}{os.environ['PATH']}"
+    three = SLURM_TASK | {"SLURM_NNODES": "3", "SLURM_NODEID": "0", "PATH": path}
     with pytest.raises(SystemExit, match=r"has 3 node\(s\) \(SLURM_NNODES\) but the run was planned for 2"):
         nodes.main(["--nodes", "2", "--gpus-per-node", "1", "--", "t.py"], env=three)
 
@@ -109,24 +111,49 @@ def test_steps_and_checkpoints_divide_by_every_process_of_every_node():
 
 
 def test_fsdp_needs_two_processes_and_no_baseline_that_edits_the_embeddings():
-    with pytest.raises(ConfigError, match=r"midtrain\.train\.sharding: fsdp shards over a run's processes, and this run has one"):
+    with pytest.raises(ConfigError, match=r"midtrain\.train\.sharding: fsdp shards over a run's processes, and this"):
         validate_config(study(train={"sharding": "fsdp"}))
     baselines = {"ce": {"objective": "ce"}, "noisy": {"objective": "noisy_embedding"}}
     with pytest.raises(ConfigError, match=r"methods \['noisy'\] edit them"):
         validate_config(study(gpus_per_run=2, methods=baselines, train={"sharding": "fsdp"}))
-    assert validate_config(study(nodes_per_run=2, train={"sharding": "fsdp"}))["midtrain"]["train"]["sharding"] == "fsdp"
+    two_nodes = validate_config(study(nodes_per_run=2, train={"sharding": "fsdp"}))
+    assert two_nodes["midtrain"]["train"]["sharding"] == "fsdp"
     with pytest.raises(ConfigError, match="'zero' is not one of"):
         validate_config(study(train={"sharding": "zero"}))
 
 
 def test_only_an_init_model_of_an_architecture_unties_its_embeddings():
-    models = {"m": {"source": "hub", "id": "gpt2"}, "m-init": {"source": "init", "of": "m", "tie_word_embeddings": False}}
+    untied = {"tie_word_embeddings": False}
+    models = {"m": {"source": "hub", "id": "gpt2"}, "m-init": {"source": "init", "of": "m", **untied}}
     assert validate_config({**MINIMAL, "models": models})["models"]["m-init"]["tie_word_embeddings"] is False
     with pytest.raises(ConfigError, match=r"models\.m.*tie_word_embeddings"):
         validate_config({**MINIMAL, "models": {"m": {"source": "hub", "id": "gpt2", "tie_word_embeddings": False}}})
-    pretrained = {"toy": {"source": "pretrain", "arch": {}}, "toy-init": {"source": "init", "of": "toy", "tie_word_embeddings": False}}
+    pretrained = {"toy": {"source": "pretrain", "arch": {}}, "toy-init": {"source": "init", "of": "toy", **untied}}
     with pytest.raises(ConfigError, match="the init of a pretrain model is that model's own initialisation"):
         validate_config({**MINIMAL, "models": pretrained})
+
+
+def test_the_full_scale_overlay_is_table_4_as_published(repo):
+    """configs/paper-fullscale.yaml over configs/paper.yaml, merged as Snakemake merges them: 156B
+    tokens in steps of 128 x 4,096 tokens over 16 nodes of 8 GPUs in FSDP shards, the authors'
+    dispersion settings, an untied Qwen3-0.6B, all of c4/en."""
+    from snakemake.utils import update_config
+
+    from condensation.config.runs import TrainConfig, tokens_per_step, total_steps
+
+    merged: dict = {}
+    for name in ("configs/paper.yaml", "configs/paper-fullscale.yaml"):
+        update_config(merged, yaml.safe_load((repo / name).read_text()))
+    config = validate_config(merged)
+    scratch, train = config["scratch"], TrainConfig(**config["scratch"]["train"])
+    processes = processes_per_run(scratch)
+    assert (scratch["nodes_per_run"], scratch["gpus_per_run"], processes) == (16, 8, 128)
+    assert tokens_per_step(train, processes) == 128 * 4096 and train.sharding == "fsdp"
+    assert train.train_tokens == 156 * 10**9 and total_steps(train, processes) == 297_547
+    assert scratch["methods"]["dispersion"] == {"objective": "dispersion", "weight": 0.1, "tau": 1.0, "clamp": 0.25,
+                                                "max_tokens": 256}
+    assert config["models"]["qwen3-0.6b-init"]["tie_word_embeddings"] is False
+    assert config["datasets"]["c4"]["data_files"] == "en/c4-train.*-of-01024.json.gz"
 
 
 # ----------------------------------------------------------------------------- runs of several processes
@@ -152,7 +179,8 @@ RUN = textwrap.dedent(
         model.register_forward_pre_hook(lambda *args: time.sleep(0.1))
     result = train(model, TRAIN_BLOCKS, VAL_BLOCKS, config, out, aux_loss=aux)
     state = PartialState()
-    (out / f"rank{{state.process_index}}.json").write_text(json.dumps({{"world": state.num_processes, "steps": result.steps}}))
+    report = {{"world": state.num_processes, "steps": result.steps}}
+    (out / f"rank{{state.process_index}}.json").write_text(json.dumps(report))
     """
 )
 CPU_ENV = {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
@@ -186,20 +214,21 @@ def test_two_nodes_of_two_processes_train_as_one_node_of_four(tmp_path, sharding
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
 
-    path = f"{FAKE_SLURM}{os.pathsep}{os.environ['PATH']}"
+    path, job = f"{FAKE_SLURM}{os.pathsep}{os.environ['PATH']}", str(4000 + os.getpid() % 1000)  # job: the port
     launchers = [
         subprocess.Popen(
             [sys.executable, "-m", "condensation.runtime.nodes", "--nodes", "2", "--gpus-per-node", "2", "--",
              str(script), str(tmp_path / "two"), sharding],
-            env=os.environ | CPU_ENV | SLURM_TASK | {"SLURM_JOB_ID": str(4000 + os.getpid() % 1000), "SLURM_NODEID": str(node),
-                                                     "PATH": path, "PYTHONPATH": str(REPO)},
+            env=os.environ | CPU_ENV | SLURM_TASK | {"SLURM_JOB_ID": job, "SLURM_NODEID": str(node), "PATH": path,
+                                                     "PYTHONPATH": str(REPO)},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         for node in (0, 1)
     ]
     outputs = [launcher.communicate(timeout=600)[0] for launcher in launchers]
     assert [launcher.returncode for launcher in launchers] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
-    assert "node 1 of 2:" in outputs[1] and "--machine_rank 1" in outputs[1] and "--main_process_ip 127.0.0.1" in outputs[1]
+    for flag in ("node 1 of 2:", "--machine_rank 1", "--main_process_ip 127.0.0.1"):
+        assert flag in outputs[1], flag
 
     ranks = [json.loads((tmp_path / "two" / f"rank{rank}.json").read_text()) for rank in range(4)]
     assert ranks == [{"world": 4, "steps": 5}] * 4  # 20 steps of one process, divided by four
@@ -211,7 +240,8 @@ def test_two_nodes_of_two_processes_train_as_one_node_of_four(tmp_path, sharding
 
 def launch_two(script: Path, out: Path, *args: str) -> subprocess.Popen:
     """torchrun with two CPU processes, in a session of its own (a kill takes every process)."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script), str(out), *args]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
+               str(out), *args]
     return subprocess.Popen(command, env=os.environ | CPU_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
 
