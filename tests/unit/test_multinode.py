@@ -294,3 +294,19 @@ def test_fsdp_trains_with_dispersion_and_resumes_bit_identically_after_a_sigkill
     config = json.loads((tmp_path / "fsdp" / "final" / "config.json").read_text())
     assert config["architectures"] == ["GPT2LMHeadModel"] and config["tie_word_embeddings"] is True
     assert json.loads((tmp_path / "fsdp" / "final" / "train_summary.json").read_text())["config"]["sharding"] == "fsdp"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_fsdp_on_two_gpus_trains_as_ddp(tmp_path):
+    """NCCL on two GPUs, bf16 autocast (mixed_precision auto): FSDP reaches DDP's validation loss."""
+    script = write_run_script(tmp_path)
+    for sharding in ("fsdp", "ddp"):
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
+                   str(tmp_path / sharding), sharding]
+        done = subprocess.run(command, env=os.environ | {"OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    summaries = [json.loads((tmp_path / name / "final" / "train_summary.json").read_text()) for name in ("fsdp", "ddp")]
+    assert summaries[0]["mixed_precision"] == "bf16" and summaries[0]["world_size"] == 2
+    assert summaries[0]["final_val_loss"] == pytest.approx(summaries[1]["final_val_loss"], abs=1e-2)
