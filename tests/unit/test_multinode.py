@@ -69,6 +69,14 @@ def test_the_launcher_stops_outside_slurm_and_on_a_step_of_another_size():
         nodes.main(["--nodes", "2", "--gpus-per-node", "1", "--", "t.py"], env=three)
 
 
+def test_a_run_over_several_nodes_outside_slurm_says_where_it_runs(tmp_path, monkeypatch):
+    from condensation.runtime import gpus
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no srun here
+    with pytest.raises(SystemExit, match="srun: command not found .a run over several nodes runs under SLURM"):
+        gpus.main(["0", "--", *srun_command(2, 1, sys.executable, "train_run.py").split()])
+
+
 def test_the_launcher_module_imports_without_torch():
     code = "import sys, condensation.runtime.nodes; print(sorted({'torch', 'numpy', 'accelerate'} & set(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
