@@ -245,11 +245,15 @@ class Trainer:
             if self.layout.sharded:
                 raise ValueError(f"sharding: fsdp shards the embeddings, which baseline {self.baseline.name} edits")
             self.baseline.prepare(model)  # may replace parameters (untie a head): before the optimizer sees them
-        # fused: one kernel for every parameter's update on CUDA instead of a loop of small ones
-        self.model, self.optimizer = self.layout.prepare(accelerator, model, lambda model: torch.optim.AdamW(
-            parameter_groups(model, config.weight_decay), lr=config.lr, betas=config.betas,
-            fused=accelerator.device.type == "cuda",
-        ))
+
+        def adamw(model: torch.nn.Module) -> torch.optim.Optimizer:
+            # fused: one kernel for every parameter's update on CUDA instead of a loop of small ones
+            return torch.optim.AdamW(
+                parameter_groups(model, config.weight_decay), lr=config.lr, betas=config.betas,
+                fused=accelerator.device.type == "cuda",
+            )
+
+        self.model, self.optimizer = self.layout.prepare(accelerator, model, adamw)
         if self.teacher is not None:  # not prepared: it is not trained, so DDP has nothing to sync
             self.teacher.to(accelerator.device)
         self.model.train()
