@@ -334,13 +334,17 @@ def build_gpt2(arch: Mapping[str, int], tokenizer, seed: int):
     return GPT2LMHeadModel(config)
 
 
-def build_from_config(handle: ModelHandle, seed: int):
+def build_from_config(handle: ModelHandle, seed: int, tie_word_embeddings: bool | None = None):
     """Random weights in the architecture of a prepared model (its config, nothing of its
-    weights): the start of a pre-training from scratch. The same seed gives the same weights."""
+    weights): the start of a pre-training from scratch. The same seed gives the same weights.
+    ``tie_word_embeddings`` ties or unties the input and output embeddings (None: as the
+    architecture has them)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(handle.location, **_pretrained_kwargs(handle))
+    if tie_word_embeddings is not None:
+        config.tie_word_embeddings = tie_word_embeddings
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(config, trust_remote_code=handle.trust_remote_code)
 

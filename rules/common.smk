@@ -32,6 +32,7 @@ from condensation.config.validate import validate_config
 from condensation.data.corpus import find_deb
 from condensation.evaluation.score_files import SCORE_FILES
 from condensation.runtime.io import read_json
+from condensation.runtime.nodes import srun_command
 from condensation.runtime.run_dir import STEP_PATTERN, RunDir
 
 # Fail before planning anything if the config is wrong; fills in every default.
@@ -50,6 +51,7 @@ LABELS = {name: spec.label for name, spec in MODELS.items()}
 # Models whose weights this workflow draws (pre-trained, initialised or trained in a study here):
 # one run of them leaves the training noise unmeasured; any other model is one given checkpoint.
 DRAWN_MODELS = [name for name, spec in MODELS.items() if spec.source in ("pretrain", "init", "run")]
+GPU_MODEL = config["gpu_model"]  # the site's GPU type for SLURM (None: any GPU)
 
 
 def series_group(spec):
@@ -313,10 +315,38 @@ def all_geometry():
 
 def launcher(section):
     """How every training run starts (``section``: pretrain or a study): the one training script,
-    under `accelerate launch` (DDP, a process per GPU) when a run has more than one GPU."""
-    gpus = config[section]["gpus_per_run"]
+    under `accelerate launch` (a process per GPU) when a run has more than one GPU, and through
+    srun, a launcher per node, when it has more than one node (condensation/runtime/nodes.py)."""
+    gpus, nodes = config[section]["gpus_per_run"], config[section]["nodes_per_run"]
+    script = f"{workflow.basedir}/workflow_scripts/train_run.py"
+    if nodes > 1:
+        return srun_command(nodes, gpus, sys.executable, script)
     start = f"{sys.executable} -m accelerate.commands.launch --multi_gpu --num_processes {gpus}" if gpus > 1 else sys.executable
-    return f"{start} {workflow.basedir}/workflow_scripts/train_run.py"
+    return f"{start} {script}"
+
+
+def training_resources(section_of):
+    """The resources of a training job, for ``section_of(wildcards)`` (pretrain or a study): the
+    GPUs of one machine, or, over several nodes, the executor plugin's own resources for a job
+    of N nodes with G GPUs each (--nodes, --ntasks, --gres per node) whose one step the job's
+    srun starts (``mpi``: the plugin runs the job's command as it is, without its own srun)."""
+
+    def resource(name):
+        def value(wildcards):
+            spec = config[section_of(wildcards)]
+            gpus, nodes = spec["gpus_per_run"], spec["nodes_per_run"]
+            if nodes == 1:
+                return {"gpu": gpus, "gpu_model": GPU_MODEL if gpus else None}.get(name)
+            typed = f"gpu:{GPU_MODEL}:{gpus}" if GPU_MODEL else f"gpu:{gpus}"
+            # `gpu` stays 0: the plugin would turn it into --gpus, a count for the whole job.
+            # tasks_per_gpu 0: else the plugin sets --ntasks-per-gpu to `tasks` for a GPU job.
+            return {"gpu": 0, "nodes": nodes, "tasks": nodes, "tasks_per_gpu": 0, "mpi": "srun",
+                    "gres": typed if gpus else None}.get(name)
+
+        return value
+
+    names = ("gpu", "gpu_model", "nodes", "tasks", "tasks_per_gpu", "mpi", "gres")
+    return {name: resource(name) for name in names}
 
 
 def run_method(wildcards):

@@ -49,6 +49,7 @@ rule evaluate_pretrained:
     threads: 1
     resources:
         gpu=model_gpus,
+        gpu_model=GPU_MODEL,
         mem_mb=16000,
         runtime=120,
     script:
@@ -75,6 +76,7 @@ rule evaluate_checkpoint:
     threads: 1
     resources:
         gpu=model_gpus,
+        gpu_model=GPU_MODEL,
         mem_mb=16000,
         runtime=120,
     script:

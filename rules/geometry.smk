@@ -17,6 +17,7 @@ rule extract:
     threads: 1
     resources:
         gpu=model_gpus,
+        gpu_model=GPU_MODEL,
         mem_mb=16000,
         runtime=60,
     script:

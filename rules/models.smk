@@ -71,7 +71,7 @@ rule pretrain:
         launcher=launcher("pretrain"),
     threads: 1
     resources:
-        gpu=lookup(dpath="pretrain/gpus_per_run", within=config),
+        **training_resources(lambda wildcards: "pretrain"),
         mem_mb=8000,
         runtime=240,
     shell:
@@ -97,6 +97,7 @@ rule measure_pretraining:
     threads: 1
     resources:
         gpu=1,
+        gpu_model=GPU_MODEL,
         mem_mb=16000,
         runtime=60,
     script:

@@ -59,7 +59,7 @@ rule train_study_run:
         teacher=teacher_argument,
     threads: 1
     resources:
-        gpu=lambda wildcards: config[wildcards.study]["gpus_per_run"],
+        **training_resources(lambda wildcards: wildcards.study),
         mem_mb=32000,
         runtime=480,
     shell:
@@ -86,6 +86,7 @@ rule measure_checkpoints:
     threads: 1
     resources:
         gpu=model_gpus,
+        gpu_model=GPU_MODEL,
         mem_mb=16000,
         runtime=60,
     script:

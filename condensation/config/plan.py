@@ -116,8 +116,40 @@ def study_checkpoints(config: Mapping[str, Any], study: str) -> list[str]:
     """Names (``step-0000049``) of the evaluation checkpoints every run of a study writes; known
     before training, since the step count follows from the token budget."""
     train = TrainConfig(**config[study]["train"])
-    world = max(1, config[study]["gpus_per_run"])
-    return [step_name(step) for step in checkpoint_steps(total_steps(train, world), train.num_checkpoints)]
+    steps = total_steps(train, processes_per_run(config[study]))
+    return [step_name(step) for step in checkpoint_steps(steps, train.num_checkpoints)]
+
+
+def processes_per_run(section: Mapping[str, Any]) -> int:
+    """Training processes of every run of a config section (a study, or ``pretrain``): one per
+    GPU of each of its nodes, one per node without GPUs. The step count divides by it."""
+    return section["nodes_per_run"] * max(1, section["gpus_per_run"])
+
+
+SHARDING_EXCLUDES = ("noisy_embedding", "active_forgetting")
+"""Objectives that read or rewrite the embedding matrix outside the model's forward, which
+FSDP keeps in shards."""
+
+
+def check_sharding(section: Mapping[str, Any], where: str) -> list[str]:
+    """A config section's training layout: FSDP shards over several processes, and only for
+    objectives that touch the weights through the model's forward."""
+    if section["train"]["sharding"] != "fsdp":
+        return []
+    problems = []
+    if processes_per_run(section) < 2:
+        problems.append(
+            f"{where}.train.sharding: fsdp shards over a run's processes, and this run has one "
+            f"(nodes_per_run x gpus_per_run); give it two or more, or keep sharding: ddp"
+        )
+    methods = section.get("methods", {})
+    baselines = sorted(name for name, spec in methods.items() if spec["objective"] in SHARDING_EXCLUDES)
+    if baselines:
+        problems.append(
+            f"{where}.train.sharding: fsdp keeps the embeddings in shards, and methods {baselines} edit them "
+            f"directly ({', '.join(SHARDING_EXCLUDES)}); train them with sharding: ddp"
+        )
+    return problems
 
 
 USABLE_GPU_FRACTION = 0.85
@@ -192,7 +224,7 @@ def check_study(config: Mapping[str, Any], study: str) -> list[str]:
     clashes = set(section["methods"]) & set(_ablation_methods(section))
     if clashes:
         problems.append(f"{where}.methods: names {sorted(clashes)} clash with generated ablation runs")
-    return problems
+    return problems + check_sharding(section, where)
 
 
 def series_model_name(series: str, label: str) -> str:

@@ -19,6 +19,9 @@ from typing import Any, Mapping
 from condensation.config.objectives import MethodSettings, resolve_method
 from condensation.runtime.io import read_json, write_json
 
+SHARDINGS = ("ddp", "fsdp")
+"""The values of ``TrainConfig.sharding``."""
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -122,6 +125,17 @@ class TrainConfig:
     fewer), the same at every probe so that the values form one series. 16 gives each layer's
     mean cosine over 16 x T^2 pairs, stable to about 0.01, at the cost of one forward pass."""
 
+    sharding: str = "ddp"
+    """How the processes of a run hold the model. ``"ddp"``: each holds all of it, weights,
+    gradients and AdamW moments (DDP when there are several; a single process runs it plain):
+    the simplest and fastest while it fits. ``"fsdp"``: FSDP2 shards weights, gradients and
+    optimizer state over all processes (each transformer block its own unit), gathering a
+    block's weights only while it computes: for a model whose training state exceeds one GPU
+    (Qwen3-8B: about 128 GB in float32 with AdamW) and for runs over many nodes. Needs two
+    processes at least, and no baseline that edits the embeddings (noisy_embedding,
+    active_forgetting). Checkpoints and ``final/`` are the same plain Hugging Face directories
+    either way; the resumable state of an fsdp run is sharded (``training.checkpointing``)."""
+
     aux_weight: float = 0.0
     """Weight of the auxiliary loss: total = ce + aux_weight * aux. 0 trains on CE alone (the
     auxiliary callable is then not even called, and hidden states are not requested)."""
@@ -138,6 +152,8 @@ class TrainConfig:
             raise ValueError("TrainConfig: warmup_ratio and min_lr_ratio must lie in [0, 1]")
         if self.mixed_precision not in ("auto", "bf16", "no"):
             raise ValueError(f"TrainConfig.mixed_precision must be 'auto', 'bf16' or 'no', got {self.mixed_precision!r}")
+        if self.sharding not in SHARDINGS:
+            raise ValueError(f"TrainConfig.sharding must be one of {SHARDINGS}, got {self.sharding!r}")
         if self.tracker not in ("dvclive", "none"):
             raise ValueError(f"TrainConfig.tracker must be 'dvclive' or 'none', got {self.tracker!r}")
         if min(self.log_every_steps, self.log_every_seconds, self.probe_every) < 0 or self.probe_sequences < 1:

@@ -129,6 +129,9 @@ class ModelSpec:
     """pretrain / init: the seed of the initial weights (None: the ``of`` model's, else pretrain.seed);
     run: the run's seed."""
     trust_remote_code: bool
+    tie_word_embeddings: bool | None = None
+    """init of a hub, local or gguf model: tie or untie the input and output embeddings of its
+    architecture (None: as the architecture has them)."""
 
     @classmethod
     def from_config(cls, model: str, entry: Mapping[str, Any]) -> ModelSpec:

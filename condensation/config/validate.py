@@ -19,6 +19,7 @@ from condensation.config.objectives import OBJECTIVES, check_objective
 from condensation.config.plan import (
     STUDIES,
     check_series,
+    check_sharding,
     check_study,
     series_models,
     study_methods,
@@ -160,6 +161,12 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
                     f"config.models.{name}.of: '{spec['of']}' is itself an init model; name the model whose "
                     "architecture to initialise (a pretrain model's GPT2 shape, or a hub, local or gguf model's)"
                 )
+            of = models.get(spec["of"], {})
+            if "tie_word_embeddings" in spec and of.get("source") == "pretrain":
+                problems.append(
+                    f"config.models.{name}.tie_word_embeddings: the init of a pretrain model is that model's own "
+                    "initialisation; untie a hub, local or gguf model's architecture instead"
+                )
         if spec["source"] == "run":
             problems += _check_run_model(config, name, spec)
     for family, spec in config["families"].items():
@@ -199,6 +206,7 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
         for name, spec in models.items():
             if spec["source"] == "pretrain" and spec["arch"]["n_positions"] < config["pretrain"]["train"]["block_size"]:
                 problems.append(f"config.models.{name}.arch.n_positions is below config.pretrain.train.block_size")
+        problems += check_sharding(config["pretrain"], "config.pretrain")
     problems += [problem for study in STUDIES for problem in check_study(config, study)]
     problems += check_series(config)
     problems += _check_similarity(config)

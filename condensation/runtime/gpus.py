@@ -71,7 +71,11 @@ def main(argv: list[str]) -> int:
     if separator != "--" or not command:
         raise SystemExit("usage: python -m condensation.runtime.gpus <count> -- command ...")
     claim_gpus(int(count))
-    return subprocess.call(command)
+    try:
+        return subprocess.call(command)
+    except FileNotFoundError:
+        hint = " (a run over several nodes runs under SLURM: docs/cluster.md)" if command[0] == "srun" else ""
+        raise SystemExit(f"condensation.runtime.gpus: {command[0]}: command not found{hint}") from None
 
 
 if __name__ == "__main__":

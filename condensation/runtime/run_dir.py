@@ -58,8 +58,9 @@ class RunDir:
         checkpoints/step-N/    evaluation checkpoints: save_pretrained (+ tokenizer), checkpoint.json
         checkpoints.json       index of the evaluation checkpoints, written when the run ends
         dvclive/               per-step metric series (progress.open_tracker): dvc plots reads them live
-        state/                 the latest resumable state: model.safetensors, optimizer.pt, rng.pt,
-                               progress.json, log.csv (the log up to that step)
+        state/                 the latest resumable state: model.safetensors, optimizer.pt (or, for a
+                               run in FSDP shards, shards/: a file per rank), rng.pt, progress.json,
+                               log.csv (the log up to that step)
         final/                 the trained model (+ tokenizer) and train_summary.json (= done marker)
     """
 

@@ -56,7 +56,8 @@ def prepare_model(
         handle = models.prepare_local(name, str(pretrained_dir), spec.trust_remote_code)
     elif source == "init" and base_handle_path is not None:
         base = models.ModelHandle.load(base_handle_path)
-        models.save_model_dir(models.build_from_config(base, seed), models.load_tokenizer(base), weights_dir)
+        model = models.build_from_config(base, seed, tie_word_embeddings=spec.tie_word_embeddings)
+        models.save_model_dir(model, models.load_tokenizer(base), weights_dir)
         handle = models.prepare_local(name, str(weights_dir), base.trust_remote_code)
     elif source == "init":
         from transformers import AutoTokenizer

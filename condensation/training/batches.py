@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from typing import Callable
 
 import numpy as np
@@ -52,6 +53,18 @@ def check_blocks(blocks: np.ndarray, block_size: int, name: str) -> np.ndarray:
     return blocks
 
 
+def validation_batches(count: int, rank: int, world: int, batch_size: int, lockstep: bool = False) -> list[np.ndarray]:
+    """Rank ``rank``'s share of validation blocks ``0 .. count - 1``: every ``world``-th block from
+    its own, in batches. ``lockstep``: every rank gets as many batches as the rank with the most,
+    padded with empty ones (each forward of a sharded model is a collective that all ranks join)."""
+    mine = np.arange(rank, count, world)
+    batches = [mine[first : first + batch_size] for first in range(0, len(mine), batch_size)]
+    if lockstep:
+        most = math.ceil(math.ceil(count / world) / batch_size)
+        batches += [mine[:0]] * (most - len(batches))
+    return batches
+
+
 @torch.no_grad()
 def validation_loss(
     accelerator: Accelerator,
@@ -59,23 +72,25 @@ def validation_loss(
     val_blocks: np.ndarray,
     config: TrainConfig,
     autocast: Callable[[], contextlib.AbstractContextManager],
+    lockstep: bool = False,
 ) -> float:
     """Mean next-token CE over the fixed validation blocks, in eval mode (no dropout, so it draws
     nothing from the RNG and does not perturb training). Ranks take interleaved shares and the
     (sum, count) pairs are gathered, so the value does not depend on how blocks split over ranks.
     ``module`` is the unwrapped model: a DDP forward may broadcast buffers, a collective that
-    would hang when ranks run different numbers of validation batches."""
+    would hang when ranks run different numbers of validation batches. ``lockstep`` (a sharded
+    model): a rank out of blocks runs a forward on the first one, uncounted, while others finish."""
     count = min(len(val_blocks), config.val_batches * config.micro_batch_size)
-    mine = np.arange(accelerator.process_index, count, accelerator.num_processes)
     module.eval()
     totals = torch.zeros(1, 2, dtype=torch.float64, device=accelerator.device)
-    for first in range(0, len(mine), config.micro_batch_size):
-        ids = torch.as_tensor(val_blocks[mine[first : first + config.micro_batch_size]], dtype=torch.long)
-        ids = ids.to(accelerator.device)
+    rank, world = accelerator.process_index, accelerator.num_processes
+    for batch in validation_batches(count, rank, world, config.micro_batch_size, lockstep):
+        ids = torch.as_tensor(val_blocks[batch if len(batch) else [0]], dtype=torch.long).to(accelerator.device)
         with autocast():
             logits = module(input_ids=ids, use_cache=False).logits
-        totals[0, 0] += causal_lm_ce(logits, ids, reduction="sum").double()
-        totals[0, 1] += ids.shape[0] * (ids.shape[1] - 1)
+        if len(batch):
+            totals[0, 0] += causal_lm_ce(logits, ids, reduction="sum").double()
+            totals[0, 1] += ids.shape[0] * (ids.shape[1] - 1)
     module.train()
     ce_sum, predicted = accelerator.gather(totals).sum(dim=0).tolist()
     return ce_sum / predicted

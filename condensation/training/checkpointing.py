@@ -16,12 +16,13 @@ functions that need torch, safetensors or accelerate import them when called.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from condensation.runtime.io import (
     CorruptArtifactError,
@@ -41,6 +42,10 @@ from condensation.runtime.run_dir import (
 if TYPE_CHECKING:
     import torch
     from accelerate import Accelerator
+
+    from condensation.training.parallel import Replicated, Sharded
+
+    ModelLayout = Replicated | Sharded
 
 
 # ----------------------------------------------------------------------------- resumable state
@@ -132,10 +137,16 @@ class CheckpointManager:
     state in epochs. ``module`` arguments are the unwrapped model (no DDP, no compiled wrapper).
     """
 
-    def __init__(self, run_dir: RunDir, accelerator: Accelerator, identity: Mapping[str, Any]) -> None:
+    def __init__(
+        self, run_dir: RunDir, accelerator: Accelerator, identity: Mapping[str, Any], layout: ModelLayout | None = None
+    ) -> None:
+        from condensation.training.parallel import Replicated
+
         self.run_dir = run_dir
         self.accelerator = accelerator
         self.identity = dict(identity)
+        self.layout = Replicated() if layout is None else layout
+        """How the processes hold the model (``training.parallel``): whole, or in shards."""
 
     def remove_stale_temporaries(self) -> None:
         if self.accelerator.is_main_process:
@@ -195,10 +206,12 @@ class CheckpointManager:
     def _save_pretrained(
         self, path: Path, module: Any, tokenizer: Any, json_name: str, info: Mapping[str, Any]
     ) -> None:
-        """``save_pretrained`` (+ tokenizer, + ``info`` as JSON, written last) into ``path`` atomically."""
+        """``save_pretrained`` (+ tokenizer, + ``info`` as JSON, written last) into ``path`` atomically:
+        a plain Hugging Face directory, whole weights also when the model is sharded."""
+        state_dict = self.layout.full_state_dict(module)  # a collective when sharded: every rank
         if self.accelerator.is_main_process:
             with atomic_path(path) as tmp:
-                module.save_pretrained(tmp)
+                module.save_pretrained(tmp, state_dict=state_dict)
                 if tokenizer is not None:
                     tokenizer.save_pretrained(tmp)
                 write_json(tmp / json_name, info)
@@ -209,24 +222,37 @@ class CheckpointManager:
         """Everything needed to continue bit-identically, and the log as of this step (flush it
         first). Our own format rather than ``accelerator.save_state``: its loader silently ignores
         RNG states it cannot restore, which would break exact resume without a word. The other
-        ranks contribute their RNG states through a gather; one atomic rename puts it in place."""
-        import safetensors.torch
+        ranks contribute their RNG states through a gather (and, when sharded, write their own
+        shards); one atomic rename puts it in place."""
         import torch
         from accelerate.utils import gather_object
 
         rng_states = gather_object([capture_rng_state(self.accelerator.device)])  # one entry per rank
-        if self.accelerator.is_main_process:
-            epoch, position = divmod(state.blocks_consumed, self.identity["train_blocks_shape"][0])
-            with atomic_path(self.run_dir.state) as tmp:
-                tmp.mkdir()
-                # safetensors' save_model/load_model handle tied weights (GPT-2's wte = lm_head).
-                safetensors.torch.save_model(module, str(tmp / "model.safetensors"))
-                torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        main = self.accelerator.is_main_process
+        with self._written_together(self.run_dir.state) as tmp:
+            self.layout.save_state(module, optimizer, tmp, main)
+            if main:
+                epoch, position = divmod(state.blocks_consumed, self.identity["train_blocks_shape"][0])
                 torch.save(rng_states, tmp / "rng.pt")
                 shutil.copyfile(self.run_dir.log, tmp / "log.csv")
                 progress = dataclasses.asdict(state) | self.identity | {"epoch": epoch, "position": position}
                 write_json(tmp / PROGRESS_NAME, progress)
-                write_manifest(tmp, kind="training_state")
+
+    @contextlib.contextmanager
+    def _written_together(self, path: Path) -> Iterator[Path]:
+        """A new directory that every rank may write into, put in place as ``path`` (with its
+        manifest) by the main process once all ranks are done: ``io.atomic_path`` for many writers."""
+        from accelerate.utils import broadcast_object_list
+
+        main = self.accelerator.is_main_process
+        with (atomic_path(path) if main else contextlib.nullcontext()) as tmp:
+            if main:
+                tmp.mkdir()
+            shared = Path(broadcast_object_list([str(tmp) if main else None])[0])
+            yield shared
+            self.accelerator.wait_for_everyone()
+            if main:
+                write_manifest(shared, kind="training_state")
         self.accelerator.wait_for_everyone()
 
     def load_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> TrainState:
@@ -234,7 +260,6 @@ class CheckpointManager:
         identity; put back the log as it was at the saved step. Call it after
         ``set_aside_unusable_state``, which also checked the state's manifest (hashing a large
         state a second time here would double its cost)."""
-        import safetensors.torch
         import torch
 
         state_dir = self.run_dir.state
@@ -242,8 +267,7 @@ class CheckpointManager:
         mismatch = resume_mismatch(saved, self.identity)
         if mismatch is not None:  # set_aside_unusable_state moves such a state first
             raise ValueError(f"{state_dir} was saved by another run ({mismatch})")
-        safetensors.torch.load_model(module, str(state_dir / "model.safetensors"))
-        optimizer.load_state_dict(torch.load(state_dir / "optimizer.pt", map_location="cpu", weights_only=True))
+        self.layout.load_state(module, optimizer, state_dir)
         rng_states = torch.load(state_dir / "rng.pt", weights_only=True)
         restore_rng_state(rng_states[self.accelerator.process_index], self.accelerator.device)
         if self.accelerator.is_main_process:

@@ -23,14 +23,18 @@ RNG states, the checkpoint index), and how it is written atomically: ``training.
 run reports while it trains (progress lines in the job's log, the DVCLive series in
 ``<run>/dvclive/``): ``runtime.progress``; the condensation probe (``geometry``) feeds both.
 
-Distributed: written for ``accelerate launch`` (DDP) as well as a single process. Every rank runs
-the same control flow (step counts are global), every loss and flag that decides what happens next
-is all-reduced first, and only the main process writes files, followed by ``wait_for_everyone``.
+Distributed: written for ``accelerate launch`` (on one node, or one per node: ``runtime.nodes``)
+as well as a single process. Every rank runs the same control flow (step counts are global), every
+loss and flag that decides what happens next is all-reduced first, and only the main process
+writes files, followed by ``wait_for_everyone``. How the processes hold the model, whole (DDP) or
+in FSDP2 shards (``TrainConfig.sharding``), is ``training.parallel``'s: the loop calls its layout
+to prepare the model, around each micro-batch's backward, to clip, and to save and load.
 
-The model goes by three names: ``model`` is what accelerate prepared (DDP-wrapped when
+The model goes by three names: ``model`` is what the layout prepared (DDP-wrapped when
 distributed: backward, ``no_sync``, gradient clipping), ``module`` the unwrapped model (baseline
-hooks, validation, checkpoints, state), ``forward`` what the training step calls (``model``, or
-its ``torch.compile`` wrapper when ``TrainConfig.compile``; the same parameters either way).
+hooks, validation, checkpoints, state; under FSDP the sharded model itself), ``forward`` what the
+training step calls (``model``, or its ``torch.compile`` wrapper when ``TrainConfig.compile``; the
+same parameters either way).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import dataclasses
 import functools
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +84,7 @@ from condensation.training.batches import (
 )
 from condensation.training.checkpointing import CheckpointManager, TrainState
 from condensation.training.distillation import Teacher
+from condensation.training.parallel import model_layout
 from condensation.training.precision import resolve_mixed_precision
 
 AuxLoss = Callable[[tuple[torch.Tensor, ...]], torch.Tensor]
@@ -223,32 +229,31 @@ class Trainer:
         self.autocast = functools.partial(
             torch.autocast, device_type=accelerator.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16"
         )
+        _check_launch(accelerator)
         set_seed(config.seed)
         world = accelerator.num_processes
         self.steps = total_steps(config, world)
         self.step_tokens = tokens_per_step(config, world)
         self.step_blocks = config.micro_batch_size * config.grad_accum_steps * world
         self.eval_steps = sorted(set(checkpoint_steps(self.steps, config.num_checkpoints)))
-        identity = {  # what a resumed run must share with the run that saved the state
-            "config": {key: value for key, value in dataclasses.asdict(config).items() if key not in RESUMABLE_CHANGES},
-            "world_size": world,
-            "train_blocks_shape": list(self.train_blocks.shape),
-            "baseline": self.baseline.describe() if self.baseline is not None else None,
-            **({"teacher": self.teacher.describe()} if self.teacher is not None else {}),
-            "code": {key: code_version()[key] for key in ("version", "source_sha256")},
-        }
         # np.array copies: the blocks are a read-only memmap, which torch warns about
         self.probe_ids = torch.as_tensor(np.array(self.val_blocks[: config.probe_sequences]), dtype=torch.long).to(accelerator.device)
         self.probe: dict[str, float] = {}  # the last probe's values, kept for the progress lines
 
+        self.layout = model_layout(config.sharding)
         if self.baseline is not None:
+            if self.layout.sharded:
+                raise ValueError(f"sharding: fsdp shards the embeddings, which baseline {self.baseline.name} edits")
             self.baseline.prepare(model)  # may replace parameters (untie a head): before the optimizer sees them
-        # fused: one kernel for every parameter's update on CUDA instead of a loop of small ones
-        optimizer = torch.optim.AdamW(
-            parameter_groups(model, config.weight_decay), lr=config.lr, betas=config.betas,
-            fused=accelerator.device.type == "cuda",
-        )
-        self.model, self.optimizer = accelerator.prepare(model, optimizer)
+
+        def adamw(model: torch.nn.Module) -> torch.optim.Optimizer:
+            # fused: one kernel for every parameter's update on CUDA instead of a loop of small ones
+            return torch.optim.AdamW(
+                parameter_groups(model, config.weight_decay), lr=config.lr, betas=config.betas,
+                fused=accelerator.device.type == "cuda",
+            )
+
+        self.model, self.optimizer = self.layout.prepare(accelerator, model, adamw)
         if self.teacher is not None:  # not prepared: it is not trained, so DDP has nothing to sync
             self.teacher.to(accelerator.device)
         self.model.train()
@@ -257,13 +262,24 @@ class Trainer:
         # checkpoints and the state keep using `module` (no `_orig_mod.` keys, no recompile for no_grad).
         self.forward = torch.compile(self.model) if config.compile else self.model
 
-        self.checkpointer = CheckpointManager(self.run_dir, accelerator, identity)
+        self.checkpointer = CheckpointManager(self.run_dir, accelerator, self._identity(), self.layout)
         self.checkpointer.remove_stale_temporaries()
         self.set_aside_note = self.checkpointer.set_aside_unusable_state()
         self.resumed = self.checkpointer.has_state()
         self.state = self.checkpointer.load_state(self.module, self.optimizer) if self.resumed else TrainState()
         self.saved_step = self.state.step if self.resumed else None  # step of the state on disk
         self.started = time.perf_counter() - self.state.elapsed_s  # elapsed time carries over a resume
+
+    def _identity(self) -> dict[str, Any]:
+        """What a resumed run must share with the run that saved the state."""
+        return {
+            "config": {k: v for k, v in dataclasses.asdict(self.config).items() if k not in RESUMABLE_CHANGES},
+            "world_size": self.accelerator.num_processes,
+            "train_blocks_shape": list(self.train_blocks.shape),
+            "baseline": self.baseline.describe() if self.baseline is not None else None,
+            **({"teacher": self.teacher.describe()} if self.teacher is not None else {}),
+            "code": {key: code_version()[key] for key in ("version", "source_sha256")},
+        }
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -309,7 +325,7 @@ class Trainer:
         # Every rank sees the same reduced numbers, so all ranks stop (or go on) together.
         reduced = accelerator.reduce(sums, reduction="sum")
         max_norm = config.grad_clip if config.grad_clip > 0 else float("inf")
-        norm = accelerator.clip_grad_norm_(self.model.parameters(), max_norm)
+        norm = self.layout.clip_grad_norm(accelerator, self.model, max_norm)
         # One host sync per step: sums, non-finite flags and grad norm come back together.
         # Clipping NaN gradients is harmless: a non-finite value stops before the update.
         synced = torch.cat([reduced, norm.reshape(1).to(reduced)]).tolist()
@@ -340,9 +356,9 @@ class Trainer:
             len(self.train_blocks), config.seed, self.state.blocks_consumed + rank_offset, config.micro_batch_size
         )
         ids = torch.as_tensor(self.train_blocks[idx], dtype=torch.long).to(accelerator.device)
-        # DDP all-reduces gradients on the last micro-batch only; the others accumulate.
+        # Gradients are reduced on the last micro-batch only; the others accumulate.
         last = micro == config.grad_accum_steps - 1
-        with contextlib.nullcontext() if last else accelerator.no_sync(self.model):
+        with self.layout.no_sync(accelerator, self.model, sync=last):
             # No labels: the HF model would compute a second, wasted CE. Under bf16 the hidden
             # states reach aux_loss in bf16; it upcasts where it needs precision.
             with self.autocast():
@@ -383,9 +399,10 @@ class Trainer:
         state of that step, so a resume never misses one."""
         step = row["step"]
         self.log.append(row | {"elapsed_s": self.elapsed()})
+        probe = self._probe_if_due(step)  # on every rank: a sharded model's forward is a collective
         if not self.accelerator.is_main_process:
             return
-        values = values | {"val/loss": row.get("val_loss")} | self._probe_if_due(step)
+        values = values | {"val/loss": row.get("val_loss")} | probe
         self.tracker.log(step, values)
         ce, aux = row.get("ce_loss"), row.get("aux_loss")
         if self.progress.update(1 if step > 0 else 0, ce=ce, aux=aux, val=self.state.val_loss, **self.probe):
@@ -418,7 +435,7 @@ class Trainer:
         """At an evaluation step: validation loss into ``row`` and the state, then the evaluation
         checkpoint of ``row``'s step."""
         row["val_loss"] = self.state.val_loss = validation_loss(
-            self.accelerator, self.module, self.val_blocks, self.config, self.autocast
+            self.accelerator, self.module, self.val_blocks, self.config, self.autocast, lockstep=self.layout.sharded
         )
         self.checkpointer.save_checkpoint(row["step"], self.module, self.tokenizer, row)
 
@@ -464,6 +481,17 @@ class Trainer:
 
 
 # ----------------------------------------------------------------------------- helpers of the loop
+
+
+def _check_launch(accelerator: Accelerator) -> None:
+    """A process started as one of several (``WORLD_SIZE``, set by torchrun) that accelerate
+    runs alone would train a run of its own into the same directory as the others."""
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched != accelerator.num_processes:
+        raise RuntimeError(
+            f"started as one of {launched} processes, but accelerate sees {accelerator.num_processes}: no GPU "
+            f"visible on {accelerator.device}? (set ACCELERATE_USE_CPU=true to train on the CPU)"
+        )
 
 
 def _nonfinite_message(step: int, what: str, saved_step: int | None) -> str:

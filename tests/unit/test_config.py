@@ -190,6 +190,7 @@ def test_missing_config_file(tmp_path):
 @pytest.mark.parametrize(
     "names",
     [["config.yaml"], ["configs/paper.yaml"], ["configs/paper.yaml", "configs/paper-miniature.yaml"],
+     ["configs/paper.yaml", "configs/paper-fullscale.yaml"],
      ["config.yaml", "configs/offline-full.yaml"], ["configs/smollm2.yaml"], ["configs/smollm2.yaml", "configs/smollm2-cpu.yaml"]],
 )
 def test_shipped_configs_are_valid(repo, names):

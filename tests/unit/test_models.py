@@ -9,6 +9,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from condensation.models import (
     ModelError,
     ModelHandle,
+    build_from_config,
     build_gpt2,
     convert_gguf,
     load_model,
@@ -114,6 +115,21 @@ def test_same_seed_same_initial_weights(tiny_model_dir):
     assert not torch.equal(a.transformer.wte.weight, c.transformer.wte.weight)
     with pytest.raises(ModelError, match="not divisible"):
         build_gpt2({**arch, "n_head": 3}, tokenizer, 0)
+
+
+def test_an_initialisation_unties_the_embeddings_of_a_tied_architecture(tiny_model_dir, tmp_path):
+    """The paper's Table 4 model had separate input and output embeddings (models' option
+    tie_word_embeddings): an untied head is a parameter of its own, drawn with the seed, and stays
+    untied through save_pretrained and the reinitialisation of a run."""
+    handle = prepare_local("tiny", str(tiny_model_dir))
+    tied, untied = build_from_config(handle, seed=0), build_from_config(handle, seed=0, tie_word_embeddings=False)
+    assert tied.lm_head.weight is tied.transformer.wte.weight
+    assert untied.lm_head.weight is not untied.transformer.wte.weight
+    assert not torch.equal(untied.lm_head.weight, untied.transformer.wte.weight)
+    assert untied.num_parameters() == tied.num_parameters() + tied.transformer.wte.weight.numel()
+    untied.save_pretrained(tmp_path / "untied")
+    again = build_from_config(prepare_local("untied", str(tmp_path / "untied")), seed=1)
+    assert again.lm_head.weight is not again.transformer.wte.weight
 
 
 def test_bpe_tokenizer_round_trips(tiny_tokenizer_dir):

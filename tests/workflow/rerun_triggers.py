@@ -21,6 +21,7 @@ Setting = tuple[str, ...]
 
 NOT_SHAPING = {
     ("gpu_memory_gb",): "sets how many GPUs a job asks for (a resource), not what it computes",
+    ("gpu_model",): "sets which GPUs a SLURM job asks for (a resource), not what it computes",
     ("models", "minilm-l6", "seed"): "a seed draws weights only for pretrain and init models; this one's are given",
     ("evaluation", "local_tasks", "persuasion_cloze", "allow_overlap"): "a permission the plan checks (with its reason); the task is the same",
     ("evaluation", "local_tasks", "persuasion_next", "allow_overlap"): "a permission the plan checks (with its reason); the task is the same",
@@ -51,6 +52,9 @@ NOT_ALONE = {
     ("scratch", "ablation", "seeds"): "scratch has no grid: a grid needs weights and taus both",
     ("scratch", "ablation", "models"): "scratch has no grid: a grid needs weights and taus both",
     ("similarity", "distillation", "pair"): "the tiny config has one pair with a reference row, the one named",
+    ("midtrain", "train", "sharding"): "fsdp needs two processes a run; the tiny config's have one (and baselines)",
+    ("scratch", "train", "sharding"): "fsdp needs two processes a run; the tiny config's have one",
+    ("pretrain", "train", "sharding"): "fsdp needs two processes a run; the tiny config's have one",
 }
 """Settings that cannot change alone into another valid config, with the reason; the settings
 beside them are walked."""
