@@ -401,7 +401,7 @@ def test_workflow_evidence_reads_devices_and_precisions(tmp_path):
     [
         (
             gpu_check.TINY,
-            {"train_study_run": 8, "evaluate_checkpoint": 8, "extract": 7, "total": 78},
+            {"train_study_run": 8, "evaluate_checkpoint": 8, "extract": 7, "total": 80},
             ("midtrain", "scratch", "pretrain"),
         ),
         (

@@ -243,6 +243,31 @@ def estimate_noise(per_unit: Sequence[np.ndarray], arms: Sequence[str]) -> Condi
                           interaction_sd=float(np.sqrt(interaction)), sequences=units)
 
 
+DEFAULT_POSITIONS = (6.063, 6.209, 6.505)
+"""log10 parameters of the default's toy widths (MLP 32, 256, 1024)."""
+
+
+def design_table(draws: int = 1500) -> list[tuple[str, Rates, str]]:
+    """The table of docs/statistics.md: each test at the default's noise, under no effect and under
+    the effect the default measured (the same seeds for every row, so that a rerun gives it back)."""
+    rows = []
+    for seeds in ((3, 3, 3), (4, 2, 4), (5, 2, 5), (6, 2, 6)):
+        null = simulate_slope(0.0, DEFAULT_POSITIONS, seeds, draws=draws)
+        found = simulate_slope(MEASURED_SIZE_SLOPE, DEFAULT_POSITIONS, seeds, draws=draws)
+        rows.append((f"size: slope over 3 widths, seeds {' / '.join(map(str, seeds))}", null,
+                     f"{found.agrees:.0%} at {MEASURED_SIZE_SLOPE:+.2f} per decade"))
+    for seeds in (2, 3, 5):
+        rows.append((f"dispersion - CE, condensation, paired, {seeds} seeds", simulate_difference(0.0, seeds, draws=draws),
+                     f"{simulate_difference(-0.05, seeds, draws=draws // 3).agrees:.0%} at -0.05"))
+    at_margin = simulate_gap_share(0.25, 3, draws=draws // 2)
+    rows.append(("distillation: share of the gap closed, 3 seeds, at its 25 % margin", at_margin,
+                 f"{simulate_gap_share(0.0, 3, draws=draws // 5).agrees:.0%} at a share of 0 (gap -0.15)"))
+    rows.append(("dispersion - CE, scores, 3 seeds, 3 tasks x 300 items", simulate_scores(0.0, 3, draws=draws // 3),
+                 f"{simulate_scores(3.0, 3, draws=draws // 5).agrees:.0%} at +3 points, "
+                 f"{simulate_scores(4.0, 3, draws=draws // 5).agrees:.0%} at +4"))
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m condensation.reporting.statistics.power PROFILES``: the noise levels of a family's
     trend profiles (``results/tables/trend/<family>_<text>.profiles.npz``), its measured slope, and
@@ -253,10 +278,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from condensation.reporting.tables.profiles import STATISTICS, read_profiles
 
     parser = argparse.ArgumentParser(description=main.__doc__.split("\n")[0].strip("`"))
-    parser.add_argument("profiles", help="a trend table's .profiles.npz (one family on one text)")
+    parser.add_argument("profiles", nargs="?", help="a trend table's .profiles.npz (one family on one text); "
+                        "without it, the design table of docs/statistics.md at the default's noise")
     parser.add_argument("--slope", type=float, default=None, help="the slope to power for (default: the measured one)")
     parser.add_argument("--draws", type=int, default=600)
     args = parser.parse_args(argv)
+    if args.profiles is None:
+        print("| test (simulated) | false calls under no effect | power |\n|---|---|---|")
+        for what, null, found in design_table():
+            print(f"| {what} | {null.agrees + null.disagrees:.1%} (agrees {null.agrees:.1%}) | {found} |")
+        return 0
     profiles = read_profiles(args.profiles)
     rows = profiles.rows.drop_duplicates("model")
     keep = profiles.subset(profiles.rows.index.isin(rows.index))
