@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+DOC_PAGES = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
+"""The front page and the docs pages: the commands, examples and links they show are tested."""
 
 # Tests never reach the Hugging Face Hub; a test that tried would fail fast instead of hanging.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

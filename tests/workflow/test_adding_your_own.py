@@ -1,4 +1,4 @@
-"""Each item of the README's "Adding your own", as a user writes it: an overlay after config.yaml,
+"""Each item of "Adding your own" in docs/configs.md, as a user writes it: an overlay after config.yaml,
 planned by `snakemake -n` from the repository root. A dry run is the level tested here (a full run
 of each would take the default's 20 minutes); what runs inside the jobs is tested in tests/unit
 (a task built from your files: test_tasks; a family's size order: test_plan and test_figures; a new
@@ -20,7 +20,7 @@ ENOUGH_WORDS = 12_000
 
 
 def plan(tmp_path: Path, overlay: str, *, after_config_yaml: bool = True) -> subprocess.CompletedProcess:
-    """``snakemake -n`` with the overlay (``{tmp}`` standing for tmp_path), as the README says to give it."""
+    """``snakemake -n`` with the overlay (``{tmp}`` standing for tmp_path), as docs/configs.md says to give it."""
     path = tmp_path / "mine.yaml"
     path.write_text(overlay.replace("{tmp}", str(tmp_path)))
     configs = ["config.yaml", str(path)] if after_config_yaml else [str(path)]

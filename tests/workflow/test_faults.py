@@ -175,7 +175,7 @@ def test_bad_input_is_named_and_loses_nothing(project, tmp_path, case):
     config.write_text(override.replace("{tmp}", str(tmp_path)))
     before = fingerprint(project)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    # a --configfile replaces config.yaml; several merge in order (README)
+    # a --configfile replaces config.yaml; several merge in order (docs/configs.md)
     failed = snakemake(project, "--configfile", "config.yaml", str(config), "--keep-going", env=env, check=False)
     assert failed.returncode != 0
     text = failed.stdout + failed.stderr + ((project / log_name).read_text() if log_name else "")

