@@ -1,5 +1,5 @@
 # Embedding condensation: measure it, and train against it with a dispersion loss.
-# Data flow and outputs: see README.md. Snakemake owns the DAG; DVC (dvc.yaml) versions results.
+# Data flow and outputs: see docs/workflow.md. Snakemake owns the DAG; DVC (dvc.yaml) versions results.
 
 from snakemake.utils import min_version
 

@@ -24,7 +24,7 @@ Folders by stage of the pipeline, in the order the data flows (each folder's doc
 Imports run down this list and never up (stages -> reporting, evaluation, training -> geometry,
 models, data -> config -> runtime). ``python -m condensation verify`` checks every artifact.
 
-Public names (see the README): ``measure(model, texts)`` (a model's condensation layer by
+Public names (docs/measuring.md, docs/loss.md): ``measure(model, texts)`` (a model's condensation layer by
 layer, through several lenses), and, for adding the auxiliary loss to one's own training loop,
 ``AuxLossConfig`` (which loss, its weight and constants) and ``auxiliary_loss(hidden_states,
 config)`` (the unweighted loss of a Hugging Face ``output.hidden_states`` tuple). They load on

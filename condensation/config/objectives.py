@@ -177,7 +177,7 @@ class DistillationConfig:
 class Objective:
     """One value of a method's ``objective``: everything the pipeline knows of it, in one entry.
     The config schema (its objective names and per-method options), ``python -m condensation
-    objectives`` (the README points there) and the loss tests all read the registry."""
+    objectives`` (docs/configs.md points there) and the loss tests all read the registry."""
 
     name: str
     kind: str
