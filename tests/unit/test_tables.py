@@ -640,9 +640,11 @@ def test_format_table2_strings_and_bold_best(tidy):
     t2 = tidy.set_index("method")
     ce = t2.loc["ce"]
     low, high = ce["ci_low_vs_dispersion"], ce["ci_high_vs_dispersion"]
-    expected = F.comparison_cell(-3.5, low, high, ce["p_vs_dispersion"], holm=ce["p_holm_vs_dispersion"])
+    expected = F.comparison_cell(-3.5, low, high, ce["p_vs_dispersion"], holm=ce["p_holm_vs_dispersion"],
+                                 detectable=ce["detectable_vs_dispersion"])
     assert shown.loc["Cross-entropy", "Δ vs Dispersion"] == expected
-    assert re.fullmatch(r"−3\.5 \[−\d+\.\d, [−+]?\d+\.\d\], p=0\.\d+, Holm p=0\.\d+", expected)
+    # the interval holds zero: the smallest difference the comparison would find is shown
+    assert re.fullmatch(r"−3\.5 \[−\d+\.\d, [−+]?\d+\.\d\], p=0\.\d+, Holm p=0\.\d+, MDE \d+\.\d", expected)
     assert shown.loc["Cross-entropy", "per seed vs Dispersion"] == "−2.00; −3.00; −5.50"
     assert shown.loc["pretrained", "Δ vs Cross-entropy"].startswith("−16.0 [")
     assert shown.loc["Dispersion", "Δ vs Dispersion"] == "—" and shown.loc["Cross-entropy", "Δ vs Cross-entropy"] == "—"
@@ -656,6 +658,8 @@ def test_comparison_cell():
     assert F.comparison_cell(math.nan, math.nan, math.nan, math.nan) == "—"
     assert F.comparison_cell(-3.5, -5.06, -1.94, 0.0002, holm=0.0123) == "−3.5 [−5.1, −1.9], p<0.001, Holm p=0.012"
     assert F.comparison_cell(2.0, math.nan, math.nan, math.nan) == "+2.0 (one run: noise unmeasured)"
+    assert F.comparison_cell(1.23, -0.44, 2.81, 0.1449, detectable=3.04) == "+1.2 [−0.4, 2.8], p=0.14, MDE 3.0"
+    assert F.comparison_cell(-3.5, -5.06, -1.94, 0.0002, detectable=1.5) == "−3.5 [−5.1, −1.9], p<0.001"
 
 
 def test_write_table_files(tidy, tmp_path):

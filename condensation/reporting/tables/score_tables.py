@@ -277,9 +277,10 @@ def format_comparisons(df: pd.DataFrame, targets: Sequence[str]) -> pd.DataFrame
     for target in targets:
         label = df.loc[df["method"] == target, "label"]
         name = label.iloc[0] if len(label) else target
+        fields = ("diff", "ci_low", "ci_high", "p", "p_holm", "detectable")
         shown[f"Δ vs {name}"] = [
-            comparison_cell(d, lo, hi, p, holm=ph)
-            for d, lo, hi, p, ph in zip(*(df[f"{field}_vs_{target}"] for field in ("diff", "ci_low", "ci_high", "p", "p_holm")))
+            comparison_cell(d, lo, hi, p, holm=ph, detectable=mde)
+            for d, lo, hi, p, ph, mde in zip(*(df[f"{field}_vs_{target}"] for field in fields))
         ]
         shown[f"per seed vs {name}"] = [
             MISSING if isnan(text) else text.replace("-", "−") for text in df[f"per_seed_vs_{target}"]

@@ -132,10 +132,11 @@ def signed(value: float, decimals: int, plus: bool = True) -> str:
 
 
 def comparison_cell(difference: float, ci_low: float, ci_high: float, p_value: float, decimals: int = 1,
-                    holm: float | None = None) -> str:
-    """"+1.2 [−0.4, 2.8], p=0.14, Holm p=0.41": a difference in points, its interval, p (two
-    significant digits; "<0.001" below that) and, if given, the Holm-adjusted p; a dash when
-    there is no comparison, "(one run: noise unmeasured)" for a difference without an interval."""
+                    holm: float | None = None, detectable: float | None = None) -> str:
+    """"+1.2 [−0.4, 2.8], p=0.14, Holm p=0.41, MDE 3.1": a difference in points, its interval, p
+    (two significant digits; "<0.001" below that), if given the Holm-adjusted p, and where the
+    interval holds zero the smallest difference the comparison finds with 80 % power (MDE); a dash
+    when there is no comparison, "(one run: noise unmeasured)" for a difference without an interval."""
     if isnan(difference):
         return MISSING
     if isnan(ci_low):
@@ -146,7 +147,11 @@ def comparison_cell(difference: float, ci_low: float, ci_high: float, p_value: f
 
     cell = (f"{signed(difference, decimals)} [{signed(ci_low, decimals, plus=False)}, "
             f"{signed(ci_high, decimals, plus=False)}], p{shown(p_value)}")
-    return cell if holm is None or isnan(holm) else f"{cell}, Holm p{shown(holm)}"
+    if holm is not None and not isnan(holm):
+        cell += f", Holm p{shown(holm)}"
+    if detectable is not None and not isnan(detectable) and ci_low <= 0 <= ci_high:
+        cell += f", MDE {detectable:.{decimals}f}"
+    return cell
 
 
 def isnan(value: Any) -> bool:
