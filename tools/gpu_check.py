@@ -793,8 +793,9 @@ def nvidia_driver() -> str | None:
 
 
 def commit() -> dict[str, Any]:
-    """The checkout's commit: from git where the tree has it, else from ``GPU_CHECK_COMMIT`` (the
-    lent machine gets the tree's files without ``.git``: the call's command names the commit)."""
+    """The checkout's commit: ``GPU_CHECK_COMMIT`` where the call's command names it, else git's.
+    The named one wins: the lent machine's copy of the tree may carry a ``.git`` of another branch
+    (on 2026-11-26 it reported main's head for a tree of the findings branch)."""
 
     def git(*args: str) -> str | None:
         try:
@@ -803,15 +804,14 @@ def commit() -> dict[str, Any]:
             return None
         return done.stdout.strip() if done.returncode == 0 else None
 
+    named = os.environ.get("GPU_CHECK_COMMIT")
+    if named:
+        return {"commit": named, "uncommitted_changes": None, "commit_from": "GPU_CHECK_COMMIT"}
     head = git("rev-parse", "HEAD")
     if head:
         changed = git("status", "--porcelain", "--untracked-files=no")
         return {"commit": head, "uncommitted_changes": bool(changed), "commit_from": "git"}
-    return {
-        "commit": os.environ.get("GPU_CHECK_COMMIT"),
-        "uncommitted_changes": None,
-        "commit_from": "GPU_CHECK_COMMIT" if os.environ.get("GPU_CHECK_COMMIT") else None,
-    }
+    return {"commit": None, "uncommitted_changes": None, "commit_from": None}
 
 
 def call_header(ctx: Context) -> dict[str, Any]:

@@ -78,6 +78,7 @@ def packed_blocks(tmp_path_factory, tiny_tokenizer_dir):
 
 METHODS = {name: {"objective": name} for name in OBJECTIVES} | {
     "active_forgetting": {"objective": "active_forgetting", "every": 1},  # a reset after each step
+    "distillation": {"objective": "distillation", "teacher": "teacher"},  # a random GPT2 of ARCH, saved below
 }
 
 
@@ -92,8 +93,19 @@ def test_bf16_training_step_with_each_objective(name, tmp_path, packed_blocks, t
     plan = plan_run("pretrain", "tiny", train, seed=0, method=METHODS[name], arch=ARCH)
     run = RunDir(tmp_path / "run")
     plan.save(run.plan)
+    teacher_handle = None
+    if name == "distillation":
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir))
+        teacher_dir = tmp_path / "teacher"
+        models.build_gpt2(ARCH, tokenizer, seed=1).save_pretrained(teacher_dir)
+        tokenizer.save_pretrained(teacher_dir)
+        teacher_handle = tmp_path / "teacher.json"
+        models.ModelHandle("teacher", str(teacher_dir), num_layers=ARCH["n_layer"]).save(teacher_handle)
     torch.cuda.reset_peak_memory_stats()
-    train_run(plan_path=run.plan, blocks_path=packed_blocks, tokenizer_dir=tiny_tokenizer_dir)
+    train_run(plan_path=run.plan, blocks_path=packed_blocks, tokenizer_dir=tiny_tokenizer_dir,
+              teacher_handle_path=teacher_handle)
     assert torch.cuda.max_memory_allocated() > 0, "nothing was allocated on the GPU"
 
     summary = json.loads((run.final / "train_summary.json").read_text())
