@@ -1,19 +1,16 @@
 # Embedding condensation: measure it, and train against it with a dispersion loss.
 # Data flow and outputs: see README.md. Snakemake owns the DAG; DVC (dvc.yaml) versions results.
 
-import os
-
 from snakemake.utils import min_version
+
+from condensation.runtime.memory import use_job_malloc_settings
 
 min_version("9.19")
 
 
-# Every job's process keeps the memory it frees for its next step (glibc's malloc reads these at
-# start; other C libraries ignore them): by default each large tensor is a fresh mapping from the
-# kernel, faulted in page by page on every training step and scoring batch. That was 6-10 % of a
-# training or scoring job's CPU time on a CPU, and changes no number (benchmarks/README.md).
-for variable in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
-    os.environ.setdefault(variable, str(2**30))
+# Every job's process keeps the memory it frees for its next training step or scoring batch
+# instead of faulting it in afresh: less CPU time, no number changed (runtime/memory.py).
+use_job_malloc_settings()
 
 
 # A --configfile on the command line replaces config.yaml (several are merged in the order
