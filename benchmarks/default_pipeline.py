@@ -301,7 +301,8 @@ def run_default(root: Path, cores: int) -> float:
     if not (root / "resources" / "debs").exists():
         (root / "resources" / "debs").symlink_to(REPO / "resources" / "debs")
     started = time.perf_counter()
-    command = [str(SNAKEMAKE), "--cores", str(cores), "--quiet", "rules", "--report", "results/report.html", "--report-after-run"]
+    command = [str(SNAKEMAKE), "--cores", str(cores), "--quiet", "rules",
+               "--report", "results/report.html", "--report-after-run"]
     subprocess.run(command, cwd=root, check=True)  # the jobs' details are in .snakemake/log/
     return time.perf_counter() - started
 
