@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EVAL_CACHE_DIR",
     "EvalSettings",
+    "ResponseCache",
     "ScoreRun",
     "UnknownTaskError",
     "builtin_task_directories",
@@ -265,8 +266,8 @@ def score_model(
     zero-shot and a k-shot call). Every name is checked against lm-eval's index before any
     model work. ``include_path`` is a directory of task YAMLs (e.g. one that
     :func:`condensation.evaluation.tasks.build_local_tasks` wrote), searched recursively, or several. ``cache_prefix``
-    makes lm-eval keep responses in ``<prefix>_rank0.db``; its cache key ignores the model, so
-    give each checkpoint its own prefix (:func:`model_cache_prefix`).
+    keeps responses in ``<prefix>_rank0.db`` (lm-eval's cache file, :class:`ResponseCache`); its
+    key ignores the model, so give each checkpoint its own prefix (:func:`model_cache_prefix`).
 
     The scores use ``<metric> = settings.metric`` (so "acc" by default). The shot count is the
     one lm-eval used, which differs from the request for tasks whose YAML pins
@@ -343,8 +344,9 @@ class ResponseCache:
     computed, so a killed job's rerun computes only the rest), committed every
     :data:`COMMIT_SECONDS` instead of after every write. lm-eval's own commits each of a job's
     ~10,000 writes, waiting for the disk each time, and records a stack trace per SQLite call:
-    ~8 s of CPU and ~10 s of waiting in a 4,800-request job of the default on a CPU
-    (benchmarks/scoring_job.py). The file and its keys are lm-eval's, so either reads the other's."""
+    16 % of the CPU of a 4,800-request scoring job of the default on a CPU, and ~20 s of waiting
+    on a loaded machine (benchmarks/scoring_job.py). The file and its keys are lm-eval's, so
+    either reads the other's."""
 
     COMMIT_SECONDS = 30.0
     """At most this much of a killed job's work is lost (computed again by its rerun)."""
