@@ -19,9 +19,10 @@ import random
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from condensation.config.specs import schema_defaults
 from condensation.evaluation.score_files import (
@@ -501,7 +502,7 @@ def _lm_eval_parts(out: Mapping[str, Any], names: Sequence[str], shots: int) -> 
 # --------------------------------------------------------------------------------------------
 
 
-def model_cache_prefix(handle: "ModelHandle", job: str, cache_dir: str | Path = EVAL_CACHE_DIR) -> Path:
+def model_cache_prefix(handle: ModelHandle, job: str, cache_dir: str | Path = EVAL_CACHE_DIR) -> Path:
     """The lm-eval response cache of one scoring job: ``cache_dir/<model content>/<job>``.
 
     lm-eval's cache keys requests but not the model, so each model content gets its own: named
@@ -516,7 +517,7 @@ def model_cache_prefix(handle: "ModelHandle", job: str, cache_dir: str | Path = 
 
 
 def score_checkpoint(
-    handle: "ModelHandle",
+    handle: ModelHandle,
     *,
     tasks: Mapping[str, int],
     settings: EvalSettings,
