@@ -3,7 +3,14 @@
 
 from snakemake.utils import min_version
 
+from condensation.runtime.memory import use_job_malloc_settings
+
 min_version("9.19")
+
+
+# Every job's process keeps the memory it frees for its next training step or scoring batch
+# instead of faulting it in afresh: less CPU time, no number changed (runtime/memory.py).
+use_job_malloc_settings()
 
 
 # A --configfile on the command line replaces config.yaml (several are merged in the order

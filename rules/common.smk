@@ -159,6 +159,39 @@ wildcard_constraints:
     checkpoint=f"selected|{STEP_PATTERN}",
 
 
+# --------------------------------------------------------------------------- job order
+
+# Which ready job Snakemake starts first (`priority:`, higher first; every other rule 0). A run
+# on a few cores takes about its total job time divided by the cores only if both cores stay busy
+# to the end: so the training runs start first (the longest jobs, and all scoring and checkpoint
+# measurement waits on them), the models other runs start from or distil from before the other
+# pre-training runs, and the small jobs that make the runs' inputs before any of them; scoring and
+# measuring what was trained come next, and the many short jobs (extraction, tables, figures)
+# fill the cores between and after. No output depends on the order.
+PRIORITY = SimpleNamespace(training_input=40, run_input_pretraining=30, training=20, after_training=10)
+
+
+def study_input_models():
+    """The models a study run reads: each study's starting models and every distillation teacher."""
+    # a distillation method names one teacher, or one per seed (a list)
+    named = [method.get("teacher") for methods in STUDY_METHODS.values() for method in methods.values()]
+    teachers = {teacher for entry in named for teacher in (entry if isinstance(entry, list) else [entry])}
+    return ({model for study in studies(config) for model in config[study]["models"]} | teachers) - {None}
+
+
+STUDY_INPUT_MODELS = study_input_models()
+
+
+def pretrain_priority(wildcards):
+    """A pre-training run that study runs start from or distil from before the others."""
+    return PRIORITY.run_input_pretraining if wildcards.model in STUDY_INPUT_MODELS else PRIORITY.training
+
+
+def prepare_model_priority(wildcards):
+    """The handle of a study's starting model or teacher gates its runs; other models wait."""
+    return PRIORITY.training_input if wildcards.model in STUDY_INPUT_MODELS else 0
+
+
 # --------------------------------------------------------------------------- text
 
 

@@ -11,6 +11,7 @@ rule build_corpus:
         "logs/build_corpus/{corpus}.log",
     benchmark:
         "logs/benchmarks/build_corpus/{corpus}.tsv"
+    priority: PRIORITY.training_input
     script:
         "../workflow_scripts/build_corpus.py"
 

@@ -43,6 +43,7 @@ rule evaluate_pretrained:
         "logs/evaluate/{study}/{model}/pretrained.log",
     benchmark:
         "logs/benchmarks/evaluate/{study}/{model}/pretrained.tsv"
+    priority: PRIORITY.after_training
     params:
         tasks=get_eval_tasks,
         settings=EVAL_SETTINGS,
@@ -70,6 +71,7 @@ rule evaluate_checkpoint:
         "logs/evaluate/{study}/{model}/{method}/seed{seed}/{checkpoint}.log",
     benchmark:
         "logs/benchmarks/evaluate/{study}/{model}/{method}/seed{seed}/{checkpoint}.tsv"
+    priority: PRIORITY.after_training
     params:
         tasks=get_eval_tasks,
         settings=EVAL_SETTINGS,

@@ -11,6 +11,7 @@ rule prepare_tokenizer:
         "logs/prepare_tokenizer.log",
     benchmark:
         "logs/benchmarks/prepare_tokenizer.tsv"
+    priority: PRIORITY.training_input
     params:
         dataset=config["pretrain"]["dataset"],
         spec=lookup(dpath=f"datasets/{config['pretrain']['dataset']}", within=config, default=None),
@@ -29,6 +30,7 @@ rule pack_pretraining_data:
         "logs/pack_pretraining_data.log",
     benchmark:
         "logs/benchmarks/pack_pretraining_data.tsv"
+    priority: PRIORITY.training_input
     params:
         dataset=config["pretrain"]["dataset"],
         spec=lookup(dpath=f"datasets/{config['pretrain']['dataset']}", within=config, default=None),
@@ -45,6 +47,7 @@ rule plan_pretrain:
         "logs/plan_pretrain/{model}.log",
     benchmark:
         "logs/benchmarks/plan_pretrain/{model}.tsv"
+    priority: PRIORITY.training_input
     params:
         arch=lookup(dpath="models/{model}/arch", within=config),
         train=lookup(dpath="pretrain/train", within=config),
@@ -66,6 +69,7 @@ rule pretrain:
         "logs/pretrain/{model}.log",
     benchmark:
         "logs/benchmarks/pretrain/{model}.tsv"
+    priority: pretrain_priority
     params:
         python=sys.executable,
         launcher=launcher("pretrain"),
@@ -90,6 +94,7 @@ rule measure_pretraining:
         "logs/measure_pretraining/{model}/{dataset}.log",
     benchmark:
         "logs/benchmarks/measure_pretraining/{model}/{dataset}.tsv"
+    priority: PRIORITY.after_training
     params:
         sampling=SAMPLING,
         extraction=EXTRACTION,
@@ -111,6 +116,7 @@ rule fetch_model:
         "logs/fetch_model/{model}.log",
     benchmark:
         "logs/benchmarks/fetch_model/{model}.tsv"
+    priority: prepare_model_priority
     wildcard_constraints:
         model=_alternatives(HUB_MODELS),
     params:
@@ -128,6 +134,7 @@ rule prepare_model:
         "logs/prepare_model/{model}.log",
     benchmark:
         "logs/benchmarks/prepare_model/{model}.tsv"
+    priority: prepare_model_priority
     wildcard_constraints:
         model=_others(HUB_MODELS),
     params:

@@ -13,6 +13,7 @@ rule pack_study_data:
         "logs/pack_study_data/{study}/{model}.log",
     benchmark:
         "logs/benchmarks/pack_study_data/{study}/{model}.tsv"
+    priority: PRIORITY.training_input
     params:
         dataset=lookup(dpath="{study}/dataset", within=config),
         spec=lambda wildcards: config["datasets"][config[wildcards.study]["dataset"]],
@@ -29,6 +30,7 @@ rule plan_study_run:
         "logs/plan_study_run/{study}/{model}/{method}/seed{seed}.log",
     benchmark:
         "logs/benchmarks/plan_study_run/{study}/{model}/{method}/seed{seed}.tsv"
+    priority: PRIORITY.training_input
     params:
         method=run_method,
         train=lookup(dpath="{study}/train", within=config),
@@ -53,6 +55,7 @@ rule train_study_run:
         "logs/{study}/{model}/{method}/seed{seed}.log",
     benchmark:
         "logs/benchmarks/{study}/{model}/{method}/seed{seed}.tsv"
+    priority: PRIORITY.training
     params:
         python=sys.executable,
         launcher=lambda wildcards: launcher(wildcards.study),
@@ -79,6 +82,7 @@ rule measure_checkpoints:
         "logs/measure_checkpoints/{study}/{model}/{method}/seed{seed}.log",
     benchmark:
         "logs/benchmarks/measure_checkpoints/{study}/{model}/{method}/seed{seed}.tsv"
+    priority: PRIORITY.after_training
     params:
         sampling=SAMPLING,
         extraction=EXTRACTION,

@@ -19,9 +19,10 @@ import random
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from condensation.config.specs import schema_defaults
 from condensation.evaluation.score_files import (
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EVAL_CACHE_DIR",
     "EvalSettings",
+    "ResponseCache",
     "ScoreRun",
     "UnknownTaskError",
     "builtin_task_directories",
@@ -265,8 +267,8 @@ def score_model(
     zero-shot and a k-shot call). Every name is checked against lm-eval's index before any
     model work. ``include_path`` is a directory of task YAMLs (e.g. one that
     :func:`condensation.evaluation.tasks.build_local_tasks` wrote), searched recursively, or several. ``cache_prefix``
-    makes lm-eval keep responses in ``<prefix>_rank0.db``; its cache key ignores the model, so
-    give each checkpoint its own prefix (:func:`model_cache_prefix`).
+    keeps responses in ``<prefix>_rank0.db`` (lm-eval's cache file, :class:`ResponseCache`); its
+    key ignores the model, so give each checkpoint its own prefix (:func:`model_cache_prefix`).
 
     The scores use ``<metric> = settings.metric`` (so "acc" by default). The shot count is the
     one lm-eval used, which differs from the request for tasks whose YAML pins
@@ -292,38 +294,117 @@ def score_model(
     model.eval()
     try:
         lm = _quiet_hflm_class()(pretrained=model, tokenizer=tokenizer, batch_size=settings.batch_size)
-        with _preserved_rng_state(), _no_bytecode_files():
-            run = _run_groups(lm, by_shots, manager, settings, cache_prefix)
+        with ResponseCache.opened(cache_prefix) as responses, _preserved_rng_state(), _no_bytecode_files():
+            lm.answer_from(responses)
+            run = _run_groups(lm, by_shots, manager, settings)
     finally:
         model.train(was_training)
     return run
 
 
 def _quiet_hflm_class() -> type:
-    """lm-eval's HFLM with its request bars off while stderr is not a terminal: it draws them with
+    """lm-eval's HFLM with its request bars off while stderr is not a terminal (it draws them with
     an explicit ``disable=False``, which TQDM_DISABLE cannot override, and in a job's log file a
-    bar is a run of carriage returns. lm-eval's own log lines still say what runs."""
+    bar is a run of carriage returns; lm-eval's own log lines still say what runs), answering
+    from its ``responses`` cache (a :class:`ResponseCache`, or None) where it can."""
     from lm_eval.models.huggingface import HFLM
 
     def bars_off(requested: bool) -> bool:
         return requested or not sys.stderr.isatty()
 
     class QuietHFLM(HFLM):
+        responses: ResponseCache | None = None
+
+        def answer_from(self, responses: ResponseCache | None) -> None:
+            """Answer from ``responses`` (None: compute every request), which keeps each response computed."""
+            self.responses = responses
+            if responses is not None:
+                self.set_cache_hook(responses)
+
         def loglikelihood(self, requests, disable_tqdm: bool = False):
-            return super().loglikelihood(requests, disable_tqdm=bars_off(disable_tqdm))
+            return self._answer("loglikelihood", requests, super().loglikelihood, disable_tqdm)
 
         def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
-            return super().loglikelihood_rolling(requests, disable_tqdm=bars_off(disable_tqdm))
+            return self._answer("loglikelihood_rolling", requests, super().loglikelihood_rolling, disable_tqdm)
 
         def generate_until(self, requests, disable_tqdm: bool = False):
-            return super().generate_until(requests, disable_tqdm=bars_off(disable_tqdm))
+            return self._answer("generate_until", requests, super().generate_until, disable_tqdm)
+
+        def _answer(self, kind: str, requests: list, compute: Any, disable_tqdm: bool) -> list:
+            def run(todo: list) -> list:
+                return compute(todo, disable_tqdm=bars_off(disable_tqdm))
+
+            return run(requests) if self.responses is None else self.responses.answer(kind, requests, run)
 
     return QuietHFLM
 
 
-def _run_groups(
-    lm: Any, by_shots: Mapping[int, list[str]], manager: Any, settings: EvalSettings, cache_prefix: str | Path | None
-) -> ScoreRun:
+class ResponseCache:
+    """The response cache of one scoring job: lm-eval's (``CachingLM``: a file ``<prefix>_rank0.db``,
+    a SqliteDict of responses keyed by ``hash_args(kind, request.args)``, each written as it is
+    computed, so a killed job's rerun computes only the rest), committed every
+    :data:`COMMIT_SECONDS` instead of after every write. lm-eval's own commits each of a job's
+    ~10,000 writes, waiting for the disk each time, and records a stack trace per SQLite call:
+    16 % of the CPU of a 4,800-request scoring job of the default on a CPU, and ~20 s of waiting
+    on a loaded machine (benchmarks/scoring_job.py). The file and its keys are lm-eval's, so
+    either reads the other's."""
+
+    COMMIT_SECONDS = 30.0
+    """At most this much of a killed job's work is lost (computed again by its rerun)."""
+
+    def __init__(self, path: Path) -> None:
+        from sqlitedict import SqliteDict
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._store = SqliteDict(str(path), autocommit=False, outer_stack=False)
+        self._committed = time.monotonic()
+
+    @classmethod
+    @contextlib.contextmanager
+    def opened(cls, prefix: str | Path | None) -> Iterator[ResponseCache | None]:
+        """The cache of ``prefix`` (lm-eval's file name for rank 0), committed and closed on exit; None for None."""
+        if prefix is None:
+            yield None
+            return
+        cache = cls(Path(f"{prefix}_rank0.db"))
+        try:
+            yield cache
+        finally:
+            cache._store.commit()
+            cache._store.close()
+
+    def add_partial(self, kind: str, request: Any, response: Any) -> None:
+        """lm-eval's cache hook: one response, as the model computes it."""
+        from lm_eval.api.model import hash_args
+
+        self._store[hash_args(kind, request)] = response
+        if time.monotonic() - self._committed >= self.COMMIT_SECONDS:
+            self._store.commit(blocking=False)
+            self._committed = time.monotonic()
+
+    def answer(self, kind: str, requests: list, compute: Any) -> list:
+        """The responses to ``requests``: cached ones from the file, the others from ``compute``
+        (whose model reports each to :meth:`add_partial` as it goes); sampled generations are
+        never answered from the cache."""
+        from lm_eval.api.model import hash_args
+
+        keys = [hash_args(kind, request.args) for request in requests]
+        stored = set(self._store.keys())
+        cached = [
+            key in stored and not (kind == "generate_until" and request.args[1].get("do_sample", False))
+            for key, request in zip(keys, requests)
+        ]
+        log.info("%s: %d responses from the cache %s, %d to compute", kind, sum(cached), self.path, cached.count(False))
+        computed = iter(compute([request for request, hit in zip(requests, cached) if not hit]) if not all(cached) else [])
+        responses = [self._store[key] if hit else next(computed) for key, hit in zip(keys, cached)]
+        self._store.update({key: response for key, hit, response in zip(keys, cached, responses) if not hit})
+        self._store.commit()
+        self._committed = time.monotonic()
+        return responses
+
+
+def _run_groups(lm: Any, by_shots: Mapping[int, list[str]], manager: Any, settings: EvalSettings) -> ScoreRun:
     """One ``simple_evaluate`` call per shot count; the scores, items and outputs of all of them."""
     import torch
     from lm_eval import simple_evaluate
@@ -339,7 +420,7 @@ def _run_groups(
                 limit=settings.limit,
                 bootstrap_iters=settings.bootstrap_iters,
                 log_samples=True,
-                use_cache=None if cache_prefix is None else str(cache_prefix),
+                use_cache=None,  # lm's own ResponseCache
                 random_seed=settings.seed,
                 numpy_random_seed=settings.seed,
                 torch_random_seed=settings.seed,
@@ -421,7 +502,7 @@ def _lm_eval_parts(out: Mapping[str, Any], names: Sequence[str], shots: int) -> 
 # --------------------------------------------------------------------------------------------
 
 
-def model_cache_prefix(handle: "ModelHandle", job: str, cache_dir: str | Path = EVAL_CACHE_DIR) -> Path:
+def model_cache_prefix(handle: ModelHandle, job: str, cache_dir: str | Path = EVAL_CACHE_DIR) -> Path:
     """The lm-eval response cache of one scoring job: ``cache_dir/<model content>/<job>``.
 
     lm-eval's cache keys requests but not the model, so each model content gets its own: named
@@ -436,7 +517,7 @@ def model_cache_prefix(handle: "ModelHandle", job: str, cache_dir: str | Path = 
 
 
 def score_checkpoint(
-    handle: "ModelHandle",
+    handle: ModelHandle,
     *,
     tasks: Mapping[str, int],
     settings: EvalSettings,

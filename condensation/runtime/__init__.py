@@ -5,4 +5,5 @@
   run_dir     a training run's directory layout and checkpoint names
   progress    progress lines in job logs and the metric tracker
   gpus        which of a machine's GPUs a job uses
+  memory      the malloc settings every job's process starts with
 """

@@ -110,6 +110,44 @@ def test_score_model_runs_local_tasks_and_groups(tiny_lm, task_dir, tmp_path, mo
 
 
 @pytest.mark.slow
+def test_response_cache_reads_and_writes_lm_eval_caches(tiny_lm, task_dir, tmp_path):
+    """Scoring keeps each response in lm-eval's cache format (a killed job's rerun computes only
+    what is missing): a cache lm-eval's CachingLM wrote answers our scoring without one forward
+    pass, and the cache our scoring writes holds lm-eval's keys and the responses it computed."""
+    import copy
+
+    import torch
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+    from sqlitedict import SqliteDict
+
+    model, tokenizer = tiny_lm
+    model.eval()
+    settings = EvalSettings(batch_size=8, limit=6)
+    theirs = tmp_path / "lm_eval" / "job"
+    with torch.no_grad():
+        simple_evaluate(model=HFLM(pretrained=model, tokenizer=tokenizer, batch_size=8), tasks=["tiny_cloze"],
+                        num_fewshot=0, task_manager=TaskManager(include_path=str(task_dir), include_defaults=False), limit=6, use_cache=str(theirs))
+    reference = score_model(model, tokenizer, {"tiny_cloze": 0}, settings, task_dir)  # no cache
+
+    other = copy.deepcopy(model)  # other weights: its answers could only come from the cache
+    with torch.no_grad():
+        for parameter in other.parameters():
+            parameter.add_(torch.randn_like(parameter))
+    forwards = []
+    other.register_forward_hook(lambda *args: forwards.append(1))
+    from_theirs = score_model(other, tokenizer, {"tiny_cloze": 0}, settings, task_dir, theirs)
+    assert forwards == [] and from_theirs.samples == reference.samples
+
+    ours = tmp_path / "ours" / "job"
+    written = score_model(model, tokenizer, {"tiny_cloze": 0}, settings, task_dir, ours)
+    assert written.samples == reference.samples
+    with SqliteDict(f"{ours}_rank0.db") as stored, SqliteDict(f"{theirs}_rank0.db") as expected:
+        assert len(stored) == 6 * 4 and dict(stored.items()) == dict(expected.items())  # 4 choices per item
+
+
+@pytest.mark.slow
 def test_score_model_rejects_unknown_task_before_running(tiny_lm, task_dir, tmp_path):
     model, tokenizer = tiny_lm
     prefix = tmp_path / "cache" / "x"
