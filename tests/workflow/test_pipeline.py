@@ -215,14 +215,19 @@ def test_table4_compares_training_from_scratch_with_and_without_dispersion(proje
 
 
 def test_findings_page_states_a_verdict_for_every_claim(project):
+    from condensation.reporting.statistics.decisions import VERDICTS
+
     findings = json.loads((project / "results/metrics/findings.json").read_text())["findings"]
     assert len(findings) == 6
-    assert all(f["verdict"] in ("agrees", "disagrees", "inconclusive", "cannot test") for f in findings)
+    assert all(f["verdict"] in VERDICTS for f in findings)
     distillation = next(f for f in findings if "istillation" in f["claim"])
     # the tiny config's student distilled from the wide toy, one seed: measured, its training noise not
-    assert distillation["verdict"] == "inconclusive" and "training noise" in distillation["reason"]
-    assert "toy-narrow distilled" in distillation["evidence"][0] and "teacher toy-wide" in distillation["evidence"][0]
-    assert "Condensation is highest at initialisation" in (project / "results/findings.md").read_text()
+    assert distillation["verdict"] == "inconclusive" and "training noise is unmeasured" in distillation["reason"]
+    piece = distillation["decisions"][0]["pieces"][0]
+    assert piece["piece"] == "distillation: toy-narrow CE vs toy-narrow distilled"
+    assert "share of the gap closed" in piece["text"] and "one run of" in piece["reason"] and "teacher" in piece["reason"]
+    page = (project / "results/findings.md").read_text()
+    assert "Condensation is highest at initialisation" in page and "minimum detectable" in page
 
 
 def test_logs_show_progress_and_runs_keep_live_series_and_samples(project):

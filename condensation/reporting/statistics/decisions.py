@@ -36,6 +36,7 @@ from condensation.reporting.statistics.panel import Estimate, Ratio
 
 AGREES, DISAGREES, INCONCLUSIVE, UNTESTED = "agrees", "disagrees", "inconclusive", "cannot test"
 DEPENDS = "depends on the statistic"
+VERDICTS = (AGREES, DISAGREES, INCONCLUSIVE, UNTESTED, DEPENDS)
 ALPHA = 0.05
 POWER = 0.80
 ANY = "any"
