@@ -439,7 +439,7 @@ def claims_under_lenses(evidence: Evidence, design: Design) -> dict[str, list[Ve
         sign = lens.condensed
         distill, init = pair_pieces(evidence.pairs, design, lens.name, orientation=sign)  # a share needs no sign
         under[lens.title] = [
-            over_statistics(f"The size ordering under {lens.title}", [size_claim(evidence.trends, design, lens.name, -sign)]),
+            over_statistics(SIZE, [size_claim(evidence.trends, design, lens.name, -sign)]),
             over_statistics(DISTILLATION, [decide(distill, ANY, lens.title)]),
             over_statistics(INIT_PAIRS, [decide(init, ANY, lens.title)]),
             over_statistics(INIT_SERIES, [decide(series_pieces(evidence.series, design, lens.name, sign), ANY, lens.title)]),

@@ -39,11 +39,19 @@ def _reading_line(reading: Reading) -> str:
     role = "" if reading.counted else "robustness check, not counted: "
     parts = [f"- {role}{reading.piece.text}: **{reading.verdict}**"]
     detail = []
-    if math.isfinite(reading.p_value):
-        detail.append(f"p = {reading.p_value:.2g}")
-    if reading.reason:
+    # an equivalence piece is judged on its interval, a saturated one on nothing: no p for either
+    directional = reading.piece.margin is None and not reading.piece.estimate.saturated
+    raw = reading.piece.estimate.p_value if directional else math.nan
+    if math.isfinite(raw):
+        detail.append(f"p = {raw:.2g}")
+    # the p a piece was judged on is Holm-adjusted over its claim's counted pieces where there are several
+    adjusted = directional and math.isfinite(reading.p_value) and not math.isclose(reading.p_value, raw, rel_tol=1e-9)
+    if adjusted:
+        detail.append(f"Holm-adjusted p = {reading.p_value:.2g}")
+    if reading.reason and not (adjusted and reading.reason.startswith("Holm-adjusted")):
         detail.append(reading.reason)
-    if reading.verdict == INCONCLUSIVE and math.isfinite(reading.detectable):
+    # a saturated statistic (1.00 for every run) has no spread, so no detectable effect to state
+    if reading.verdict == INCONCLUSIVE and math.isfinite(reading.detectable) and not reading.piece.estimate.saturated:
         if reading.piece.margin is not None:
             detail.append(f"the design shows a share below the margin with {POWER:.0%} power only when it is "
                           f"{reading.detectable:.0%} or less")
