@@ -13,8 +13,8 @@ The noise levels (:data:`DEFAULT_NOISE`) were read off the default pipeline's ow
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -52,7 +52,7 @@ class Rates:
 class ConditionNoise:
     """Noise of a condensation statistic (the deeper layers' mean cosine) measured on shared
     sequences. The defaults are the default pipeline's own, read off its toy family by
-    :func:`estimate_noise` (``python -m condensation.reporting.statistics.power``; docs/statistics.md)."""
+    :func:`estimate_noise` (``python tools/power_design.py``; docs/statistics.md)."""
 
     seed_sd: float = 0.037
     """Spread of a run's value between seeds (initialisation and data order)."""
@@ -266,50 +266,3 @@ def design_table(draws: int = 1500) -> list[tuple[str, Rates, str]]:
                  f"{simulate_scores(3.0, 3, draws=draws // 5).agrees:.0%} at +3 points, "
                  f"{simulate_scores(4.0, 3, draws=draws // 5).agrees:.0%} at +4"))
     return rows
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m condensation.reporting.statistics.power PROFILES``: the noise levels of a family's
-    trend profiles (``results/tables/trend/<family>_<text>.profiles.npz``), its measured slope, and
-    the chance that the size claim agrees for designs of 2 to 6 seeds per width at that slope."""
-    import argparse
-    import math
-
-    from condensation.reporting.tables.profiles import STATISTICS, read_profiles
-
-    parser = argparse.ArgumentParser(description=main.__doc__.split("\n")[0].strip("`"))
-    parser.add_argument("profiles", nargs="?", help="a trend table's .profiles.npz (one family on one text); "
-                        "without it, the design table of docs/statistics.md at the default's noise")
-    parser.add_argument("--slope", type=float, default=None, help="the slope to power for (default: the measured one)")
-    parser.add_argument("--draws", type=int, default=600)
-    args = parser.parse_args(argv)
-    if args.profiles is None:
-        print("| test (simulated) | false calls under no effect | power |\n|---|---|---|")
-        for what, null, found in design_table():
-            print(f"| {what} | {null.agrees + null.disagrees:.1%} (agrees {null.agrees:.1%}) | {found} |")
-        return 0
-    profiles = read_profiles(args.profiles)
-    rows = profiles.rows.drop_duplicates("model")
-    keep = profiles.subset(profiles.rows.index.isin(rows.index))
-    per_unit = [STATISTICS["last_half"].compute(layers) for layers in keep.layers]
-    noise = estimate_noise(per_unit, list(rows["label"]))
-    labels = list(dict.fromkeys(rows["label"]))
-    positions = [math.log10(float(rows.loc[rows["label"] == label, "num_parameters"].iloc[0])) for label in labels]
-    means = [float(np.mean([v.mean() for v, lab in zip(per_unit, rows["label"]) if lab == label])) for label in labels]
-    measured = float(np.polyfit(positions, means, 1)[0])
-    target = measured if args.slope is None else args.slope
-    print(f"{args.profiles}: {len(rows)} runs, {len(labels)} sizes at log10 parameters "
-          + ", ".join(f"{p:.3f}" for p in positions))
-    print(f"noise: seed sd {noise.seed_sd:.4f}, sequence main sd {noise.sequence_sd:.4f}, "
-          f"interaction sd {noise.interaction_sd:.4f} over {noise.sequences} sequences")
-    print(f"measured slope per decade {measured:+.3f}; power at {target:+.3f} per decade:")
-    for seeds in range(2, 7):
-        rates = simulate_slope(target, positions, seeds, noise=noise, draws=args.draws)
-        null = simulate_slope(0.0, positions, seeds, noise=noise, draws=args.draws)
-        print(f"  {seeds} seeds per width: agrees {rates.agrees:.0%}, false calls under no effect "
-              f"{null.agrees + null.disagrees:.1%}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
