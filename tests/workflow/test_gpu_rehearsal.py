@@ -59,7 +59,8 @@ def test_the_cpu_rehearsal_runs_every_step_and_writes_its_summary(tmp_path):
         row["met"] is None and row["measured"] is not None for row in summary["targets"] if "MFU" not in row["target"]
     )
     workflow = summary["steps"]["workflow"]
-    assert re.fullmatch(r"\d+ of 78", workflow["jobs_done"]) and workflow["took_s"] < 60 + 30
+    done_jobs, planned = map(int, re.fullmatch(r"(\d+) of (\d+)", workflow["jobs_done"]).groups())
+    assert 0 < done_jobs < planned and workflow["took_s"] < 60 + 30
     assert "configs/smollm2-gpu.yaml" in summary["steps"]["smollm2"]["command"]
     assert "not judged (CPU)" in (out / "summary.md").read_text()
     with tarfile.open(out / "logs.tar.gz") as archive:

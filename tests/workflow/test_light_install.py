@@ -41,9 +41,12 @@ def pip(python: Path, *args: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def core_python(request) -> Path:
-    """The Python of an environment holding the core alone and this checkout's package."""
-    venv = Path(request.config.cache.mkdir("light-install")) / core_key()
+def core_python(request, tmp_path_factory) -> Path:
+    """The Python of an environment holding the core alone and this checkout's package (in pytest's
+    cache; under ``-p no:cacheprovider`` in a temporary folder, built afresh)."""
+    cache = getattr(request.config, "cache", None)
+    base = cache.mkdir("light-install") if cache is not None else tmp_path_factory.mktemp("light-install")
+    venv = Path(base) / core_key()
     python = venv / "bin" / "python"
     started = time.perf_counter()
     if not (venv / "built").exists():
