@@ -80,8 +80,10 @@ def main() -> None:
             reference.append(seconds)
         ours_s, reference_s = statistics.median(ours), statistics.median(reference)
         if ours_counts[0] != reference_counts[0]:
-            raise SystemExit(f"{directory}: {ours_counts[0]} layers from config.json, {reference_counts[0]} from transformers")
-        agreement = "same" if ours_counts == reference_counts else f"reference {reference_counts[1]:,}: stored beyond the parameters"
+            raise SystemExit(f"{directory}: {ours_counts[0]} layers from config.json, "
+                             f"{reference_counts[0]} from transformers")
+        agreement = ("same" if ours_counts == reference_counts
+                     else f"reference {reference_counts[1]:,}: stored beyond the parameters")
         name = "/".join(directory.parts[-2:])
         print(f"{name[-40:]:<40} {ours_s:>8.2f} {reference_s:>12.2f} {reference_s / ours_s:>6.1f}x  "
               f"{ours_counts[0]}, {ours_counts[1]:,} ({agreement})")

@@ -63,8 +63,8 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -94,7 +94,8 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_interleaved(variants: dict[str, Callable[[], object]], device: torch.device, reps: int, warmup: int) -> dict[str, dict]:
+def time_interleaved(variants: dict[str, Callable[[], object]], device: torch.device, reps: int,
+                     warmup: int) -> dict[str, dict]:
     """Median/min wall and median CPU seconds per call, and the first warm-up call's wall time;
     variants take turns within each rep, in a rotating order, so that slow phases of a shared
     machine are spread over all of them."""
@@ -118,7 +119,8 @@ def time_interleaved(variants: dict[str, Callable[[], object]], device: torch.de
             wall[name].append(time.perf_counter() - wall_start)
             cpu[name].append(time.process_time() - cpu_start)
     return {name: {"time_s": statistics.median(wall[name]), "min_s": min(wall[name]),
-                   "cpu_s": statistics.median(cpu[name]), "reps_s": wall[name], "first_s": first.get(name)} for name in names}
+                   "cpu_s": statistics.median(cpu[name]), "reps_s": wall[name], "first_s": first.get(name)}
+            for name in names}
 
 
 def memory_of(fn: Callable[[], object], device: torch.device, inputs: list[torch.Tensor]) -> tuple[str, int]:
@@ -201,12 +203,14 @@ def bench_loss(args, device: torch.device, dtype: torch.dtype) -> dict:
     gen = torch.Generator().manual_seed(0)
     shape = (args.loss_batch, args.loss_tokens, args.loss_features)
     # condensed-looking states: a shared direction plus noise, so the pair weights are not uniform
-    layers = [(torch.randn(shape[-1], generator=gen) + torch.randn(shape, generator=gen)).to(device, dtype).requires_grad_(True)
+    layers = [(torch.randn(shape[-1], generator=gen) + torch.randn(shape, generator=gen))
+              .to(device, dtype).requires_grad_(True)
               for _ in range(args.loss_layers)]
     fns = {
         "naive": lambda z: naive_layer_loss(z, config.tau),
         "dense": lambda z: dense_layer_loss(z, config),
-        **{TILED_NAMES[kernel]: (lambda z, kernel=kernel: dispersion_tiled(z, config.tau, config.clamp, tile=args.tile, kernel=kernel))
+        **{TILED_NAMES[kernel]: (lambda z, kernel=kernel: dispersion_tiled(z, config.tau, config.clamp, tile=args.tile,
+                                                                          kernel=kernel))
            for kernel in args.kernels},
     }
 
@@ -215,7 +219,8 @@ def bench_loss(args, device: torch.device, dtype: torch.dtype) -> dict:
         return loss.detach(), torch.autograd.grad(loss, layers)
 
     # timed first: its warm-up call is each variant's first, and the compiled one compiles there
-    results = time_interleaved({name: (lambda fn=fn: step(fn)) for name, fn in fns.items()}, device, args.reps, args.warmup)
+    results = time_interleaved({name: (lambda fn=fn: step(fn)) for name, fn in fns.items()}, device, args.reps,
+                               args.warmup)
     dense_value, dense_grads = step(fns["dense"])
     agreement = {}
     for name in (TILED_NAMES[kernel] for kernel in args.kernels):
@@ -225,13 +230,15 @@ def bench_loss(args, device: torch.device, dtype: torch.dtype) -> dict:
     del dense_grads, grads
     for name, fn in fns.items():
         results[name]["memory_kind"], results[name]["memory_bytes"] = memory_of(lambda fn=fn: step(fn), device, layers)
-    return {"shape": list(shape), "layers": args.loss_layers, "tile": args.tile, "variants": results, "agreement": agreement}
+    return {"shape": list(shape), "layers": args.loss_layers, "tile": args.tile, "variants": results,
+            "agreement": agreement}
 
 
 def comparisons(variants: dict, prefix: str = "") -> list[tuple[str, str]]:
     """The (slower, faster) pairs of variants whose ratios are printed: the naive and dense losses
     against the tiled kernel, and the eager tile body against the compiled one."""
-    pairs = [("naive", "tiled"), ("dense", "tiled")] + ([("tiled", "compiled")] if f"{prefix}compiled" in variants else [])
+    pairs = [("naive", "tiled"), ("dense", "tiled")] + (
+        [("tiled", "compiled")] if f"{prefix}compiled" in variants else [])
     return [(prefix + slow, prefix + fast) for slow, fast in pairs]
 
 
@@ -243,18 +250,21 @@ def speedup(slow: dict, fast: dict) -> str:
 
 def print_loss(result: dict) -> None:
     batch, tokens, features = result["shape"]
-    print(f"\n(a) dispersion loss alone, forward + backward, {result['layers']} layers of [B={batch}, T={tokens}, F={features}], tile {result['tile']}")
+    print(f"\n(a) dispersion loss alone, forward + backward, {result['layers']} layers of "
+          f"[B={batch}, T={tokens}, F={features}], tile {result['tile']}")
     variants = result["variants"]
     kind = variants["dense"]["memory_kind"]
     print(f"  {'variant':<9} {'time':>9} {'min':>9} {'cpu':>9} {'first':>9}   {kind}")
     for name, row in variants.items():
-        print(f"  {name:<9} {row['time_s']:8.3f}s {row['min_s']:8.3f}s {row['cpu_s']:8.3f}s {row['first_s']:8.3f}s   {human(row['memory_bytes']):>10}")
+        print(f"  {name:<9} {row['time_s']:8.3f}s {row['min_s']:8.3f}s {row['cpu_s']:8.3f}s {row['first_s']:8.3f}s   "
+              f"{human(row['memory_bytes']):>10}")
     for slow, fast in comparisons(variants):
         row, fast_row = variants[slow], variants[fast]
         print(f"  {slow} / {fast}: {speedup(row, fast_row)}; memory {human(row['memory_bytes'])} vs "
               f"{human(fast_row['memory_bytes'])} (x{row['memory_bytes'] / max(fast_row['memory_bytes'], 1):.3g})")
     for name, agree in result["agreement"].items():
-        print(f"  agreement: |loss dense - {name}| = {agree['loss_abs_diff']:.1e}, max relative gradient difference {agree['grad_max_rel_diff']:.1e}")
+        print(f"  agreement: |loss dense - {name}| = {agree['loss_abs_diff']:.1e}, "
+              f"max relative gradient difference {agree['grad_max_rel_diff']:.1e}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -282,11 +292,18 @@ def bench_train(args, device: torch.device, dtype: torch.dtype) -> dict:
         "ce+naive": lambda hidden: mean_over_layers(lambda z: naive_layer_loss(z, config.tau), hidden),
         "ce+dense": lambda hidden: mean_over_layers(lambda z: dense_layer_loss(z, config, gen), hidden),
         # the kernel named, not "auto", so that each variant runs the same tile body on every device
-        **{f"ce+{TILED_NAMES[kernel]}": (lambda hidden, tiled=dataclasses.replace(config, kernel=kernel): auxiliary_loss(hidden, tiled))
-           for kernel in args.kernels},
+        # (the default argument binds each kernel's config when the dict is built)
+        **{
+            f"ce+{TILED_NAMES[kernel]}": (
+                lambda hidden, tiled=dataclasses.replace(config, kernel=kernel):  # noqa: B008
+                auxiliary_loss(hidden, tiled)
+            )
+            for kernel in args.kernels
+        },
     }
     if args.tokens > args.max_tokens:
-        aux_losses[f"ce+dense@{args.max_tokens}"] = lambda hidden: mean_over_layers(lambda z: dense_layer_loss(z, subsampled, gen), hidden)
+        aux_losses[f"ce+dense@{args.max_tokens}"] = lambda hidden: mean_over_layers(
+            lambda z: dense_layer_loss(z, subsampled, gen), hidden)
 
     def forward(aux):
         with autocast(device, dtype):
@@ -306,10 +323,12 @@ def bench_train(args, device: torch.device, dtype: torch.dtype) -> dict:
         forward(aux).backward()
         model.zero_grad(set_to_none=True)
 
-    results = time_interleaved({name: (lambda aux=aux: step(aux)) for name, aux in aux_losses.items()}, device, args.reps, args.warmup)
+    results = time_interleaved({name: (lambda aux=aux: step(aux)) for name, aux in aux_losses.items()},
+                               device, args.reps, args.warmup)
     params = list(model.parameters())
     for name, aux in aux_losses.items():
-        results[name]["memory_kind"], results[name]["memory_bytes"] = memory_of(lambda aux=aux: memory_step(aux), device, params)
+        results[name]["memory_kind"], results[name]["memory_bytes"] = memory_of(
+            lambda aux=aux: memory_step(aux), device, params)
     # The loss alone on this step's own hidden states (forward + backward, as in (a)): the same
     # work its variant adds to a step, but timed in ~0.1 s reps instead of ~1 s steps, so many
     # more reps fit and the machine's noise, which drowns a 0.1 s overhead in a 1 s step, averages out.
@@ -320,16 +339,18 @@ def bench_train(args, device: torch.device, dtype: torch.dtype) -> dict:
     def loss_only(aux):
         torch.autograd.grad(aux(hidden), with_loss)
 
-    loss_results = time_interleaved({name: (lambda aux=aux: loss_only(aux)) for name, aux in aux_losses.items() if aux is not None},
+    loss_results = time_interleaved({name: (lambda aux=aux: loss_only(aux))
+                                     for name, aux in aux_losses.items() if aux is not None},
                                     device, args.loss_reps, args.warmup)
-    return {"loss_on_step_hidden": loss_results, "batch": args.batch, "tokens": args.tokens, "n_layer": args.n_layer, "n_embd": args.n_embd,
-            "n_head": args.n_head, "vocab": args.vocab, "max_tokens": args.max_tokens, "placement": args.placement,
-            "layers_with_loss": len(with_loss), "variants": results}
+    return {"loss_on_step_hidden": loss_results, "batch": args.batch, "tokens": args.tokens, "n_layer": args.n_layer,
+            "n_embd": args.n_embd, "n_head": args.n_head, "vocab": args.vocab, "max_tokens": args.max_tokens,
+            "placement": args.placement, "layers_with_loss": len(with_loss), "variants": results}
 
 
 def print_train(result: dict) -> None:
     print(f"\n(b) training step, GPT2 n_layer={result['n_layer']} n_embd={result['n_embd']} vocab={result['vocab']}, "
-          f"B={result['batch']} T={result['tokens']}, AdamW; dispersion on {result['layers_with_loss']} of {result['n_layer']} block outputs "
+          f"B={result['batch']} T={result['tokens']}, AdamW; dispersion on {result['layers_with_loss']} of "
+          f"{result['n_layer']} block outputs "
           f"(placement {result['placement']})")
     variants = result["variants"]
     base = variants["ce"]
@@ -338,12 +359,12 @@ def print_train(result: dict) -> None:
     for name, row in variants.items():
         overhead = row["time_s"] - base["time_s"]
         row["ratio_to_ce"], row["overhead_s"] = row["time_s"] / base["time_s"], overhead
-        print(f"  {name:<14} {row['time_s']:8.3f}s {row['min_s']:8.3f}s {row['cpu_s']:8.3f}s {row['ratio_to_ce']:6.2f}x "
-              f"{overhead:+9.3f}s   {human(row['memory_bytes']):>10}")
+        print(f"  {name:<14} {row['time_s']:8.3f}s {row['min_s']:8.3f}s {row['cpu_s']:8.3f}s "
+              f"{row['ratio_to_ce']:6.2f}x {overhead:+9.3f}s   {human(row['memory_bytes']):>10}")
     # Overheads as paired differences: within one rep every variant runs once, back to back, so
     # t - t_ce per rep cancels slow drifts of a shared machine; the median of those differences
     # is far steadier than a difference of two medians.
-    for name, row in variants.items():
+    for row in variants.values():
         row["paired_overhead_s"] = statistics.median(t - t_ce for t, t_ce in zip(row["reps_s"], base["reps_s"]))
     print("  paired overhead (median over reps of t - t_ce): "
           + ", ".join(f"{name} {row['paired_overhead_s']:+.3f}s" for name, row in variants.items() if name != "ce"))
@@ -355,18 +376,21 @@ def print_train(result: dict) -> None:
         shown = f"x{factor:.2f}" if factor is not None else "n/a (an overhead <= 0: noise)"
         print(f"  {slow.removeprefix('ce+')} overhead / {fast.removeprefix('ce+')} overhead: {shown}")
     alone = result["loss_on_step_hidden"]
-    print(f"  the loss alone on this step's hidden states, forward + backward (median of {len(alone['ce+tiled']['reps_s'])} reps;"
+    print(f"  the loss alone on this step's hidden states, forward + backward "
+          f"(median of {len(alone['ce+tiled']['reps_s'])} reps;"
           f" what each variant adds to a step):")
     for name, row in alone.items():
         row["implied_ratio_to_ce"] = 1 + row["time_s"] / base["time_s"]
-        print(f"    {name.removeprefix('ce+'):<10} {row['time_s']:8.3f}s  (min {row['min_s']:.3f}s, first {row['first_s']:.3f}s)"
+        print(f"    {name.removeprefix('ce+'):<10} {row['time_s']:8.3f}s  "
+              f"(min {row['min_s']:.3f}s, first {row['first_s']:.3f}s)"
               f"  -> step / ce ~ {row['implied_ratio_to_ce']:.3f}")
     for slow, fast in comparisons(variants, "ce+"):
         factor = alone[slow]["time_s"] / alone[fast]["time_s"]
         result[f"{slow.removeprefix('ce+')}_over_{fast.removeprefix('ce+')}_loss_alone"] = factor
-        print(f"    {slow.removeprefix('ce+')} / {fast.removeprefix('ce+')}: x{factor:.2f} (min x{alone[slow]['min_s'] / alone[fast]['min_s']:.2f})")
-    extra = {name.removeprefix("ce+"): human(row["memory_bytes"] - base["memory_bytes"]) for name, row in variants.items()
-             if name in ("ce+dense", "ce+tiled", "ce+compiled")}
+        print(f"    {slow.removeprefix('ce+')} / {fast.removeprefix('ce+')}: x{factor:.2f} "
+              f"(min x{alone[slow]['min_s'] / alone[fast]['min_s']:.2f})")
+    extra = {name.removeprefix("ce+"): human(row["memory_bytes"] - base["memory_bytes"])
+             for name, row in variants.items() if name in ("ce+dense", "ce+tiled", "ce+compiled")}
     print("  extra memory over ce: " + ", ".join(f"{name} {shown}" for name, shown in extra.items()))
 
 
@@ -374,19 +398,24 @@ def print_train(result: dict) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default=None,
-                        help="autocast dtype of the model and dtype of the (a) hidden states; default float32 on CPU, bfloat16 on CUDA")
+                        help="autocast dtype of the model and dtype of the (a) hidden states; "
+                             "default float32 on CPU, bfloat16 on CUDA")
     parser.add_argument("--reps", type=int, default=15,
-                        help="the loss is ~10%% of a default CPU step, so its overhead needs many reps to rise above the noise")
+                        help="the loss is ~10%% of a default CPU step, "
+                             "so its overhead needs many reps to rise above the noise")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--tile", type=int, default=DEFAULT_TILE, help="rows per tile of the tiled kernel in (a)")
     parser.add_argument("--compiled", action=argparse.BooleanOptionalAction, default=True,
-                        help="also run the tiled kernel with its tile body compiled (torch.compile; needs a C++ compiler on CPU, Triton on CUDA)")
+                        help="also run the tiled kernel with its tile body compiled "
+                             "(torch.compile; needs a C++ compiler on CPU, Triton on CUDA)")
     parser.add_argument("--tau", type=float, default=1.0)
     parser.add_argument("--only", choices=("loss", "train"), help="run only (a) or (b)")
-    parser.add_argument("--loss-reps", type=int, default=60, help="reps of the loss alone on the step's hidden states in (b)")
+    parser.add_argument("--loss-reps", type=int, default=60,
+                        help="reps of the loss alone on the step's hidden states in (b)")
     parser.add_argument("--loss-batch", type=int, default=4)
     parser.add_argument("--loss-tokens", type=int, default=256)
     parser.add_argument("--loss-features", type=int, default=768)
@@ -397,12 +426,16 @@ def main() -> None:
     parser.add_argument("--n-embd", type=int, default=256)
     parser.add_argument("--n-head", type=int, default=4)
     parser.add_argument("--vocab", type=int, default=2048,
-                        help="small, so that on CPU the LM head does not drown the rest (makes the loss's share of a step larger than with GPT2's 50257)")
+                        help="small, so that on CPU the LM head does not drown the rest "
+                             "(makes the loss's share of a step larger than with GPT2's 50257)")
     parser.add_argument("--threads", type=int, default=1,
-                        help="CPU only, torch.set_num_threads; one thread is much steadier on a shared machine (0: torch's default)")
+                        help="CPU only, torch.set_num_threads; "
+                             "one thread is much steadier on a shared machine (0: torch's default)")
     parser.add_argument("--placement", choices=PLACEMENTS, default="all",
-                        help="which block outputs get the loss in (b) (AuxLossConfig.placement); the issue's targets: all, and last")
-    parser.add_argument("--max-tokens", type=int, default=256, help="positions kept by the subsampled dense variant (only run when --tokens is larger)")
+                        help="which block outputs get the loss in (b) (AuxLossConfig.placement); "
+                             "the issue's targets: all, and last")
+    parser.add_argument("--max-tokens", type=int, default=256,
+                        help="positions kept by the subsampled dense variant (only run when --tokens is larger)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     args.kernels = ("eager", "compiled") if args.compiled else ("eager",)
@@ -414,11 +447,13 @@ def main() -> None:
         parser.error("--device cuda but no CUDA device is available")
     dtype = DTYPES[args.dtype or ("bfloat16" if device.type == "cuda" else "float32")]
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else (
-        f"CPU, {torch.get_num_threads()} torch threads, {os.cpu_count()} cores visible, {platform.processor() or platform.machine()}")
+        f"CPU, {torch.get_num_threads()} torch threads, {os.cpu_count()} cores visible, "
+        f"{platform.processor() or platform.machine()}")
     print(f"device: {where}; dtype {str(dtype).removeprefix('torch.')}; torch {torch.__version__}; "
           f"{args.reps} reps after {args.warmup} warm-up, median wall time")
 
-    report: dict = {"device": where, "dtype": str(dtype), "torch": torch.__version__, "reps": args.reps, "warmup": args.warmup}
+    report: dict = {"device": where, "dtype": str(dtype), "torch": torch.__version__, "reps": args.reps,
+                    "warmup": args.warmup}
     started = time.perf_counter()
     if args.only in (None, "loss"):
         report["loss"] = bench_loss(args, device, dtype)

@@ -60,8 +60,8 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -102,7 +102,8 @@ def bare_forward(model: torch.nn.Module, input_ids: torch.Tensor, batch_size: in
     device = next(model.parameters()).device
     with torch.inference_mode():
         for start in range(0, input_ids.shape[0], batch_size):
-            model(input_ids=input_ids[start : start + batch_size].to(device), output_hidden_states=True, use_cache=False)
+            model(input_ids=input_ids[start : start + batch_size].to(device), output_hidden_states=True,
+                  use_cache=False)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -221,31 +222,40 @@ def print_results(result: dict, device: torch.device) -> None:
           f"(embedding output + layers); N={result['seqs']} sequences of T={result['tokens']} random token ids")
     print(f"  {'variant':<10} {'dtype':<9} {'batch':>5} {'time':>9} {'min':>9} {'seq/s':>9}")
     for name, row in result["variants"].items():
-        print(f"  {name:<10} {row['dtype']:<9} {row['batch']:>5} {row['time_s']:8.3f}s {row['min_s']:8.3f}s {row['seqs_per_s']:9.2f}")
+        print(f"  {name:<10} {row['dtype']:<9} {row['batch']:>5} {row['time_s']:8.3f}s {row['min_s']:8.3f}s "
+              f"{row['seqs_per_s']:9.2f}")
     ratios = result["ratios"]
     on_gpu = device.type == "cuda"
 
     def verdict(ok: bool) -> str:
         return ("met" if ok else "NOT met") if on_gpu else "a GPU target; on CPU for information"
 
-    print(f"  ours / reference (speed-up): x{ratios['ours_over_reference']:.2f} (min x{ratios['ours_over_reference_min']:.2f}); "
+    print(f"  ours / reference (speed-up): x{ratios['ours_over_reference']:.2f} "
+          f"(min x{ratios['ours_over_reference_min']:.2f}); "
           f"target >= 20x: {verdict(ratios['ours_over_reference'] >= 20)}")
-    print(f"  bare / ours (ours time / bare time): x{ratios['bare_over_ours']:.2f} (min x{ratios['bare_over_ours_min']:.2f}); "
+    print(f"  bare / ours (ours time / bare time): x{ratios['bare_over_ours']:.2f} "
+          f"(min x{ratios['bare_over_ours_min']:.2f}); "
           f"target <= 1.1x: {verdict(ratios['bare_over_ours'] <= 1.1)}")
-    print(f"  ours / cosines (what the lenses cost): x{ratios['lenses_cost']:.3f} (min x{ratios['lenses_cost_min']:.3f}); "
+    print(f"  ours / cosines (what the lenses cost): x{ratios['lenses_cost']:.3f} "
+          f"(min x{ratios['lenses_cost_min']:.3f}); "
           f"target <= 1.10x: {'met' if ratios['lenses_cost'] <= 1.10 else 'NOT met'}")
     agreement = result["agreement"]
-    print(f"  agreement ours vs reference: per-layer mean cosine max |diff| {agreement['layer_mean_max_abs_diff']:.1e}, "
+    print(f"  agreement ours vs reference: per-layer mean cosine max |diff| "
+          f"{agreement['layer_mean_max_abs_diff']:.1e}, "
           f"mean matrices max |diff| {agreement['mean_matrix_max_abs_diff']:.1e}")
     print("  per-layer mean cosine (ours): " + " ".join(f"{value:.3f}" for value in agreement["layer_mean_ours"]))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default=None,
-                        help="dtype of the model for ours and bare; default float32 on CPU, bfloat16 on CUDA (the reference is always float32)")
-    parser.add_argument("--model", help="a local Hugging Face model directory (AutoModel); default: a random-init GPT2 of the shape below")
+                        help="dtype of the model for ours and bare; default float32 on CPU, bfloat16 on CUDA "
+                             "(the reference is always float32)")
+    parser.add_argument("--model",
+                        help="a local Hugging Face model directory (AutoModel); "
+                             "default: a random-init GPT2 of the shape below")
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--width", type=int, default=768)
     parser.add_argument("--heads", type=int, default=12)
@@ -253,10 +263,12 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256, help="T tokens per sequence")
     parser.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass of ours and bare")
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=1, help="warm-up calls per variant (their results feed the agreement check)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="warm-up calls per variant (their results feed the agreement check)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1,
-                        help="CPU only, torch.set_num_threads; one thread is much steadier on a shared machine (0: torch's default)")
+                        help="CPU only, torch.set_num_threads; "
+                             "one thread is much steadier on a shared machine (0: torch's default)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
@@ -268,16 +280,19 @@ def main() -> None:
         parser.error("--device cuda but no CUDA device is available")
     dtype = DTYPES[args.dtype or ("bfloat16" if device.type == "cuda" else "float32")]
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else (
-        f"CPU, {torch.get_num_threads()} torch threads, numpy BLAS threads {numpy_threads()}, {os.cpu_count()} cores visible, "
+        f"CPU, {torch.get_num_threads()} torch threads, numpy BLAS threads {numpy_threads()}, "
+        f"{os.cpu_count()} cores visible, "
         f"{platform.processor() or platform.machine()}")
-    print(f"device: {where}; ours/bare dtype {str(dtype).removeprefix('torch.')}, reference float32; torch {torch.__version__}; "
+    print(f"device: {where}; ours/bare dtype {str(dtype).removeprefix('torch.')}, reference float32; "
+          f"torch {torch.__version__}; "
           f"{args.reps} reps after {args.warmup} warm-up, median wall time")
 
     started = time.perf_counter()
     result = run(args, device, dtype)
     print_results(result, device)
-    report = {"device": where, "dtype": str(dtype), "torch": torch.__version__, "reps": args.reps, "warmup": args.warmup,
-              "threads": torch.get_num_threads(), "wall_s": time.perf_counter() - started, **result}
+    report = {"device": where, "dtype": str(dtype), "torch": torch.__version__, "reps": args.reps,
+              "warmup": args.warmup, "threads": torch.get_num_threads(), "wall_s": time.perf_counter() - started,
+              **result}
     print(f"\ntotal {report['wall_s']:.0f} s")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -78,13 +78,15 @@ def main() -> None:
         for rep in range(args.reps):
             for setting in SETTINGS if rep % 2 == 0 else SETTINGS[::-1]:
                 for job in ("training", "scoring"):
-                    make = training_command(args.run, Path(scratch), args.steps) if job == "training" else scoring_command(
-                        args.run, Path(scratch))
+                    make = (training_command(args.run, Path(scratch), args.steps) if job == "training"
+                            else scoring_command(args.run, Path(scratch)))
                     command, output = make
                     results.setdefault((job, setting), []).append(measured(command, environment(setting)))
                     outputs.setdefault((job, setting), set()).add(hashlib.sha256(output.read_bytes()).hexdigest())
-    print(f"device: CPU, {os.cpu_count()} cores visible, one torch thread, {platform.processor() or platform.machine()}, "
-          f"load average {os.getloadavg()[0]:.1f} at the end; {args.reps} reps, medians; settings {JOB_MALLOC_SETTINGS}")
+    print(f"device: CPU, {os.cpu_count()} cores visible, one torch thread, "
+          f"{platform.processor() or platform.machine()}, "
+          f"load average {os.getloadavg()[0]:.1f} at the end; {args.reps} reps, medians; "
+          f"settings {JOB_MALLOC_SETTINGS}")
     for job in ("training", "scoring"):
         base = [statistics.median(r[i] for r in results[(job, SETTINGS[0])]) for i in range(3)]
         what = f"pre-training {args.steps} steps" if job == "training" else "scoring 1200 items"

@@ -45,7 +45,8 @@ def score_once(mode: str, handle_path: Path, task_dir: Path, prefix: Path, out: 
 
     torch.set_num_threads(1)  # as the scoring jobs run
     handle = models.ModelHandle.load(handle_path)
-    tokenizer, model = models.load_tokenizer(handle), models.load_model(handle, dtype="auto", device="auto", causal_lm=True)
+    tokenizer, model = (models.load_tokenizer(handle),
+                        models.load_model(handle, dtype="auto", device="auto", causal_lm=True))
     settings = harness.EvalSettings()
     if mode == "lm-eval":
         loglikelihoods = _score_with_lm_eval_cache(model, tokenizer, task_dir, prefix, settings)
@@ -118,14 +119,16 @@ def main() -> None:
                 wall, cpu, out = timed_child(mode, args, Path(scratch), rep)
                 times[mode].append((wall, cpu))
                 results.setdefault(mode, out.read_text())
-    print(f"device: CPU, {os.cpu_count()} cores visible, one torch thread, {platform.processor() or platform.machine()}, "
+    print(f"device: CPU, {os.cpu_count()} cores visible, one torch thread, "
+          f"{platform.processor() or platform.machine()}, "
           f"load average {os.getloadavg()[0]:.1f} at the end")
     print(f"scoring {args.model} on {sum(1 for _ in TASKS)} tasks ({len(json.loads(results['none']))} items), "
           f"{args.reps} reps, median of each:")
     reference = [statistics.median(t[i] for t in times["lm-eval"]) for i in (0, 1)]
     for mode in MODES:
         wall, cpu = (statistics.median(t[i] for t in times[mode]) for i in (0, 1))
-        print(f"  {mode:<8} wall {wall:6.1f} s (x{wall / reference[0]:.2f})   CPU {cpu:6.1f} s (x{cpu / reference[1]:.2f})")
+        print(f"  {mode:<8} wall {wall:6.1f} s (x{wall / reference[0]:.2f})   "
+              f"CPU {cpu:6.1f} s (x{cpu / reference[1]:.2f})")
     same = len(set(results.values())) == 1
     print(f"per-item log-likelihoods identical in the three: {same}")
     sys.exit(0 if same else 1)

@@ -52,7 +52,8 @@ def replay(times: Path, scale: float, root: Path) -> float:
     for jobid, job in jobs.items():
         job.seconds = (measured.get(job.benchmark) or 0.0) * scale
         inputs = ", ".join(f'"done/{d}"' for d in sorted(needs[jobid]))
-        rules.append(f"rule job{jobid}:\n" + (f"    input: {inputs}\n" if inputs else "") + f'    output: "done/{jobid}"\n'
+        rules.append(f"rule job{jobid}:\n" + (f"    input: {inputs}\n" if inputs else "")
+                     + f'    output: "done/{jobid}"\n'
                      f'    benchmark: "benchmarks/{jobid}.tsv"\n    priority: {job.priority}\n'
                      f'    shell: "sleep {job.seconds:.3f}; touch {{output}}"\n')
     (root / "Snakefile").write_text("\n".join(rules))
@@ -92,17 +93,20 @@ def main() -> None:
         for root in roots.values():
             root.mkdir()
             bound = replay(args.times, args.scale, root)
-        threads = [threading.Thread(target=run, args=(roots[name], settings, reports[name])) for name, settings in variants.items()]
+        threads = [threading.Thread(target=run, args=(roots[name], settings, reports[name]))
+                   for name, settings in variants.items()]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-    print(f"device: CPU, {os.cpu_count()} cores visible, {platform.processor() or platform.machine()}; the default's DAG "
+    print(f"device: CPU, {os.cpu_count()} cores visible, {platform.processor() or platform.machine()}; "
+          f"the default's DAG "
           f"replayed with sleeping jobs (x{args.scale} of {args.times}), list-schedule bound {bound:.0f} s")
     for name, settings in variants.items():
         r = reports[name]
         print(f"  {name:<22} ({' '.join(settings)}): Snakemake's own CPU {r['own']:.1f} s "
-              f"({60 * r['own'] / r['wall']:.2f} s per minute), most threads {r['threads']}, makespan {r['span']:.0f} s, "
+              f"({60 * r['own'] / r['wall']:.2f} s per minute), most threads {r['threads']}, "
+              f"makespan {r['span']:.0f} s, "
               f"exit {r['exit']:.1f} s after the last job{'' if r['ok'] else ', FAILED'}")
     sys.exit(0 if all(r["ok"] for r in reports.values()) else 1)
 

@@ -205,7 +205,8 @@ def bench(args, device: torch.device, dtype: torch.dtype) -> dict:
         "plain": lambda: run_plain(template, args, device, torch.float32, blocks, aux_config),
     }
     if args.compile:
-        variants["ours+compile"] = lambda: run_ours(template, args, device, dtype, blocks, val_blocks, aux_config, compile_forward=True)
+        variants["ours+compile"] = lambda: run_ours(template, args, device, dtype, blocks, val_blocks, aux_config,
+                                                    compile_forward=True)
     if dtype != torch.float32:
         variants["plain+autocast"] = lambda: run_plain(template, args, device, dtype, blocks, aux_config)
     names = list(variants)
@@ -232,7 +233,8 @@ def bench(args, device: torch.device, dtype: torch.dtype) -> dict:
 
 def print_results(result: dict, device: torch.device, dtype: torch.dtype) -> None:
     aux = f", + {result['aux']} loss on every block output" if result["aux"] else ""
-    print(f"\nGPT2 n_layer={result['n_layer']} n_embd={result['n_embd']} n_head={result['n_head']} vocab={result['vocab']}, "
+    print(f"\nGPT2 n_layer={result['n_layer']} n_embd={result['n_embd']} n_head={result['n_head']} "
+          f"vocab={result['vocab']}, "
           f"B={result['batch']} T={result['tokens']}{aux}; {result['steps']} steps per run, timed over steps "
           f"{result['warmup_steps'] + 1}..{result['steps'] - 1} ({result['timed_steps']} steps)")
     ours_precision = "bf16 autocast" if dtype != torch.float32 else "float32"
@@ -251,12 +253,14 @@ def print_results(result: dict, device: torch.device, dtype: torch.dtype) -> Non
             if mine in variants and name in variants:
                 ratio = variants[mine]["tokens_per_s"] / variants[name]["tokens_per_s"]
                 best = variants[mine]["tokens_per_s_best"] / variants[name]["tokens_per_s_best"]
-                target = (f"; target >= 2x: {'met' if ratio >= 2 else 'NOT met'}" if on_gpu else "") if name == "plain" else ""
+                target = ((f"; target >= 2x: {'met' if ratio >= 2 else 'NOT met'}" if on_gpu else "")
+                          if name == "plain" else "")
                 print(f"  {mine} / {name}: x{ratio:.2f} (best x{best:.2f}){target}")
     ours = variants["ours+compile"] if "ours+compile" in variants else variants["ours"]
     if result["peak_tflops"]:
         target = f"; target >= 40%: {'met' if ours['mfu'] >= 0.4 else 'NOT met'}" if on_gpu else ""
-        print(f"  MFU: {result['flops_per_token'] / 1e6:.1f} MFLOP/token (6 x {result['params_counted'] / 1e6:.2f}M params "
+        print(f"  MFU: {result['flops_per_token'] / 1e6:.1f} MFLOP/token "
+              f"(6 x {result['params_counted'] / 1e6:.2f}M params "
               f"+ 12 x n_layer x n_embd x T attention), peak {result['peak_tflops']:g} TFLOP/s{target}")
     else:
         print(f"  MFU: not printed (no --peak-tflops); {result['flops_per_token'] / 1e6:.1f} MFLOP/token "
@@ -270,7 +274,8 @@ def print_results(result: dict, device: torch.device, dtype: torch.dtype) -> Non
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default=None,
                         help="autocast dtype of ours (and of plain+autocast); default float32 on CPU, bfloat16 on CUDA")
@@ -278,18 +283,22 @@ def main() -> None:
                         help="shape and step counts; the flags below override single values")
     for name in ("n_layer", "n_embd", "n_head", "vocab", "tokens", "batch", "steps", "warmup_steps"):
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=None,
-                            help=f"default: {PRESETS['default'][name]} ({PRESETS['gpt2-small'][name]} with --preset gpt2-small)")
+                            help=f"default: {PRESETS['default'][name]} "
+                                 f"({PRESETS['gpt2-small'][name]} with --preset gpt2-small)")
     parser.add_argument("--aux", choices=("dispersion",), default=None, help="add this auxiliary loss to both loops")
     parser.add_argument("--compile", action="store_true",
-                        help="also run ours with TrainConfig(compile=True) (ours+compile); the compile falls in the warm-up steps")
+                        help="also run ours with TrainConfig(compile=True) (ours+compile); "
+                             "the compile falls in the warm-up steps")
     parser.add_argument("--tracker", choices=("dvclive", "none"), default="dvclive",
                         help="ours' per-step metric tracker (TrainConfig.tracker); none where dvclive is not installed")
     parser.add_argument("--reps", type=int, default=3, help="runs of each loop (a fresh model and optimizer each)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--peak-tflops", type=float, default=None,
-                        help=f"peak FLOP/s for MFU, in TFLOP/s; default {H100_BF16_DENSE_TFLOPS:g} (H100 bf16 dense) on CUDA, none on CPU")
+                        help=f"peak FLOP/s for MFU, in TFLOP/s; "
+                             f"default {H100_BF16_DENSE_TFLOPS:g} (H100 bf16 dense) on CUDA, none on CPU")
     parser.add_argument("--threads", type=int, default=1,
-                        help="CPU only, torch.set_num_threads; one thread is much steadier on a shared machine (0: torch's default)")
+                        help="CPU only, torch.set_num_threads; "
+                             "one thread is much steadier on a shared machine (0: torch's default)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     for name, value in PRESETS[args.preset].items():
@@ -311,7 +320,8 @@ def main() -> None:
         os.environ["ACCELERATE_USE_CPU"] = "true"
     dtype = DTYPES[args.dtype or ("bfloat16" if device.type == "cuda" else "float32")]
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else (
-        f"CPU, {torch.get_num_threads()} torch threads, {os.cpu_count()} cores visible, {platform.processor() or platform.machine()}")
+        f"CPU, {torch.get_num_threads()} torch threads, {os.cpu_count()} cores visible, "
+        f"{platform.processor() or platform.machine()}")
     print(f"device: {where}; ours {str(dtype).removeprefix('torch.')}; torch {torch.__version__}; "
           f"{args.reps} runs of each loop, median of per-run mean step times")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 # command -> the module whose ``main(argv)`` runs it; imported only when called
 COMMANDS = {

@@ -28,9 +28,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -139,7 +140,8 @@ class CosineStatistics:
         if self.lenses is not None:
             per_sequence |= {
                 "lens_values": self.lenses.values, "lens_jackknife": self.lenses.jackknife,
-                "lens_names": np.array(lens_module.LENS_NAMES), "lens_sample_tokens": np.int64(self.lenses.sample_tokens),
+                "lens_names": np.array(lens_module.LENS_NAMES),
+                "lens_sample_tokens": np.int64(self.lenses.sample_tokens),
             }
         if self.positions is not None:  # only then: a file of whole matrices stays as it was
             per_sequence["positions"] = np.int64(self.positions)
@@ -159,7 +161,7 @@ class CosineStatistics:
         write_manifest(path, kind="cosine_statistics")
 
     @classmethod
-    def load(cls, path: str | Path) -> "CosineStatistics":
+    def load(cls, path: str | Path) -> CosineStatistics:
         """Load after checking the file against its manifest (``io.CorruptArtifactError`` if not).
 
         A file written before per-sequence means were stored loads with them set to None.
@@ -569,7 +571,8 @@ def condensation_probe(
         sums: torch.Tensor | float = 0.0  # per-layer sums of cosines, on the model's device
         for first in range(0, len(probe_ids), batch_size):
             with autocast():
-                out = module(input_ids=probe_ids[first : first + batch_size], output_hidden_states=True, use_cache=False)
+                out = module(input_ids=probe_ids[first : first + batch_size], output_hidden_states=True,
+                             use_cache=False)
             # one [B, T, T] matrix at a time, reduced at once: memory of a single layer's cosines
             sums = sums + torch.stack([cosine_matrices(h).sum(dtype=torch.float64) for h in out.hidden_states])
             del out

@@ -37,8 +37,8 @@ convention), which keeps their cost within a tenth of the extraction's (benchmar
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -164,7 +164,8 @@ def spectral_lenses(tokens: torch.Tensor, groups: torch.Tensor | None = None) ->
         keep[1:] -= torch.eye(count, dtype=tokens.dtype, device=tokens.device)  # row 1 + g: all but group g
     kept_n, kept_sum = keep @ sizes, keep @ sums  # [1 + G], [1 + G, d]
     kept_scatter = torch.einsum("rg,gij->rij", keep, scatters)
-    covariance = (kept_scatter - kept_sum[:, :, None] * kept_sum[:, None, :] / kept_n[:, None, None]) / (kept_n - 1)[:, None, None]
+    covariance = ((kept_scatter - kept_sum[:, :, None] * kept_sum[:, None, :] / kept_n[:, None, None])
+                  / (kept_n - 1)[:, None, None])
     eigenvalues = torch.linalg.eigvalsh(covariance).double().cpu().numpy()
     return np.array([lens_values(_floored(values, d)) for values in eigenvalues]).T
 
@@ -243,7 +244,8 @@ class LensAccumulator:
         if self._sums is None:
             width = hidden_states[0].shape[-1]
             self._sums, self._within = batch_sums, batch_within
-            self._sample = torch.empty(len(hidden_states), len(self._sample_flat), width, device=hidden_states[0].device)
+            self._sample = torch.empty(len(hidden_states), len(self._sample_flat), width,
+                                       device=hidden_states[0].device)
         else:
             self._sums += batch_sums
             self._within += batch_within

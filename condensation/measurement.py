@@ -21,9 +21,10 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -163,7 +164,8 @@ def resolve_model(model: str | os.PathLike | models.ModelHandle, name: str | Non
     if local.exists() or text.startswith(models.PACKAGE_SCHEME):
         return models.prepare_local(name, str(local))
     if text.startswith((".", "/", "~")) or os.sep in text.strip("/").replace("/", "", 1):
-        raise MeasureError(f"{text}: no such file or directory (a model is a hub id, a local directory, pkg://... or a .gguf file)")
+        raise MeasureError(f"{text}: no such file or directory "
+                           "(a model is a hub id, a local directory, pkg://... or a .gguf file)")
     return models.prepare_hub(name, text, None, False)
 
 
@@ -173,7 +175,8 @@ def sampled_texts(source: str | os.PathLike | Mapping[str, Any], sampling: Sampl
     from condensation.data import text
 
     if isinstance(source, Mapping):
-        spec = DatasetSpec.from_config(str(source.get("name", "dataset")), {k: v for k, v in source.items() if k != "name"})
+        spec = DatasetSpec.from_config(str(source.get("name", "dataset")),
+                                       {k: v for k, v in source.items() if k != "name"})
     elif str(source) in CORPORA:
         spec = DatasetSpec.from_config(str(source), {"source": str(source)})
     else:
@@ -191,7 +194,8 @@ def sampled_texts(source: str | os.PathLike | Mapping[str, Any], sampling: Sampl
     try:
         return [sample["text"] for sample in text.sample_sequences(rows, sampling)]
     except text.DatasetError as error:
-        raise MeasureError(f"{spec.dataset}: {error}; give more text, or lower seq_len (min_words follows it)") from error
+        raise MeasureError(f"{spec.dataset}: {error}; give more text, "
+                           "or lower seq_len (min_words follows it)") from error
 
 
 def _dataset_dir(spec: DatasetSpec) -> Path | None:
@@ -200,7 +204,8 @@ def _dataset_dir(spec: DatasetSpec) -> Path | None:
         return None
     from condensation.runtime.io import manifest_path
 
-    directory = cache_dir() / "datasets" / spec.source if spec.source in CORPORA else cache_dir() / "datasets" / spec.dataset
+    directory = (cache_dir() / "datasets" / spec.source if spec.source in CORPORA
+                 else cache_dir() / "datasets" / spec.dataset)
     if manifest_path(directory).exists():
         return directory
     if spec.source in CORPORA:
@@ -327,7 +332,8 @@ def measure(
 
     where = f"{meta.get('dataset', 'texts')}: "
     try:
-        input_ids = token_ids if token_ids is not None else packing.tokenize_exactly(tokenizer, sequences, seq_len, where=where)
+        input_ids = (token_ids if token_ids is not None
+                     else packing.tokenize_exactly(tokenizer, sequences, seq_len, where=where))
     except text.DatasetError as error:
         raise MeasureError(str(error)) from error
     label = f"{name} on {meta.get('dataset', 'texts')}"
@@ -345,7 +351,8 @@ def measure(
     finally:
         close()
     stats.meta["seconds"] = time.perf_counter() - started
-    log.info("%s: %d sequences x %d tokens, %d layers, %.1f s", name, *input_ids.shape, stats.num_layers, stats.meta["seconds"])
+    log.info("%s: %d sequences x %d tokens, %d layers, %.1f s", name, *input_ids.shape, stats.num_layers,
+             stats.meta["seconds"])
     ids = input_ids.cpu().numpy().astype(np.int64)
     digest = hashlib.sha256(repr(ids.shape).encode() + ids.tobytes()).hexdigest()
     return Measurement(name, stats, source.num_parameters, trend, token_digest=digest)
@@ -374,7 +381,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="a built-in corpus (" + ", ".join(CORPORA) + ") or a dataset named under "
                         "`datasets:` in --config; default: austen")
     parser.add_argument("--config", default="config.yaml", metavar="YAML",
-                        help="where --dataset NAME is looked up when it is not a built-in corpus (default: config.yaml)")
+                        help="where --dataset NAME is looked up when it is not a built-in corpus "
+                             "(default: config.yaml)")
     parser.add_argument("--seq-len", type=int, default=256, help="tokens per sequence (default: 256; the paper: 512)")
     parser.add_argument("--num-sequences", type=int, default=32, help="sequences sampled (default: 32; the paper: 100)")
     parser.add_argument("--min-words", type=int, default=None,
@@ -385,13 +393,15 @@ def _parser() -> argparse.ArgumentParser:
                         help="weights' dtype (default: auto = bf16 on a CUDA GPU, else float32)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ... (default: auto)")
     parser.add_argument("--lens-tokens", type=int, default=lenses.SAMPLE_TOKENS,
-                        help=f"tokens per layer the spectral lenses sample (default: {lenses.SAMPLE_TOKENS}; 0: cosines only)")
+                        help=f"tokens per layer the spectral lenses sample "
+                             f"(default: {lenses.SAMPLE_TOKENS}; 0: cosines only)")
     parser.add_argument("--heatmap-size", type=int, default=geometry.HEATMAP_SIZE, metavar="CELLS",
                         help=f"keep the position-wise mean matrix whole up to this seq-len and block-averaged to "
                         f"CELLS x CELLS above it (default: {geometry.HEATMAP_SIZE}; 0: whole at any length, "
                         "memory T^2)")
     parser.add_argument("--no-embedding-layer", action="store_true", help="leave layer 0 out of the trend")
-    parser.add_argument("--offdiag", action="store_true", help="trend of the off-diagonal mean (i != j) instead of all pairs")
+    parser.add_argument("--offdiag", action="store_true",
+                        help="trend of the off-diagonal mean (i != j) instead of all pairs")
     parser.add_argument("--out", default="condensation-measure", metavar="DIR",
                         help="where arrays, CSVs and figures go (default: ./condensation-measure)")
     return parser
@@ -415,7 +425,8 @@ def _dataset_entry(name: str, config_path: str) -> str | Mapping[str, Any]:
 def print_table(measurement: Measurement, stream=sys.stdout) -> None:
     frame = measurement.to_dataframe().drop(columns=["layer_fraction"])
     trend = measurement.trend
-    print(f"\n{measurement.name}  ({measurement.statistics.num_sequences} sequences x {measurement.statistics.seq_len} tokens)",
+    print(f"\n{measurement.name}  ({measurement.statistics.num_sequences} sequences x "
+          f"{measurement.statistics.seq_len} tokens)",
           file=stream)
     print(frame.to_string(index=False, float_format=lambda v: f"{v:.4f}"), file=stream)
     print(f"Spearman rho {trend.spearman_rho:+.3f}   Kendall tau {trend.kendall_tau:+.3f}   "
@@ -425,7 +436,8 @@ def print_table(measurement: Measurement, stream=sys.stdout) -> None:
     summary = measurement.lens_summary()
     if summary:
         print("deeper half, other lenses: " + "   ".join(
-            f"{lens.name} {summary[lens.name]:.4f} [{summary[lens.name + '_low']:.4f}, {summary[lens.name + '_high']:.4f}]"
+            f"{lens.name} {summary[lens.name]:.4f} "
+            f"[{summary[lens.name + '_low']:.4f}, {summary[lens.name + '_high']:.4f}]"
             for lens in lenses.LENSES), file=stream)
 
 
@@ -434,7 +446,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     trend = TrendConfig(include_embedding_layer=not args.no_embedding_layer, include_diagonal=not args.offdiag)
     try:
-        source = {"texts": args.texts} if args.texts else {"dataset": _dataset_entry(args.dataset or "austen", args.config)}
+        source = ({"texts": args.texts} if args.texts
+                  else {"dataset": _dataset_entry(args.dataset or "austen", args.config)})
         measurements = []
         for model in args.models:
             measurements.append(measure(

@@ -13,10 +13,11 @@ import importlib.util
 import json
 import math
 import struct
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from condensation.runtime.io import (
     atomic_path,
@@ -94,7 +95,7 @@ class ModelHandle:
         write_json(path, asdict(self))
 
     @classmethod
-    def load(cls, path: str | Path) -> "ModelHandle":
+    def load(cls, path: str | Path) -> ModelHandle:
         return cls(**json.loads(Path(path).read_text()))
 
 
@@ -171,7 +172,9 @@ def _auto_class(handle: ModelHandle, causal_lm: bool):
     if causal_lm:
         return AutoModelForCausalLM
     if handle.trust_remote_code:
-        auto_map = getattr(AutoConfig.from_pretrained(handle.location, **_pretrained_kwargs(handle)), "auto_map", None) or {}
+        auto_map = getattr(
+            AutoConfig.from_pretrained(handle.location, **_pretrained_kwargs(handle)), "auto_map", None
+        ) or {}
         if "AutoModel" not in auto_map and "AutoModelForCausalLM" in auto_map:
             return AutoModelForCausalLM
     return AutoModel
@@ -261,7 +264,8 @@ def prepare_hub(name: str, model_id: str, revision: str | None, trust_remote_cod
 
     try:
         folder = snapshot_download(
-            model_id, revision=revision, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.py", "*.tiktoken"]
+            model_id, revision=revision,
+            allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.py", "*.tiktoken"],
         )
     except (RepositoryNotFoundError, HFValidationError) as error:
         raise ModelError(f"model '{name}': no such model id on the Hugging Face Hub: '{model_id}'") from error

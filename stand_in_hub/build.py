@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from condensation.runtime.io import atomic_path
 from stand_in_hub.catalog import (
@@ -43,7 +43,8 @@ def dataset_paths(catalog: Catalog) -> list[str]:
         if path not in TEXT_DATASETS:
             raise CatalogError(f"the stand-in hub has no dataset '{path}' (known: {sorted(TEXT_DATASETS)})")
         if name not in TEXT_DATASETS[path].configs:
-            raise CatalogError(f"the stand-in dataset '{path}' has no config '{name}' (known: {TEXT_DATASETS[path].configs})")
+            raise CatalogError(f"the stand-in dataset '{path}' has no config '{name}' "
+                               f"(known: {TEXT_DATASETS[path].configs})")
     task_paths = [TASK_DATASETS[task][0] for task in catalog.tasks]
     return list(dict.fromkeys([path for path, _ in catalog.text_datasets] + task_paths))
 

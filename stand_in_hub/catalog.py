@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -158,7 +159,8 @@ def hub_models(config: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
 
 
 def hub_datasets(config: Mapping[str, Any]) -> list[tuple[str, str | None]]:
-    pairs = [(spec["path"], spec.get("name")) for spec in config.get("datasets", {}).values() if spec.get("source") == "hub"]
+    pairs = [(spec["path"], spec.get("name"))
+             for spec in config.get("datasets", {}).values() if spec.get("source") == "hub"]
     return list(dict.fromkeys(pairs))
 
 
@@ -173,6 +175,7 @@ def load_catalog(config_path: str | Path = PAPER_CONFIG) -> Catalog:
     tasks = list(config.get("evaluation", {}).get("tasks", {}))
     unknown = [task for task in tasks if task not in TASK_DATASETS]
     if unknown:
-        raise CatalogError(f"the stand-in hub has no dataset for lm-eval task(s) {unknown} (known: {sorted(TASK_DATASETS)})")
+        raise CatalogError(f"the stand-in hub has no dataset for lm-eval task(s) {unknown} "
+                           f"(known: {sorted(TASK_DATASETS)})")
     text = list(dict.fromkeys(hub_datasets(config) + list(EXTRA_TEXT_DATASETS)))
     return Catalog(models=tuple(models), text_datasets=tuple(text), tasks=tuple(tasks))

@@ -14,9 +14,10 @@ import hashlib
 import json
 import math
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from stand_in_hub.catalog import ModelRepo, Shape
 from stand_in_hub.prose import Prose
@@ -24,7 +25,8 @@ from stand_in_hub.repository import revision_dir, write_bytes
 
 CORE_VOCAB_SIZE = 448
 QWEN1_CODE = Path(__file__).resolve().parent / "qwen1"
-QWEN1_AUTO_MAP = {"AutoConfig": "configuration_qwen.QWenConfig", "AutoModelForCausalLM": "modeling_qwen.QWenLMHeadModel"}
+QWEN1_AUTO_MAP = {"AutoConfig": "configuration_qwen.QWenConfig",
+                  "AutoModelForCausalLM": "modeling_qwen.QWenLMHeadModel"}
 """As in the real Qwen-1 repositories: no ``AutoModel`` entry, only the causal-LM class."""
 
 
@@ -75,7 +77,8 @@ STYLES = {
     ),
     "olmo3": FamilyStyle(
         "GPT2Tokenizer", ("<|endoftext|>", "<|pad|>"), 65536,
-        {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>", "pad_token": "<|pad|>"},
+        {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>",
+         "pad_token": "<|pad|>"},
         max_positions=65536,
     ),
 }
@@ -131,7 +134,8 @@ def write_tokenizer(tokenizer, style: FamilyStyle, directory: Path) -> None:
 
 def _ids(tokenizer, style: FamilyStyle) -> dict[str, int]:
     """``bos_token_id`` / ``eos_token_id`` / ``pad_token_id`` of the family's declared tokens."""
-    return {f"{role[:-6]}_token_id": tokenizer.token_to_id(token) for role, token in style.roles.items() if role != "unk_token"}
+    return {f"{role[:-6]}_token_id": tokenizer.token_to_id(token)
+            for role, token in style.roles.items() if role != "unk_token"}
 
 
 def _gpt2(model: ModelRepo, shape: Shape, vocab: int, ids: dict[str, int]):

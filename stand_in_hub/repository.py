@@ -12,9 +12,10 @@ import gzip
 import hashlib
 import io
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 
@@ -147,7 +148,8 @@ def write_dataset_repo(root: str | Path, repo_id: str, configs: list[DatasetConf
             relative = f"{config.name}/{split}-00000-of-00001.parquet"
             write_bytes(directory / relative, _parquet_bytes(rows, schema))
             data_files.append({"split": split, "path": relative})
-        card_configs.append({"config_name": config.name, "data_files": data_files, **({"default": True} if config.default else {})})
+        card_configs.append({"config_name": config.name, "data_files": data_files,
+                             **({"default": True} if config.default else {})})
     write_bytes(directory / "README.md", dataset_card(repo_id, card_configs, note).encode())
     return directory
 

@@ -24,9 +24,10 @@ import hashlib
 import json
 import re
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
@@ -142,7 +143,7 @@ def _card_data(text: str) -> dict[str, Any]:
 
 class HubRequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: "HubServer"
+    server: HubServer
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: clients report their own errors
         pass
@@ -209,7 +210,8 @@ class HubRequestHandler(BaseHTTPRequestHandler):
 
     def _send_json(self, obj: Any, send_body: bool, status: int = 200, headers: dict[str, str] | None = None) -> None:
         body = json.dumps(obj).encode()
-        self._send_head(status, {"Content-Type": "application/json", "Content-Length": str(len(body)), **(headers or {})})
+        self._send_head(status, {"Content-Type": "application/json", "Content-Length": str(len(body)),
+                                 **(headers or {})})
         if send_body:
             self.wfile.write(body)
 

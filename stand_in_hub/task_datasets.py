@@ -10,8 +10,9 @@ of other sentences; each dataset words them in its own schema.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from stand_in_hub.catalog import MMLU_SUBJECTS
 from stand_in_hub.prose import ChoiceItem, Prose, choice_items, passages
@@ -30,8 +31,9 @@ def anli(prose: Prose, root: Path) -> None:
     def rows(split: str) -> list[dict[str, Any]]:
         premises = passages(prose, "sensesensibility", ROWS, 30, f"anli/{split}/premise")
         items = choice_items(prose, "sensesensibility", ROWS, f"anli/{split}")
-        return [{"uid": f"{split}-{i:04d}", "premise": premise, "hypothesis": f"{item.stem} {item.choices[item.answer]}.",
-                 "label": i % 3, "reason": ""} for i, (premise, item) in enumerate(zip(premises, items))]
+        return [{"uid": f"{split}-{i:04d}", "premise": premise,
+                 "hypothesis": f"{item.stem} {item.choices[item.answer]}.", "label": i % 3, "reason": ""}
+                for i, (premise, item) in enumerate(zip(premises, items))]
 
     splits = tuple(f"{part}_r{r}" for r in (1, 2, 3) for part in ("train", "dev", "test"))
     columns = {"uid": "string", "premise": "string", "hypothesis": "string",
@@ -43,7 +45,8 @@ def lambada_openai(prose: Prose, root: Path) -> None:
     texts = passages(prose, "persuasion", ROWS, 60, "lambada")
     # A LAMBADA passage ends on its target word, with no closing punctuation.
     rows = [{"text": text.rstrip(".,;:!?\"'_ ")} for text in texts]
-    configs = [DatasetConfig(name, {"test": rows}, {"text": "string"}, default=name == "default") for name in ("default", "en")]
+    configs = [DatasetConfig(name, {"test": rows}, {"text": "string"}, default=name == "default")
+               for name in ("default", "en")]
     write_dataset_repo(root, "EleutherAI/lambada_openai", configs, NOTE)
 
 
@@ -56,7 +59,8 @@ def openbookqa(prose: Prose, root: Path) -> None:
         items = choice_items(prose, "northangerabbey", ROWS, f"openbookqa/{split}")
         return [{"id": f"{split}-{i}", "question_stem": item.stem, **_lettered(item)} for i, item in enumerate(items)]
 
-    columns = {"id": "string", "question_stem": "string", "choices": {"text": ["string"], "label": ["string"]}, "answerKey": "string"}
+    columns = {"id": "string", "question_stem": "string", "choices": {"text": ["string"], "label": ["string"]},
+               "answerKey": "string"}
     config = DatasetConfig("main", _by_split(("train", "validation", "test"), rows), columns, default=True)
     write_dataset_repo(root, "allenai/openbookqa", [config], NOTE)
 
@@ -68,14 +72,16 @@ def piqa(prose: Prose, root: Path) -> None:
                  "label": -1 if split == "test" else item.answer} for item in items]
 
     columns = {"goal": "string", "sol1": "string", "sol2": "string", "label": "int64"}
-    write_dataset_repo(root, "baber/piqa", [DatasetConfig("default", _by_split(("train", "validation", "test"), rows), columns)], NOTE)
+    write_dataset_repo(root, "baber/piqa",
+                       [DatasetConfig("default", _by_split(("train", "validation", "test"), rows), columns)], NOTE)
 
 
 def truthful_qa(prose: Prose, root: Path) -> None:
     items = choice_items(prose, "mansfieldpark", ROWS, "truthfulqa")
     questions = [f"{item.stem} what?" for item in items]
     # The real data lists the correct answer(s) first; lm-eval's doc_to_target is 0.
-    ordered = [[item.choices[item.answer]] + [c for j, c in enumerate(item.choices) if j != item.answer] for item in items]
+    ordered = [[item.choices[item.answer]] + [c for j, c in enumerate(item.choices) if j != item.answer]
+               for item in items]
     multiple_choice = [{"question": q, "mc1_targets": {"choices": o, "labels": [1, 0, 0, 0]},
                         "mc2_targets": {"choices": o, "labels": [1, 1, 0, 0]}} for q, o in zip(questions, ordered)]
     generation = [{"type": "Adversarial", "category": "Misconceptions", "question": q, "best_answer": o[0],
@@ -117,12 +123,15 @@ def ai2_arc(prose: Prose, root: Path) -> None:
     def config(name: str, novel: str) -> DatasetConfig:
         def rows(split: str) -> list[dict[str, Any]]:
             items = choice_items(prose, novel, ROWS, f"{name}/{split}")
-            return [{"id": f"Austen_{split}_{i}", "question": f"{item.stem} ...?", **_lettered(item)} for i, item in enumerate(items)]
+            return [{"id": f"Austen_{split}_{i}", "question": f"{item.stem} ...?", **_lettered(item)}
+                    for i, item in enumerate(items)]
 
-        columns = {"id": "string", "question": "string", "choices": {"text": ["string"], "label": ["string"]}, "answerKey": "string"}
+        columns = {"id": "string", "question": "string", "choices": {"text": ["string"], "label": ["string"]},
+                   "answerKey": "string"}
         return DatasetConfig(name, _by_split(("train", "validation", "test"), rows), columns)
 
-    write_dataset_repo(root, "allenai/ai2_arc", [config("ARC-Challenge", "emma"), config("ARC-Easy", "persuasion")], NOTE)
+    write_dataset_repo(root, "allenai/ai2_arc", [config("ARC-Challenge", "emma"), config("ARC-Easy", "persuasion")],
+                       NOTE)
 
 
 def mmlu(prose: Prose, root: Path) -> None:
@@ -132,7 +141,8 @@ def mmlu(prose: Prose, root: Path) -> None:
     def config(number: int, subject: str) -> DatasetConfig:
         def rows(split: str) -> list[dict[str, Any]]:
             items = choice_items(prose, novels[number % len(novels)], ROWS, f"mmlu/{subject}/{split}")
-            return [{"question": f"{item.stem} ...", "subject": subject, "choices": list(item.choices), "answer": item.answer}
+            return [{"question": f"{item.stem} ...", "subject": subject, "choices": list(item.choices),
+                     "answer": item.answer}
                     for item in items]
 
         return DatasetConfig(subject, _by_split(("test", "validation", "dev"), rows), columns)
@@ -143,12 +153,14 @@ def mmlu(prose: Prose, root: Path) -> None:
 def medmcqa(prose: Prose, root: Path) -> None:
     def rows(split: str) -> list[dict[str, Any]]:
         items = choice_items(prose, "mansfieldpark", ROWS, f"medmcqa/{split}")
-        return [{"id": f"austen-{split}-{i:04d}", "question": f"{item.stem} ...", **dict(zip(("opa", "opb", "opc", "opd"), item.choices)),
+        return [{"id": f"austen-{split}-{i:04d}", "question": f"{item.stem} ...",
+                 **dict(zip(("opa", "opb", "opc", "opd"), item.choices)),
                  "cop": -1 if split == "test" else item.answer, "choice_type": "single", "exp": "",
                  "subject_name": "Medicine", "topic_name": ""} for i, item in enumerate(items)]
 
     columns = {"id": "string", "question": "string", "opa": "string", "opb": "string", "opc": "string", "opd": "string",
-               "cop": ("a", "b", "c", "d"), "choice_type": "string", "exp": "string", "subject_name": "string", "topic_name": "string"}
+               "cop": ("a", "b", "c", "d"), "choice_type": "string", "exp": "string", "subject_name": "string",
+               "topic_name": "string"}
     config = DatasetConfig("default", _by_split(("train", "test", "validation"), rows), columns)
     write_dataset_repo(root, "openlifescienceai/medmcqa", [config], NOTE)
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from stand_in_hub.prose import Prose, passages
 from stand_in_hub.repository import (
@@ -81,7 +82,8 @@ def pubmed_qa(prose: Prose, root: Path) -> None:
             "long_answer": paragraphs[start + 2], "final_decision": rng.choice(["yes", "no", "maybe"]),
         })
     spec = {"pubid": "int32", "question": "string",
-            "context": {key: ["string"] for key in ("contexts", "labels", "meshes", "reasoning_required_pred", "reasoning_free_pred")},
+            "context": {key: ["string"]
+                        for key in ("contexts", "labels", "meshes", "reasoning_required_pred", "reasoning_free_pred")},
             "long_answer": "string", "final_decision": "string"}
     write_dataset_repo(root, "qiaojin/PubMedQA", [DatasetConfig("pqa_labeled", {"train": rows}, spec)], NOTE)
 
@@ -89,7 +91,8 @@ def pubmed_qa(prose: Prose, root: Path) -> None:
 def imdb(prose: Prose, root: Path) -> None:
     def reviews(split: str, count: int, labelled: bool) -> list[dict[str, Any]]:
         texts = passages(prose, "northangerabbey", count, 150, f"imdb/{split}")
-        labels = sorted(i % 2 for i in range(count)) if labelled else [-1] * count  # the real splits are sorted by label
+        # the real splits are sorted by label
+        labels = sorted(i % 2 for i in range(count)) if labelled else [-1] * count
         return [{"text": text, "label": label} for text, label in zip(texts, labels)]
 
     splits = {"train": reviews("train", TRAIN_ROWS // 2, True), "test": reviews("test", EVAL_ROWS, True),
@@ -108,7 +111,8 @@ def squad(prose: Prose, root: Path) -> None:
                 words = context.split()
                 start = rng.randrange(len(words) - 3)
                 answer = " ".join(words[start:start + rng.randint(1, 3)])
-                result.append({"id": f"{split}{number:05d}{question}", "title": "Pride_and_Prejudice", "context": context,
+                result.append({"id": f"{split}{number:05d}{question}", "title": "Pride_and_Prejudice",
+                               "context": context,
                                "question": f"What follows '{' '.join(words[max(0, start - 4):start])}'?",
                                "answers": {"text": [answer], "answer_start": [context.index(answer)]}})
         return result
@@ -138,7 +142,8 @@ def c4(prose: Prose, root: Path) -> None:
         return [{"text": text, "timestamp": f"2019-04-{1 + i % 28:02d}T12:00:00Z",
                  "url": f"https://example.org/persuasion/{split}/{i}"} for i, text in enumerate(texts)]
 
-    write_json_lines_repo(root, "allenai/c4", "en", {"train": rows("train", TRAIN_ROWS), "validation": rows("validation", EVAL_ROWS)}, NOTE)
+    write_json_lines_repo(root, "allenai/c4", "en",
+                          {"train": rows("train", TRAIN_ROWS), "validation": rows("validation", EVAL_ROWS)}, NOTE)
 
 
 @dataclass(frozen=True)
@@ -149,7 +154,8 @@ class TextDataset:
 
 
 TEXT_DATASETS = {
-    "Salesforce/wikitext": TextDataset(("wikitext-103-v1", "wikitext-103-raw-v1", "wikitext-2-v1", "wikitext-2-raw-v1"), wikitext),
+    "Salesforce/wikitext": TextDataset(
+        ("wikitext-103-v1", "wikitext-103-raw-v1", "wikitext-2-v1", "wikitext-2-raw-v1"), wikitext),
     "qiaojin/PubMedQA": TextDataset(("pqa_labeled", None), pubmed_qa),
     "stanfordnlp/imdb": TextDataset(("plain_text", None), imdb),
     "rajpurkar/squad": TextDataset(("plain_text", None), squad),

@@ -99,7 +99,8 @@ def run_on_two_ranks(tmp_path):
         script.write_text(template.format(repo=str(REPO), tests=str(REPO / "tests" / "unit")))
         env = os.environ | {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-        done = subprocess.run([*torchrun, str(script), str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run([*torchrun, str(script), str(tmp_path)], env=env, capture_output=True, text=True,
+                              timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
 
@@ -118,7 +119,8 @@ class StandInHub:
     def run_client(self, script: str, *args: str, timeout: int = 600) -> Any:
         """Run a Python script in a fresh process pointed at the stand-in (``huggingface_hub`` and
         ``datasets`` read ``HF_ENDPOINT`` at import); return the JSON it prints last."""
-        done = subprocess.run([sys.executable, "-c", script, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run([sys.executable, "-c", script, *args], env=self.env, capture_output=True, text=True,
+                              timeout=timeout)
         assert done.returncode == 0, done.stderr[-4000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 

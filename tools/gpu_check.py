@@ -125,7 +125,8 @@ DISPERSION = (
     Benchmark(
         "dispersion-all",
         "benchmarks/dispersion_loss.py",
-        f"--device cuda {GPT2_SMALL} --batch 16 --tokens 1024 --loss-batch 16 --loss-tokens 1024 --reps 10 --loss-reps 30",
+        f"--device cuda {GPT2_SMALL} --batch 16 --tokens 1024 --loss-batch 16 --loss-tokens 1024 --reps 10 "
+        "--loss-reps 30",
         f"--device cpu {TOY_GPT2} --batch 2 --tokens 64 --loss-batch 2 --loss-tokens 64 --loss-layers 2 --reps 2 "
         "--loss-reps 2",
     ),

@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-TIMING_KEYS = {"seconds", "wall_time_s", "tokens_per_s", "elapsed_s", "train/tokens_per_s", "probe/seconds", "timestamp"}
+TIMING_KEYS = {"seconds", "wall_time_s", "tokens_per_s", "elapsed_s", "train/tokens_per_s", "probe/seconds",
+               "timestamp"}
 """Keys and columns that hold how long something took or when (they differ between any two runs)."""
 PROVENANCE_KEYS = {"code", "provenance"}
 """Keys that name the code that ran (they differ whenever the code does)."""
@@ -59,7 +60,8 @@ def same_npz(a: bytes, b: bytes) -> bool:
 
 def same_csv(a: bytes, b: bytes) -> bool:
     first, second = (pd.read_csv(io.BytesIO(data), sep=None, engine="python") for data in (a, b))
-    keep = [column for column in first.columns if column not in TIMING_KEYS and column.split("/")[-1] not in TIMING_KEYS]
+    keep = [column for column in first.columns
+            if column not in TIMING_KEYS and column.split("/")[-1] not in TIMING_KEYS]
     return list(first.columns) == list(second.columns) and first[keep].equals(second[keep])
 
 
@@ -101,7 +103,8 @@ def compare(first: Path, second: Path, trees: list[str]) -> tuple[Counter, list[
                 differences.append(f"{name}: only in {first if a.is_file() else second}")
                 continue
             # a file that names its own run's directory (a model handle, lm-eval's task paths) names it alike
-            data_a, data_b = (path.read_bytes().replace(bytes(root.resolve()), b"<run>") for path, root in ((a, first), (b, second)))
+            data_a, data_b = (path.read_bytes().replace(bytes(root.resolve()), b"<run>")
+                              for path, root in ((a, first), (b, second)))
             if data_a == data_b:
                 counts["identical"] += 1
             elif same_but_timings(name, data_a, data_b):

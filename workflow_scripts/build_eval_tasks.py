@@ -5,5 +5,6 @@ from condensation.stages.evaluation import build_eval_tasks
 
 with logged(snakemake.log[0]):
     build_eval_tasks(
-        specs=snakemake.params.specs, texts=snakemake.params.texts, text_dirs=snakemake.params.text_dirs, out_dir=snakemake.output[0]
+        specs=snakemake.params.specs, texts=snakemake.params.texts, text_dirs=snakemake.params.text_dirs,
+        out_dir=snakemake.output[0],
     )

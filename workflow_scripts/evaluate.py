@@ -5,7 +5,8 @@ from condensation.stages import logged
 from condensation.stages.evaluation import evaluate_checkpoint, evaluate_pretrained
 
 common = dict(
-    task_dir=snakemake.input.get("tasks"), hub_tasks_path=snakemake.input.get("hub_tasks"), tasks=snakemake.params.tasks, settings=snakemake.params.settings,
+    task_dir=snakemake.input.get("tasks"), hub_tasks_path=snakemake.input.get("hub_tasks"),
+    tasks=snakemake.params.tasks, settings=snakemake.params.settings,
     out_path=snakemake.output.record, threads=snakemake.threads,
 )
 wildcards = snakemake.wildcards

@@ -1,4 +1,5 @@
-"""Paired comparison, e.g. scratch vs distilled models, with a reference row such as the teacher (rule paired_figure)."""
+"""Paired comparison, e.g. scratch vs distilled models, with a reference row such as the teacher
+(rule paired_figure)."""
 
 from condensation.stages import logged
 from condensation.stages.figures import paired_figure

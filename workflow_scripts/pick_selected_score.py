@@ -7,6 +7,7 @@ output = snakemake.output
 with logged(snakemake.log[0]):
     pick_selected_score(
         index_path=snakemake.input.index,
-        record_paths=[path for path in snakemake.input.scores if path.endswith(".json") and not path.endswith(".lm_eval.json")],
+        record_paths=[path for path in snakemake.input.scores
+                      if path.endswith(".json") and not path.endswith(".lm_eval.json")],
         out_paths={role: getattr(output, role) for role in ("record", "item_rows", "lm_eval")},
     )

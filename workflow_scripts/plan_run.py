@@ -7,7 +7,8 @@ from condensation.stages.training import plan_study_run
 params, wildcards = snakemake.params, snakemake.wildcards
 with logged(snakemake.log[0]):
     if snakemake.rule == "plan_pretrain":
-        plan_pretrain(model=wildcards.model, arch=params.arch, train=params.train, seed=params.seed, out_path=snakemake.output[0])
+        plan_pretrain(model=wildcards.model, arch=params.arch, train=params.train, seed=params.seed,
+                      out_path=snakemake.output[0])
     else:
         plan_study_run(
             study=wildcards.study, model=wildcards.model, method=params.method, train=params.train, seed=params.seed,

@@ -14,7 +14,8 @@ parser.add_argument("--plan", required=True, help="the run's run.json; the run d
 parser.add_argument("--blocks", required=True, help="packed token blocks (.npz with train, validation)")
 start = parser.add_mutually_exclusive_group(required=True)
 start.add_argument("--handle", help="models/<model>/handle.json: the model a study's run starts from")
-start.add_argument("--tokenizer", help="the pre-training tokenizer: a run pre-trains the plan's GPT2 shape from scratch")
+start.add_argument("--tokenizer",
+                   help="the pre-training tokenizer: a run pre-trains the plan's GPT2 shape from scratch")
 parser.add_argument("--teacher", help="models/<model>/handle.json of the teacher, for a run with a distillation method")
 parser.add_argument("--threads", type=int, default=1, help="CPU threads for torch")
 args = parser.parse_args()

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from condensation.config.corpora import CORPORA
 from condensation.config.plan import STUDIES
@@ -39,9 +40,11 @@ def files_problems(name: str, entry: Mapping[str, Any]) -> list[str]:
             continue
         where = f"config.datasets.{name}.files[{index}]"
         if os.path.isdir(pattern):
-            problems.append(f"{where}: '{pattern}' is a directory; name its files with a glob, e.g. '{Path(pattern) / '*.txt'}'")
+            problems.append(f"{where}: '{pattern}' is a directory; name its files with a glob, "
+                            f"e.g. '{Path(pattern) / '*.txt'}'")
         elif GLOB_CHARACTERS & set(pattern):
-            problems.append(f"{where}: '{pattern}' matches no file (relative to {os.getcwd()}); fix the pattern or add the files")
+            problems.append(f"{where}: '{pattern}' matches no file (relative to {os.getcwd()}); "
+                            "fix the pattern or add the files")
         else:
             problems.append(f"{where}: file '{pattern}' does not exist (relative to {os.getcwd()}); fix the path")
     return problems
@@ -108,7 +111,8 @@ def check_datasets(config: Mapping[str, Any]) -> list[str]:
         unknown = {key: sorted(set(entry.get(key) or []) - names) for key in ("exclude", "documents")}
         for key, absent in unknown.items():
             if absent:
-                problems.append(f"config.datasets.{name}.{key}: {absent} name no file of the dataset (its documents: {sorted(names)})")
+                problems.append(f"config.datasets.{name}.{key}: {absent} name no file of the dataset "
+                                f"(its documents: {sorted(names)})")
         if any(unknown.values()):
             continue
         if name in sampled:
@@ -135,7 +139,8 @@ def task_dataset(config: Mapping[str, Any], corpus: str) -> dict[str, Any] | Non
 def task_text_datasets(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """``{corpus name: dataset entry}`` of every local task's text (what build_eval_tasks reads)."""
     tasks = config["evaluation"]["local_tasks"].values()
-    return {spec["corpus"]: task_dataset(config, spec["corpus"]) for spec in tasks if task_dataset(config, spec["corpus"])}
+    return {spec["corpus"]: task_dataset(config, spec["corpus"])
+            for spec in tasks if task_dataset(config, spec["corpus"])}
 
 
 @dataclass(frozen=True)
@@ -176,7 +181,8 @@ def shared_text(task: Mapping[str, Any], documents: list[str] | None, training: 
         return f"documents {common}" if common else None
     if source == "files":
         task_files = files_documents(task)
-        chosen = {task_files[d] for d in documents if d in task_files} if documents is not None else set(task_files.values())
+        chosen = ({task_files[d] for d in documents if d in task_files} if documents is not None
+                  else set(task_files.values()))
         trained = {os.path.realpath(path) for path in files_documents(training).values()}
         common = sorted(document_name(path) for path in chosen if os.path.realpath(path) in trained)
         return f"files {common}" if common else None
@@ -202,11 +208,13 @@ def check_local_tasks(config: Mapping[str, Any]) -> list[str]:
                 f"({', '.join(config['datasets'])}) nor a built-in corpus ({', '.join(CORPORA)}); add it under datasets"
             )
             continue
-        if dataset["source"] == "files" and spec["documents"] is not None and not files_problems(spec["corpus"], dataset):
+        if (dataset["source"] == "files" and spec["documents"] is not None
+                and not files_problems(spec["corpus"], dataset)):
             have = files_documents(dataset)
             absent = [document for document in spec["documents"] if document not in have]
             if absent:
-                problems.append(f"{where}.documents: {absent} are no document of dataset '{spec['corpus']}' (its documents: {sorted(have)})")
+                problems.append(f"{where}.documents: {absent} are no document of dataset '{spec['corpus']}' "
+                                f"(its documents: {sorted(have)})")
                 continue
         if spec["allow_overlap"]:
             continue
@@ -215,7 +223,8 @@ def check_local_tasks(config: Mapping[str, Any]) -> list[str]:
             if shared:
                 problems.append(
                     f"{where}: its text (corpus '{spec['corpus']}') shares {shared} with dataset '{text.dataset}', "
-                    f"which training reads ({', '.join(text.readers)}): its scores would be contaminated. Name documents "
+                    f"which training reads ({', '.join(text.readers)}): its scores would be contaminated. "
+                    "Name documents "
                     f"that config.datasets.{text.dataset}.exclude leaves out, or set allow_overlap: true with an "
                     "overlap_reason"
                 )

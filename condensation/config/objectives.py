@@ -11,8 +11,9 @@ import dataclasses
 import importlib
 import math
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 PLACEMENTS = ("all", "last", "early_half", "late_half")
 
@@ -89,13 +90,15 @@ class AuxLossConfig:
         if self.max_tokens is not None:
             # bool is an int subclass; True as a token count is a bug, not 1.
             if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 2:
-                raise ValueError(f"max_tokens must be None or an int >= 2 (pairs need two tokens), got {self.max_tokens!r}")
+                raise ValueError(f"max_tokens must be None or an int >= 2 (pairs need two tokens), "
+                                 f"got {self.max_tokens!r}")
 
 
 def _check_number(field: str, value: float, low: float, low_open: bool,
                   high: float | None = None, high_open: bool = True) -> None:
     """ValueError naming ``field`` and ``value`` unless value is a finite number in the range."""
-    interval = ("(" if low_open else "[") + f"{low}, " + ("inf)" if high is None else f"{high}" + (")" if high_open else "]"))
+    interval = (("(" if low_open else "[") + f"{low}, "
+                + ("inf)" if high is None else f"{high}" + (")" if high_open else "]")))
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if ok:
         ok = (value > low) if low_open else (value >= low)
@@ -168,7 +171,8 @@ class DistillationConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.teacher, str) or not self.teacher:
-            raise ValueError(f"DistillationConfig.teacher must name a model of the config's models, got {self.teacher!r}")
+            raise ValueError(f"DistillationConfig.teacher must name a model of the config's models, "
+                             f"got {self.teacher!r}")
         _check_number("weight", self.weight, low=0.0, low_open=False)
         _check_number("temperature", self.temperature, low=0.0, low_open=True)
 
@@ -229,7 +233,8 @@ OBJECTIVES: dict[str, Objective] = {
         Objective("ce", "ce", None, (), summary="cross-entropy only"),
         Objective(
             "dispersion", "auxiliary", AuxLossConfig, (*_AUX, "tau", "clamp", "kernel"), f"{_LOSSES}:dispersion",
-            f"{_LOSSES}:reference_dispersion", "the paper's loss: log-mean-exp of minus the tokens' angular distances / tau",
+            f"{_LOSSES}:reference_dispersion",
+            "the paper's loss: log-mean-exp of minus the tokens' angular distances / tau",
         ),
         Objective(
             "decorrelation", "auxiliary", AuxLossConfig, _AUX, f"{_LOSSES}:decorrelation",
@@ -244,12 +249,14 @@ OBJECTIVES: dict[str, Objective] = {
             f"{_LOSSES}:reference_orthogonalization", "hinge on the angular distance of pairs closer than margin",
         ),
         Objective(
-            "noisy_embedding", "baseline", NoisyEmbeddingConfig, ("alpha",), "condensation.training.baselines:NoisyEmbedding",
+            "noisy_embedding", "baseline", NoisyEmbeddingConfig, ("alpha",),
+            "condensation.training.baselines:NoisyEmbedding",
             summary="uniform noise added to the input embeddings",
         ),
         Objective(
             "active_forgetting", "baseline", ActiveForgettingConfig, ("every", "tied_head", "std"),
-            "condensation.training.baselines:ActiveForgetting", summary="the input embeddings re-initialised every `every` steps",
+            "condensation.training.baselines:ActiveForgetting",
+            summary="the input embeddings re-initialised every `every` steps",
         ),
         Objective(
             "distillation", "distillation", DistillationConfig, ("teacher", "weight", "temperature"),
@@ -274,7 +281,8 @@ def check_objective(objective: Objective) -> list[str]:
         missing = sorted(set(objective.options) - fields)
         if missing:
             problems.append(f"{where}: options {missing} are no field of {objective.settings.__name__}")
-    if objective.kind == "auxiliary" and objective.settings is not None and not issubclass(objective.settings, AuxLossConfig):
+    if (objective.kind == "auxiliary" and objective.settings is not None
+            and not issubclass(objective.settings, AuxLossConfig)):
         problems.append(f"{where}: an auxiliary loss' settings must be AuxLossConfig or a subclass of it")
     return problems
 
@@ -352,7 +360,8 @@ def resolve_method(spec: Mapping[str, Any]) -> MethodSettings:
         return MethodSettings(name, baseline=objective.settings(**options))
     if objective.kind == "distillation":
         if "teacher" not in options:
-            raise ValueError(f"objective {name!r} needs a teacher: a model of the config's models, e.g. teacher: toy-mlp1024")
+            raise ValueError(f"objective {name!r} needs a teacher: a model of the config's models, "
+                             "e.g. teacher: toy-mlp1024")
         return MethodSettings(name, distillation=DistillationConfig(**options))
     return MethodSettings(name)
 
@@ -361,7 +370,8 @@ def describe() -> str:
     """The registry as a table: name, kind, options, summary."""
     rows = [(o.name, o.kind, ", ".join(o.options) or "-", o.summary) for o in OBJECTIVES.values()]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    return "\n".join(f"{n:<{widths[0]}}  {k:<{widths[1]}}  {opts:<{widths[2]}}  {summary}" for n, k, opts, summary in rows)
+    return "\n".join(f"{n:<{widths[0]}}  {k:<{widths[1]}}  {opts:<{widths[2]}}  {summary}"
+                     for n, k, opts, summary in rows)
 
 
 def main(argv: list[str]) -> int:

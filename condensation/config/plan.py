@@ -10,7 +10,8 @@ A *series* is one model measured at several points of its training (Fig. 4).
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from condensation.config.objectives import AuxLossConfig, for_seed, resolve_method
 from condensation.config.runs import TrainConfig, checkpoint_steps, total_steps
@@ -72,8 +73,10 @@ def study_runs(config: Mapping[str, Any], study: str) -> list[tuple[str, str, in
     section = config[study]
     ablation = _ablation_methods(section)
     ablation_models = section["ablation"]["models"] or section["models"]
-    runs = [(model, method, seed) for model in section["models"] for method in section["methods"] for seed in section["seeds"]]
-    runs += [(model, method, seed) for model in ablation_models for method in ablation for seed in section["ablation"]["seeds"]]
+    runs = [(model, method, seed)
+            for model in section["models"] for method in section["methods"] for seed in section["seeds"]]
+    runs += [(model, method, seed)
+             for model in ablation_models for method in ablation for seed in section["ablation"]["seeds"]]
     return runs
 
 
@@ -200,7 +203,8 @@ def check_study(config: Mapping[str, Any], study: str) -> list[str]:
             problems.append(f"{where}.models: '{model}' is not an `init` model; training from scratch starts from one")
     for key in ("dataset", "geometry_dataset"):
         if section.get(key) not in config["datasets"]:
-            problems.append(f"{where}.{key}: unknown dataset {section.get(key)!r} (known: {', '.join(config['datasets'])})")
+            problems.append(f"{where}.{key}: unknown dataset {section.get(key)!r} "
+                            f"(known: {', '.join(config['datasets'])})")
     for name, spec in section["methods"].items():
         try:
             resolve_method(for_seed(spec, 0))
@@ -209,11 +213,13 @@ def check_study(config: Mapping[str, Any], study: str) -> list[str]:
         teacher = spec.get("teacher")
         teachers = teacher if isinstance(teacher, list) else [] if teacher is None else [teacher]
         if isinstance(teacher, list) and len(teacher) != len(section["seeds"]):
-            problems.append(f"{where}.methods.{name}.teacher: {len(teacher)} teachers for {len(section['seeds'])} seeds "
+            problems.append(f"{where}.methods.{name}.teacher: {len(teacher)} teachers for "
+                            f"{len(section['seeds'])} seeds "
                             f"{section['seeds']}; give one per seed, in their order")
         for model in teachers:
             if model not in config["models"]:
-                problems.append(f"{where}.methods.{name}.teacher: unknown model '{model}' (known: {', '.join(config['models'])})")
+                problems.append(f"{where}.methods.{name}.teacher: unknown model '{model}' "
+                                f"(known: {', '.join(config['models'])})")
     methods = study_methods(config, study)
     for row in section["figure_rows"]:
         if row not in methods:
@@ -240,7 +246,8 @@ def series_models(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         base = config["models"].get(spec["model"], {})
         if base.get("source") == "hub":
             for point in spec.get("checkpoints", []):
-                models[series_model_name(name, point["label"])] = {**base, "revision": point["revision"], "label": point["label"]}
+                models[series_model_name(name, point["label"])] = {**base, "revision": point["revision"],
+                                                                    "label": point["label"]}
     return models
 
 
@@ -257,7 +264,8 @@ def check_series(config: Mapping[str, Any]) -> list[str]:
         elif model["source"] == "pretrain" and "checkpoints" in spec:
             problems.append(f"{where}.checkpoints: a pretrain model's series is every checkpoint of its run; list none")
         elif model["source"] not in ("hub", "pretrain"):
-            problems.append(f"{where}.model: '{spec['model']}' is a {model['source']} model; a series needs a hub or pretrain model")
+            problems.append(f"{where}.model: '{spec['model']}' is a {model['source']} model; "
+                            "a series needs a hub or pretrain model")
         labels = [point["label"] for point in spec.get("checkpoints", [])]
         if len(set(labels)) != len(labels):
             problems.append(f"{where}.checkpoints: labels repeat")
@@ -268,7 +276,8 @@ class FamilySizeError(ValueError):
     """A family that compares sizes is not listed smallest first, or holds two models of one size."""
 
 
-def check_size_order(family: str, model_names: Sequence[str], labels: Mapping[str, str], sizes: Sequence[int | None]) -> None:
+def check_size_order(family: str, model_names: Sequence[str], labels: Mapping[str, str],
+                     sizes: Sequence[int | None]) -> None:
     """For a family with ``compares_size``: its sizes (parameter counts, from the handles) must
     increase along ``config.families.<family>.models``. Models that share a label are replicates
     of one size (other seeds) and may stand together; two labels of one size are refused, as is a
@@ -278,7 +287,8 @@ def check_size_order(family: str, model_names: Sequence[str], labels: Mapping[st
     for name, size in zip(model_names, sizes, strict=True):
         label = labels.get(name, name)
         if size is None:
-            raise FamilySizeError(f"{where}: the size of '{name}' is unknown, so the order cannot be checked; set compares_size: false")
+            raise FamilySizeError(f"{where}: the size of '{name}' is unknown, so the order cannot be checked; "
+                                  "set compares_size: false")
         if label in sized and sized[label] != size:
             raise FamilySizeError(
                 f"{where}: '{name}' shares the label '{label}' (replicates) with a model of another size "

@@ -13,8 +13,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from condensation.config.objectives import MethodSettings, resolve_method
 from condensation.runtime.io import read_json, write_json
@@ -29,8 +30,9 @@ class TrainConfig:
     (``compile`` aside, which changes how a step runs, not what it computes)."""
 
     train_tokens: int = 200_000_000
-    """Token budget (the paper mid-trains on 200M tokens). Steps = ceil(train_tokens / tokens per step), tokens per step =
-    micro_batch_size * block_size * grad_accum_steps * world_size; the last step may overshoot."""
+    """Token budget (the paper mid-trains on 200M tokens). Steps = ceil(train_tokens / tokens per
+    step), tokens per step = micro_batch_size * block_size * grad_accum_steps * world_size; the
+    last step may overshoot."""
 
     block_size: int = 1024
     """Tokens per training block (GPT2's context); must equal the width of the block arrays passed to ``train``."""
@@ -151,7 +153,8 @@ class TrainConfig:
         if not 0.0 <= self.warmup_ratio <= 1.0 or not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError("TrainConfig: warmup_ratio and min_lr_ratio must lie in [0, 1]")
         if self.mixed_precision not in ("auto", "bf16", "no"):
-            raise ValueError(f"TrainConfig.mixed_precision must be 'auto', 'bf16' or 'no', got {self.mixed_precision!r}")
+            raise ValueError(f"TrainConfig.mixed_precision must be 'auto', 'bf16' or 'no', "
+                             f"got {self.mixed_precision!r}")
         if self.sharding not in SHARDINGS:
             raise ValueError(f"TrainConfig.sharding must be one of {SHARDINGS}, got {self.sharding!r}")
         if self.tracker not in ("dvclive", "none"):

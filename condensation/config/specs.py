@@ -10,8 +10,9 @@ what an entry leaves out from it, so a library caller may pass a short entry.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, TypeVar
+from typing import Any, TypeVar
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def typed(cls: type[Section], value: Section | Mapping[str, Any]) -> Section:
     return value if isinstance(value, cls) else cls(**value)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def schema_defaults(*keys: str) -> dict[str, Any]:
     """The defaults the schema gives the properties of the object at ``keys``."""
     from condensation.config.validate import (

@@ -7,9 +7,10 @@ way everywhere: one message per problem, naming its place in the file.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -41,7 +42,8 @@ def load_schema() -> dict[str, Any]:
     train = schema["$defs"]["train"]["properties"]
     defaults = {k: v for k, v in dataclass_defaults(TrainConfig).items() if k not in ("seed", "aux_weight")}
     if set(train) != set(defaults):
-        raise ConfigError(f"schema $defs.train and config.runs.TrainConfig disagree on {sorted(set(train) ^ set(defaults))}")
+        raise ConfigError(f"schema $defs.train and config.runs.TrainConfig disagree on "
+                          f"{sorted(set(train) ^ set(defaults))}")
     for name, default in defaults.items():
         train[name]["default"] = list(default) if isinstance(default, tuple) else default
     _objectives_into(schema["$defs"]["method"]["properties"])
@@ -59,7 +61,8 @@ def _objectives_into(method: dict[str, Any]) -> None:
     options = {option: name for name, objective in OBJECTIVES.items() for option in objective.options}
     stale = sorted(set(method) - {"objective"} - set(options))
     if stale:
-        problems.append(f"schema $defs.method describes options no objective of config.objectives.OBJECTIVES takes: {stale}")
+        problems.append(f"schema $defs.method describes options no objective of config.objectives.OBJECTIVES "
+                        f"takes: {stale}")
     if problems:
         raise ConfigError("; ".join(problems))
     for option, objective in options.items():
@@ -68,7 +71,7 @@ def _objectives_into(method: dict[str, Any]) -> None:
     method["objective"]["description"] = "; ".join(f"{name}: {o.summary or o.kind}" for name, o in OBJECTIVES.items())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _validator_class() -> type:
     """A Draft 2020-12 validator that also fills in each property's ``default`` (the jsonschema FAQ
     recipe). jsonschema is imported here, by the workflow's validation only: the light install
@@ -123,7 +126,8 @@ OVERLAY_HINT = (
 def _overlay_hint(problems: list[str]) -> str:
     """The hint for a config that lacks a top-level required section: most likely an overlay
     given alone."""
-    lacking = any(problem == f"config: '{key}' is a required property" for problem in problems for key in ("models", "datasets"))
+    lacking = any(problem == f"config: '{key}' is a required property"
+                  for problem in problems for key in ("models", "datasets"))
     return OVERLAY_HINT if lacking else ""
 
 
@@ -264,7 +268,8 @@ def _check_evaluation(config: dict[str, Any]) -> list[str]:
     section, problems = config["evaluation"], []
     for name in section["local_tasks"]:
         if name not in section["tasks"]:
-            problems.append(f"config.evaluation.local_tasks.{name}: built but never scored; add it to config.evaluation.tasks")
+            problems.append(f"config.evaluation.local_tasks.{name}: built but never scored; "
+                            "add it to config.evaluation.tasks")
     for key in section["fewshot"]:
         if key != "default" and key not in config["models"]:
             problems.append(f"config.evaluation.fewshot: '{key}' is neither 'default' nor a model name")
@@ -276,6 +281,7 @@ def _check_evaluation(config: dict[str, Any]) -> list[str]:
             )
     for task in section["counted_tasks"] or []:
         if task not in section["tasks"]:
-            problems.append(f"config.evaluation.counted_tasks: '{task}' is not scored; name tasks of config.evaluation.tasks "
+            problems.append(f"config.evaluation.counted_tasks: '{task}' is not scored; "
+                            "name tasks of config.evaluation.tasks "
                             f"({', '.join(section['tasks']) or 'none'})")
     return problems

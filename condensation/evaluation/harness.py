@@ -56,7 +56,8 @@ EVAL_CACHE_DIR = Path("runs/eval_cache")
 """lm-eval response caches, one per model content (see :func:`model_cache_prefix`)."""
 # The parts of a simple_evaluate output kept in <stem>.lm_eval.json: what was scored and how,
 # without the run's environment, date and model settings.
-LM_EVAL_PARTS = ("results", "groups", "group_subtasks", "configs", "versions", "n-shot", "higher_is_better", "n-samples")
+LM_EVAL_PARTS = ("results", "groups", "group_subtasks", "configs", "versions", "n-shot", "higher_is_better",
+                 "n-samples")
 
 
 @dataclass(frozen=True)
@@ -396,7 +397,8 @@ class ResponseCache:
             for key, request in zip(keys, requests)
         ]
         log.info("%s: %d responses from the cache %s, %d to compute", kind, sum(cached), self.path, cached.count(False))
-        computed = iter(compute([request for request, hit in zip(requests, cached) if not hit]) if not all(cached) else [])
+        computed = iter(compute([request for request, hit in zip(requests, cached) if not hit])
+                        if not all(cached) else [])
         responses = [self._store[key] if hit else next(computed) for key, hit in zip(keys, cached)]
         self._store.update({key: response for key, hit, response in zip(keys, cached, responses) if not hit})
         self._store.commit()
@@ -464,7 +466,8 @@ def _leaf_tasks(name: str, group_subtasks: Mapping[str, Sequence[str]]) -> list[
 def _loglikelihoods(responses: Sequence[Any]) -> list[float] | None:
     """The per-choice log-likelihoods of a log-likelihood item (each response is a
     ``(loglikelihood, is_greedy)`` pair); None for other kinds of output."""
-    if responses and all(isinstance(r, (tuple, list)) and len(r) == 2 and isinstance(r[0], (int, float)) for r in responses):
+    if responses and all(isinstance(r, (tuple, list)) and len(r) == 2 and isinstance(r[0], (int, float))
+                         for r in responses):
         return [float(r[0]) for r in responses]
     return None
 
@@ -494,7 +497,8 @@ def _lm_eval_parts(out: Mapping[str, Any], names: Sequence[str], shots: int) -> 
     from lm_eval.utils import handle_non_serializable
 
     parts = {key: out[key] for key in LM_EVAL_PARTS if key in out}
-    return {"num_fewshot": shots, "tasks": list(names), **json.loads(json.dumps(parts, default=handle_non_serializable))}
+    return {"num_fewshot": shots, "tasks": list(names),
+            **json.loads(json.dumps(parts, default=handle_non_serializable))}
 
 
 # --------------------------------------------------------------------------------------------

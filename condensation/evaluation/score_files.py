@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from condensation.runtime.io import atomic_path
 
@@ -34,7 +35,7 @@ def write_item_rows(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> None
                 packed.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
-def read_item_rows(path: str | Path) -> "pd.DataFrame":
+def read_item_rows(path: str | Path) -> pd.DataFrame:
     """The per-item rows of a samples file (see :class:`ScoreRun`) as a DataFrame, one row per
     (task, subtask, doc_id, filter), in file order; metric columns are floats."""
     import pandas as pd

@@ -16,7 +16,8 @@ import math
 import random
 import re
 from collections import Counter, defaultdict
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from condensation.data.corpus import paragraphs
 
@@ -155,7 +156,9 @@ def _shuffled_item(query: str, answer: str, distractors: list[str], rng: random.
     return {"query": query, "choices": choices, "gold": choices.index(answer)}
 
 
-def cloze_items(text: str, num_items: int, num_choices: int, seed: int, context_words: int = DEFAULT_CONTEXT_WORDS) -> list[dict]:
+def cloze_items(
+    text: str, num_items: int, num_choices: int, seed: int, context_words: int = DEFAULT_CONTEXT_WORDS
+) -> list[dict]:
     """LAMBADA-like items: the ``context_words`` words before a sentence-final word, and that word.
 
     Targets are alphabetic words of at least 3 letters that end a sentence, at places whose
@@ -234,11 +237,11 @@ def next_sentence_items(
     sentence that follows.
 
     Answers have 4 to ``max_answer_words`` words (lm-eval cannot score a choice longer than the
-    model's context, so a model with a short one needs a lower bound). Distractors are sentences at least a tenth of the text away
-    (and never inside the item's window), drawn at random among the ``4 * (num_choices - 1)``
-    closest in word count to the answer, because a multiple-choice log-likelihood comparison
-    otherwise mostly rewards the shortest choice. Returns ``{"query", "choices", "gold"}`` dicts
-    in text order; deterministic given ``seed``.
+    model's context, so a model with a short one needs a lower bound). Distractors are sentences
+    at least a tenth of the text away (and never inside the item's window), drawn at random among
+    the ``4 * (num_choices - 1)`` closest in word count to the answer, because a multiple-choice
+    log-likelihood comparison otherwise mostly rewards the shortest choice. Returns
+    ``{"query", "choices", "gold"}`` dicts in text order; deterministic given ``seed``.
     """
     _check_at_least(
         num_items=(num_items, 1), num_choices=(num_choices, 2), context_sentences=(context_sentences, 1),
@@ -263,7 +266,8 @@ def next_sentence_items(
     chosen = _spread(sorted(distractor_pools), context_sentences, num_items, rng)
     if len(chosen) < num_items:
         raise _too_short(
-            "next-sentence", num_items, len(chosen), f"{len(all_sentences)} sentences, context_sentences={context_sentences}"
+            "next-sentence", num_items, len(chosen),
+            f"{len(all_sentences)} sentences, context_sentences={context_sentences}",
         )
 
     items = []
@@ -339,7 +343,9 @@ def _reorderings(size: int) -> VariantGroups:
             run = tuple(sentence[i : i + size])
             if len(set(run)) == size and all(_PLAIN_WORD.match(word) for word in run):
                 before, after = sentence[:i], sentence[i + size :]
-                found.append([" ".join([*before, *order, *after]) for order in itertools.permutations(run) if order != run])
+                found.append(
+                    [" ".join([*before, *order, *after]) for order in itertools.permutations(run) if order != run]
+                )
         return found
 
     return groups
@@ -420,7 +426,8 @@ def word_choice_items(
     _check_sentence_options(num_items, num_choices, context_words, max_answer_words)
     tokens = words(text)
     return _sentence_variant_items(
-        tokens, "word-choice", _frequency_runs(tokens, num_choices), num_items, num_choices, seed, context_words, max_answer_words
+        tokens, "word-choice", _frequency_runs(tokens, num_choices), num_items, num_choices, seed, context_words,
+        max_answer_words,
     )
 
 

@@ -19,8 +19,9 @@ import math
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, TextIO
+from typing import Any, TextIO
 
 from condensation.runtime.io import atomic_path
 
@@ -82,7 +83,8 @@ class ProgressLog:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if total < 1 or every < 0 or every_seconds < 0:
-            raise ValueError(f"ProgressLog needs total >= 1, every >= 0, every_seconds >= 0; got {total}, {every}, {every_seconds}")
+            raise ValueError(f"ProgressLog needs total >= 1, every >= 0, every_seconds >= 0; "
+                             f"got {total}, {every}, {every_seconds}")
         self.total, self.unit, self.every, self.every_seconds = total, unit, every, every_seconds
         self.work, self.label, self.log, self.clock = work, label, log, clock
         self.position = done
@@ -216,7 +218,8 @@ def check_tracker(kind: str, directory: Path) -> None:
         with tempfile.TemporaryFile(dir=directory):
             pass
     except OSError as error:
-        raise OSError(f"the {kind} tracker cannot write its directory {directory}: {error.strerror or error}") from error
+        raise OSError(f"the {kind} tracker cannot write its directory {directory}: "
+                      f"{error.strerror or error}") from error
 
 
 class MetricTracker:
@@ -237,7 +240,8 @@ class MetricTracker:
         # DVCLive logs "Resuming from step N" with the last step its files saw, which after a kill
         # is not where the run resumes; the training log's own line says that.
         logging.getLogger("dvclive").setLevel(logging.WARNING)
-        self.live = _live_class()(str(self.directory), resume=resume_after is not None, save_dvc_exp=False, dvcyaml=False)
+        self.live = _live_class()(str(self.directory), resume=resume_after is not None, save_dvc_exp=False,
+                                  dvcyaml=False)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         self.live.log_params(dict(params))

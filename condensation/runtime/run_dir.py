@@ -7,8 +7,9 @@ from __future__ import annotations
 import math
 import re
 import shutil
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from condensation.runtime.io import read_json, write_json
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 from condensation.runtime.io import (
     DIRECTORY_MANIFEST,
@@ -129,7 +129,8 @@ def remove(path: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m condensation verify", description=__doc__.splitlines()[0])
     parser.add_argument("roots", nargs="*", default=list(DEFAULT_ROOTS), help="folders to scan (default: %(default)s)")
-    parser.add_argument("--repair", action="store_true", help="remove corrupt artifacts so that snakemake rebuilds them")
+    parser.add_argument("--repair", action="store_true",
+                        help="remove corrupt artifacts so that snakemake rebuilds them")
     args = parser.parse_args(argv)
     checked, problems = check(args.roots)
     for problem in problems:

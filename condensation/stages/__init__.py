@@ -15,8 +15,8 @@ import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from condensation.runtime.gpus import claim_gpus
 

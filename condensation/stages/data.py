@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from condensation import models
 from condensation.config.specs import DatasetSpec, SamplingConfig, typed
@@ -38,7 +39,8 @@ def naming_the_dataset(name: str) -> Iterator[None]:
 
 
 def sample_dataset(
-    *, name: str, spec: Mapping[str, Any], sampling: SamplingConfig | Mapping[str, Any], out_path: str | Path, corpus_dir: str | Path | None
+    *, name: str, spec: Mapping[str, Any], sampling: SamplingConfig | Mapping[str, Any], out_path: str | Path,
+    corpus_dir: str | Path | None,
 ) -> None:
     sampling = typed(SamplingConfig, sampling)
     with naming_the_dataset(name):

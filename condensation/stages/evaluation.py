@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from condensation import models
 from condensation.config.specs import DatasetSpec
@@ -73,9 +74,11 @@ def evaluate_pretrained(
 ) -> None:
     """Scores of a model before mid-training: Table 2's `pretrained` row."""
     handle = models.ModelHandle.load(handle_path)
-    record = {"model": handle.name, "method": "pretrained", "seed": None, "checkpoint": "pretrained", "step": None, "val_loss": None}
+    record = {"model": handle.name, "method": "pretrained", "seed": None, "checkpoint": "pretrained", "step": None,
+              "val_loss": None}
     harness.score_checkpoint(
-        handle, tasks=tasks, settings=harness.EvalSettings(**settings), include_path=_task_paths(task_dir, hub_tasks_path), record=record,
+        handle, tasks=tasks, settings=harness.EvalSettings(**settings),
+        include_path=_task_paths(task_dir, hub_tasks_path), record=record,
         out_path=out_path, job="pretrained", threads=threads,
     )
 
@@ -97,17 +100,21 @@ def evaluate_checkpoint(
         "val_loss": info.get("val_loss"), "selected_by": "lowest validation loss" if checkpoint == "selected" else None,
     }
     harness.score_checkpoint(
-        handle, tasks=tasks, settings=harness.EvalSettings(**settings), include_path=_task_paths(task_dir, hub_tasks_path), record=record,
+        handle, tasks=tasks, settings=harness.EvalSettings(**settings),
+        include_path=_task_paths(task_dir, hub_tasks_path), record=record,
         out_path=out_path, job=checkpoint, threads=threads,
     )
 
 
-def pick_selected_score(*, index_path: str | Path, record_paths: Sequence[str | Path], out_paths: Mapping[str, str | Path]) -> None:
+def pick_selected_score(*, index_path: str | Path, record_paths: Sequence[str | Path],
+                        out_paths: Mapping[str, str | Path]) -> None:
     """The selected checkpoint's scores (lowest validation loss, as the run's index records it),
     copied from those of its step among ``record_paths``, instead of scoring it a second time."""
-    step_record = next(Path(p) for p in record_paths if Path(p).stem == step_name(RunDir(Path(index_path).parent).selected_step()))
+    step_record = next(Path(p) for p in record_paths
+                       if Path(p).stem == step_name(RunDir(Path(index_path).parent).selected_step()))
     for kind, out_path in out_paths.items():
-        source = {"record": step_record, "item_rows": item_rows_path(step_record), "lm_eval": lm_eval_path(step_record)}[kind]
+        source = {"record": step_record, "item_rows": item_rows_path(step_record),
+                  "lm_eval": lm_eval_path(step_record)}[kind]
         if kind == "record":
             write_json(out_path, read_json(source) | {"selected_by": "lowest validation loss"})
         else:

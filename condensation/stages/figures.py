@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -45,14 +46,15 @@ def _entries(
         stats = geometry.CosineStatistics.load(geometry_path)
         size = None if handle_path is None else models.ModelHandle.load(handle_path).num_parameters
         label = f"{label} #{number[name]}" if repeats[label] > 1 else label
-        entries.append(FamilyEntry(label, stats, size, geometry.depth_trend(stats, trend), geometry.lens_summary(stats, trend)))
+        entries.append(FamilyEntry(label, stats, size, geometry.depth_trend(stats, trend),
+                                   geometry.lens_summary(stats, trend)))
     return entries
 
 
 def family_figure(
     *, family: str, dataset: str, model_names: Sequence[str], geometry_paths: Sequence[str | Path],
-    handle_paths: Sequence[str | Path], labels: Mapping[str, str], trend: TrendConfig | Mapping[str, Any], out_path: str | Path,
-    compares_size: bool,
+    handle_paths: Sequence[str | Path], labels: Mapping[str, str], trend: TrendConfig | Mapping[str, Any],
+    out_path: str | Path, compares_size: bool,
 ) -> None:
     from condensation.reporting.figures.trends import plot_family_trend
     from condensation.stages.geometry import check_family_sizes
@@ -66,8 +68,9 @@ def family_figure(
 
 def paired_figure(
     *, pair: str, dataset: str, first: Sequence[str], second: Sequence[str], geometry_paths: Sequence[str | Path],
-    handle_paths: Sequence[str | Path], labels: Mapping[str, str], row_labels: Sequence[str], trend: TrendConfig | Mapping[str, Any],
-    out_path: str | Path, csv_path: str | Path, markdown_path: str | Path, reference: Sequence[str] = (),
+    handle_paths: Sequence[str | Path], labels: Mapping[str, str], row_labels: Sequence[str],
+    trend: TrendConfig | Mapping[str, Any], out_path: str | Path, csv_path: str | Path, markdown_path: str | Path,
+    reference: Sequence[str] = (),
 ) -> None:
     """Fig. 3 layout, and its numbers as a table (``member`` 0 = first row, 1 = second, 2 = the
     reference row, e.g. a distilled student's teacher). ``geometry_paths`` and ``handle_paths``
@@ -158,8 +161,8 @@ def _checkpoints(directory: str | Path, trend: TrendConfig) -> list[Checkpoint]:
 
 def series_figure(
     *, series: str, title: str, dataset: str, points: Sequence[tuple[str, float | None]],
-    geometry_paths: Sequence[str | Path], trend: TrendConfig | Mapping[str, Any], out_path: str | Path, csv_path: str | Path,
-    markdown_path: str | Path,
+    geometry_paths: Sequence[str | Path], trend: TrendConfig | Mapping[str, Any], out_path: str | Path,
+    csv_path: str | Path, markdown_path: str | Path,
 ) -> None:
     """Fig. 4: one model at successive points of its training (``points``: label and training
     tokens, in order), its depth trend over training beside a heatmap per checkpoint; and the
@@ -172,10 +175,12 @@ def series_figure(
     entries = []
     for (label, tokens), geometry_path in zip(points, geometry_paths, strict=True):
         stats = geometry.CosineStatistics.load(geometry_path)
-        entries.append(FamilyEntry(label, stats, tokens, geometry.depth_trend(stats, trend), geometry.lens_summary(stats, trend)))
+        entries.append(FamilyEntry(label, stats, tokens, geometry.depth_trend(stats, trend),
+                                   geometry.lens_summary(stats, trend)))
     plot_family_trend(entries, out_path, title=f"{title} over training (tokens under each checkpoint), {dataset}")
     rows = [{"checkpoint": e.label, "tokens": e.size, **e.trend.as_row(), **(e.lenses or {})} for e in entries]
-    write_trend_table(pd.DataFrame(rows), family=series, dataset=dataset, csv_path=csv_path, markdown_path=markdown_path)
+    write_trend_table(pd.DataFrame(rows), family=series, dataset=dataset, csv_path=csv_path,
+                      markdown_path=markdown_path)
     keys = [{"checkpoint": label, "tokens": tokens} for label, tokens in points]
     profiles.write_profiles_of(profiles.profile_path(csv_path), keys, geometry_paths, trend)
 
@@ -190,8 +195,9 @@ def run_series_points(index_path: str | Path, geometry_dir: str | Path) -> tuple
 
 
 def findings(
-    *, trend_profiles: Sequence[str | Path], pair_profiles: Sequence[str | Path], pair_labels: Mapping[str, Sequence[str]],
-    series_profiles: Sequence[str | Path], effects: Sequence[str | Path], trajectories: Sequence[str | Path],
+    *, trend_profiles: Sequence[str | Path], pair_profiles: Sequence[str | Path],
+    pair_labels: Mapping[str, Sequence[str]], series_profiles: Sequence[str | Path], effects: Sequence[str | Path],
+    trajectories: Sequence[str | Path],
     score_tables: Sequence[str | Path], families: Mapping[str, Sequence[str]], markdown_path: str | Path,
     json_path: str | Path, uncounted_families: Sequence[str] = (), drawn_models: Sequence[str] = (),
     series_groups: Mapping[str, str] | None = None, drawn_series: Sequence[str] = (), tasks: Sequence[str] = (),
@@ -222,14 +228,16 @@ def findings(
         similarity=pd.concat([pd.read_csv(path) for path in similarity]) if similarity else None,
         similarity_kinds=dict(similarity_kinds or {}),
     )
-    design = claims.Design(drawn=frozenset(drawn_models), uncounted=frozenset(uncounted_families), families=dict(families),
-                           series_groups=dict(series_groups or {}), drawn_series=frozenset(drawn_series))
+    design = claims.Design(drawn=frozenset(drawn_models), uncounted=frozenset(uncounted_families),
+                           families=dict(families), series_groups=dict(series_groups or {}),
+                           drawn_series=frozenset(drawn_series))
     counted = list(counted_tasks) if counted_tasks else list(tasks)
     left_out = [task for task in tasks if task not in counted]
     sentence = ""
     if tasks:
-        which = f"the counted tasks {', '.join(counted)}" if counted_tasks else f"every scored task ({', '.join(counted)})"
-        sentence = (f"Averages and tests read {which}, as evaluation.counted_tasks fixes them before any compared row is "
-                    "seen" + (f"; {', '.join(left_out)} shown but not counted." if left_out else "."))
+        which = (f"the counted tasks {', '.join(counted)}" if counted_tasks
+                 else f"every scored task ({', '.join(counted)})")
+        sentence = (f"Averages and tests read {which}, as evaluation.counted_tasks fixes them before any compared "
+                    "row is seen" + (f"; {', '.join(left_out)} shown but not counted." if left_out else "."))
     page.write_findings(claims.all_claims(evidence, design), markdown_path, json_path,
                         claims.claims_under_lenses(evidence, design), {"counted": counted, "sentence": sentence})

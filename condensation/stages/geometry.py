@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -74,7 +75,8 @@ def trend_rows(
     return pd.DataFrame(rows)
 
 
-def check_family_sizes(family: str, model_names: Sequence[str], handle_paths: Sequence[str | Path], labels: Mapping[str, str]) -> None:
+def check_family_sizes(family: str, model_names: Sequence[str], handle_paths: Sequence[str | Path],
+                       labels: Mapping[str, str]) -> None:
     """A family that compares sizes must list them smallest first (``plan.check_size_order``)."""
     sizes = [models.ModelHandle.load(path).num_parameters for path in handle_paths]
     check_size_order(family, model_names, labels, sizes)
@@ -92,7 +94,8 @@ def trend_table(
     if compares_size:  # the first job that knows the sizes (with the family figure)
         check_family_sizes(family, model_names, handle_paths, labels)
     table = trend_rows(model_names, geometry_paths, handle_paths, labels, trend)
-    trend_tables.write_trend_table(table, family=family, dataset=dataset, csv_path=csv_path, markdown_path=markdown_path)
+    trend_tables.write_trend_table(table, family=family, dataset=dataset, csv_path=csv_path,
+                                   markdown_path=markdown_path)
     keys = table[["model", "label", "num_parameters"]].to_dict("records")
     profiles.write_profiles_of(profiles.profile_path(csv_path), keys, geometry_paths, trend)
 

@@ -4,8 +4,9 @@ pre-training itself runs through ``stages.training.train_run``, as every trainin
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from condensation import models
 from condensation.config.runs import plan_run
@@ -23,10 +24,12 @@ def prepare_tokenizer(
     if handle_path is not None:
         models.save_tokenizer(models.load_tokenizer(models.ModelHandle.load(handle_path)), out_dir)
     else:
-        models.train_bpe_tokenizer(text.load_rows(DatasetSpec.from_config(dataset, spec), corpus_dir), vocab_size, out_dir)
+        models.train_bpe_tokenizer(text.load_rows(DatasetSpec.from_config(dataset, spec), corpus_dir), vocab_size,
+                                   out_dir)
 
 
-def plan_pretrain(*, model: str, arch: Mapping[str, int], train: Mapping[str, Any], seed: int, out_path: str | Path) -> None:
+def plan_pretrain(*, model: str, arch: Mapping[str, int], train: Mapping[str, Any], seed: int,
+                  out_path: str | Path) -> None:
     """``run.json`` of a from-scratch run: the GPT2 shape, the training settings, cross-entropy only."""
     plan_run("pretrain", model, train, seed, arch=arch).save(out_path)
 

@@ -4,8 +4,9 @@ scratch), condensation on every checkpoint, and their summaries."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from condensation import models
 from condensation.config.runs import RunPlan, plan_run
@@ -71,7 +72,8 @@ def _teacher(config: Any, handle_path: str | Path | None, student_tokenizer: Any
     from condensation.training.distillation import Teacher
 
     if handle_path is None:
-        raise ValueError(f"a distillation run needs its teacher's handle (--teacher models/{config.teacher}/handle.json)")
+        raise ValueError(f"a distillation run needs its teacher's handle "
+                         f"(--teacher models/{config.teacher}/handle.json)")
     handle = models.ModelHandle.load(handle_path)
     if handle.name != config.teacher:
         raise ValueError(f"the plan's teacher is '{config.teacher}' but the handle given is '{handle.name}'")
@@ -100,7 +102,8 @@ def _starting_model(plan: RunPlan, handle_path: str | Path | None, tokenizer_dir
 
 def measure_checkpoints(
     *, index_path: str | Path, samples_path: str | Path, out_dir: str | Path,
-    sampling: SamplingConfig | Mapping[str, Any], extraction: ExtractionConfig | Mapping[str, Any], trend: TrendConfig | Mapping[str, Any], threads: int = 1,
+    sampling: SamplingConfig | Mapping[str, Any], extraction: ExtractionConfig | Mapping[str, Any],
+    trend: TrendConfig | Mapping[str, Any], threads: int = 1,
 ) -> None:
     """Condensation of every evaluation checkpoint a run's index lists: one ``step-N.npz`` each
     and ``trajectory.csv`` (step, validation loss, rho, tau, last-n means)."""
@@ -124,7 +127,8 @@ def measure_checkpoints(
             handle = models.ModelHandle(name=f"{run.root.name}@{step}", location=str(run.checkpoint(step).resolve()))
             stats = measure(
                 handle, texts, seq_len=sampling.seq_len, batch_size=extraction.batch_size, dtype=extraction.dtype,
-                device=extraction.device, lens_tokens=extraction.lens_tokens, meta={"dataset": Path(samples_path).stem, "step": step},
+                device=extraction.device, lens_tokens=extraction.lens_tokens,
+                meta={"dataset": Path(samples_path).stem, "step": step},
                 heatmap_size=None,  # the paper's whole T x T matrices, as the extract rule keeps them
             ).statistics
             stats.save(tmp / f"{step_name(step)}.npz")

@@ -158,7 +158,8 @@ def make_baseline(name: str, **options: Any) -> TrainingBaseline:
         raise ValueError(f"unknown training baseline {name!r} (known: {', '.join(known)})")
     unknown = sorted(set(options) - set(objective.options))
     if unknown:
-        raise ValueError(f"training baseline {name!r}: unknown option(s) {unknown} (known: {sorted(objective.options)})")
+        raise ValueError(f"training baseline {name!r}: unknown option(s) {unknown} "
+                         f"(known: {sorted(objective.options)})")
     return objective.load()(resolve_method({"objective": name, **options}).baseline)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

@@ -20,9 +20,10 @@ import contextlib
 import dataclasses
 import json
 import shutil
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from condensation.runtime.io import (
     CorruptArtifactError,

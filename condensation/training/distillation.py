@@ -16,7 +16,8 @@ compares distributions over token ids, and two vocabularies would pair unrelated
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -84,5 +85,6 @@ class Teacher:
         vocab = self.vocab_size
         for who, logits in (("student", student_logits), ("teacher", teacher_logits)):
             if logits.shape[-1] < vocab:
-                raise ValueError(f"the {who}'s output layer has {logits.shape[-1]} rows for a tokenizer of {vocab} tokens")
+                raise ValueError(f"the {who}'s output layer has {logits.shape[-1]} rows "
+                                 f"for a tokenizer of {vocab} tokens")
         return distillation_loss(student_logits[..., :vocab], teacher_logits[..., :vocab], self.config.temperature)

@@ -57,7 +57,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -165,7 +165,8 @@ def _compiled_tile_step() -> TileStep:
     import inspect
 
     # a torch.compile argument in recent torch (2.13 has it); older ones have only the global 8
-    limit = {"recompile_limit": MAX_COMPILED_GRAPHS} if "recompile_limit" in inspect.signature(torch.compile).parameters else {}
+    limit = ({"recompile_limit": MAX_COMPILED_GRAPHS}
+             if "recompile_limit" in inspect.signature(torch.compile).parameters else {})
     return torch.compile(_tile_step, dynamic=True, fullgraph=True, **limit)
 
 

@@ -46,9 +46,10 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -141,7 +142,8 @@ class StepMetrics:
     def tracker_values(self, step_tokens: int) -> dict[str, float | None]:
         return {
             "train/loss": self.loss, "train/ce": self.ce_loss, "train/aux": self.aux_loss, "train/lr": self.lr,
-            "train/grad_norm": self.grad_norm, "train/tokens_per_s": step_tokens / self.seconds if self.seconds > 0 else None,
+            "train/grad_norm": self.grad_norm,
+            "train/tokens_per_s": step_tokens / self.seconds if self.seconds > 0 else None,
         }
 
 
@@ -237,7 +239,8 @@ class Trainer:
         self.step_blocks = config.micro_batch_size * config.grad_accum_steps * world
         self.eval_steps = sorted(set(checkpoint_steps(self.steps, config.num_checkpoints)))
         # np.array copies: the blocks are a read-only memmap, which torch warns about
-        self.probe_ids = torch.as_tensor(np.array(self.val_blocks[: config.probe_sequences]), dtype=torch.long).to(accelerator.device)
+        self.probe_ids = torch.as_tensor(np.array(self.val_blocks[: config.probe_sequences]),
+                                         dtype=torch.long).to(accelerator.device)
         self.probe: dict[str, float] = {}  # the last probe's values, kept for the progress lines
 
         self.layout = model_layout(config.sharding)
@@ -289,12 +292,14 @@ class Trainer:
         config, main = self.config, self.accelerator.is_main_process
         self.log = CsvLog(self.run_dir.log, append=self.resumed, enabled=main)
         # Only the main process reports; the tracker resumes after the step of the state on disk.
-        self.tracker = open_tracker(config.tracker, self.run_dir.root / TRACKER_DIR, self.saved_step) if main else NoTracker()
+        self.tracker = (open_tracker(config.tracker, self.run_dir.root / TRACKER_DIR, self.saved_step) if main
+                        else NoTracker())
         self.progress = ProgressLog(
             self.steps, "step", every=config.log_every_steps, every_seconds=config.log_every_seconds,
             work=(self.step_tokens, "tok"), done=self.state.step,
         )
-        self.tracker.log_params({**dataclasses.asdict(config), "betas": list(config.betas), "precision": self.precision})
+        self.tracker.log_params({**dataclasses.asdict(config), "betas": list(config.betas),
+                                 "precision": self.precision})
         with self.log, contextlib.closing(self.tracker):
             if main:
                 self._announce()
@@ -342,7 +347,8 @@ class Trainer:
         aux_mean = None if self.aux_loss is None and self.teacher is None else aux_sum / micro_batches
         loss = ce_mean if aux_mean is None else ce_mean + config.aux_weight * aux_mean
         return StepMetrics(
-            lr=lr, loss=loss, ce_loss=ce_mean, aux_loss=aux_mean, grad_norm=grad_norm, seconds=time.perf_counter() - started
+            lr=lr, loss=loss, ce_loss=ce_mean, aux_loss=aux_mean, grad_norm=grad_norm,
+            seconds=time.perf_counter() - started,
         )
 
     def _micro_step(self, micro: int) -> torch.Tensor:
@@ -416,7 +422,8 @@ class Trainer:
             return {}
         started = time.perf_counter()
         self.probe = condensation_probe(self.module, self.probe_ids, self.config.micro_batch_size, self.autocast)
-        return {f"probe/{name}": value for name, value in self.probe.items()} | {"probe/seconds": time.perf_counter() - started}
+        return ({f"probe/{name}": value for name, value in self.probe.items()}
+                | {"probe/seconds": time.perf_counter() - started})
 
     def _announce(self) -> None:
         """The job log's first line about this run (main process): what it trains and how it reports."""
@@ -424,11 +431,13 @@ class Trainer:
         where = f"resuming at step {self.state.step}" if self.resumed else "starting"
         if self.set_aside_note is not None:
             where += f" over: {self.set_aside_note}"
-        probe = f"every {config.probe_every} steps on {len(self.probe_ids)} validation blocks" if config.probe_every else "off"
+        probe = (f"every {config.probe_every} steps on {len(self.probe_ids)} validation blocks"
+                 if config.probe_every else "off")
         log.info(
             "training %s (%s): %d steps of %s tokens, mixed precision %s (%s), tracker %s, condensation probe %s",
             self.run_dir.root, where, self.steps, f"{self.step_tokens:,}", self.precision, self.precision_source,
-            config.tracker if config.tracker == "none" else f"{config.tracker} in {self.run_dir.root / TRACKER_DIR}", probe,
+            config.tracker if config.tracker == "none" else f"{config.tracker} in {self.run_dir.root / TRACKER_DIR}",
+            probe,
         )
 
     def _validate_and_checkpoint(self, row: dict[str, Any]) -> None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -58,7 +58,8 @@ def select_layers(hidden_states: Sequence[Tensor], placement: str) -> list[Tenso
         raise ValueError(f"unknown placement {placement!r}; allowed: {', '.join(PLACEMENTS)}")
     num_blocks = len(hidden_states) - 1
     if num_blocks < 1:
-        raise ValueError(f"need the embedding output plus at least one block's hidden states, got {len(hidden_states)} tensors")
+        raise ValueError(f"need the embedding output plus at least one block's hidden states, "
+                         f"got {len(hidden_states)} tensors")
     half = num_blocks // 2
     indices = {
         "all": range(1, num_blocks + 1),

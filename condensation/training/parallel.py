@@ -21,8 +21,9 @@ size anyway (``checkpointing.resume_mismatch``), so each rank reads back exactly
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from accelerate import Accelerator

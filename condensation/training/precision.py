@@ -4,8 +4,8 @@ where the device supports it."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import torch
 import yaml

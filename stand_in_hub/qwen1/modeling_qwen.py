@@ -135,7 +135,8 @@ class QWenModel(QWenPreTrainedModel):
                 position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0).to(hidden.device)
         mask = attention_mask_4d(attention_mask, batch, time, hidden.device)
         hidden = self.drop(hidden)
-        output_hidden_states = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        output_hidden_states = (output_hidden_states if output_hidden_states is not None
+                                else self.config.output_hidden_states)
         all_hidden = []
         for block in self.h:
             all_hidden.append(hidden)

@@ -327,13 +327,15 @@ def test_a_state_of_another_baseline_is_set_aside_and_the_run_starts_over(tmp_pa
     def attempt(baseline) -> str:
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="condensation"):
-            train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, short_config(4), tmp_path, baseline=baseline, stop_after_steps=1)
+            train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, short_config(4), tmp_path, baseline=baseline,
+                  stop_after_steps=1)
         return caplog.text
 
     attempt(NoisyEmbedding())
     assert re.search(r"starting over: .*baseline: saved \{.*'noisy_embedding'\}, now None", attempt(None))
     assert re.search(r"baseline: .*now \{'name': 'active_forgetting'", attempt(ActiveForgetting()))
-    assert re.search(r"baseline: .*now \{'name': 'noisy_embedding', 'alpha': 5\.0\}", attempt(make_baseline("noisy_embedding", alpha=5.0)))
+    assert re.search(r"baseline: .*now \{'name': 'noisy_embedding', 'alpha': 5\.0\}",
+                     attempt(make_baseline("noisy_embedding", alpha=5.0)))
     assert "resuming at step 1" in attempt(make_baseline("noisy_embedding", alpha=5.0))  # the same baseline resumes
     kept = sorted(path.name for path in (tmp_path / "set_aside").iterdir() if path.is_dir())
     assert kept == ["state-1", "state-2", "state-3"]

@@ -87,7 +87,8 @@ def test_stale_temporaries_are_removed(tmp_path):
 
 
 def test_the_module_imports_without_torch():
-    code = "import sys, condensation.training.checkpointing; print(sorted({'torch', 'numpy', 'accelerate'} & set(sys.modules)))"
+    code = ("import sys, condensation.training.checkpointing; "
+            "print(sorted({'torch', 'numpy', 'accelerate'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert done.stdout.strip() == "[]"
 
@@ -157,7 +158,8 @@ def test_resume_mismatch_names_every_differing_field():
     assert "code.source_sha256: saved 'aaa', now 'bbb'" in message
     assert "betas" not in message and "version" not in message
     # a state saved before code versions were recorded is another code's
-    assert "code.source_sha256: saved None" in resume_mismatch({k: v for k, v in saved.items() if k != "code"}, identity)
+    assert "code.source_sha256: saved None" in resume_mismatch({k: v for k, v in saved.items() if k != "code"},
+                                                               identity)
 
 
 def test_rng_states_round_trip():

@@ -24,7 +24,8 @@ def test_defaults_are_filled_in():
 
 
 def test_unknown_top_level_key_is_named():
-    with pytest.raises(ConfigError, match=r"config: Additional properties are not allowed \('sampels' was unexpected\)"):
+    with pytest.raises(ConfigError,
+                       match=r"config: Additional properties are not allowed \('sampels' was unexpected\)"):
         validate_config(with_changes(sampels={}))
 
 
@@ -50,7 +51,8 @@ def test_hub_dataset_needs_a_path():
 
 def test_family_naming_an_unknown_dataset():
     config = with_changes(families={"f": {"models": ["m"], "datasets": ["wikitext"]}})
-    with pytest.raises(ConfigError, match=r"config\.families\.f\.datasets: unknown dataset 'wikitext' \(known: austen\)"):
+    with pytest.raises(ConfigError,
+                       match=r"config\.families\.f\.datasets: unknown dataset 'wikitext' \(known: austen\)"):
         validate_config(config)
 
 
@@ -100,13 +102,15 @@ def test_a_distillation_pair_names_a_teacher_and_runs_the_study_trains():
     wrong = [
         ({"models": {**models, "kd-s0": {**models["kd-s0"], "seed": 3}}},
          r"config\.models\.kd-s0: config\.scratch trains no run of model 'i' with method 'kd' and seed 3"),
-        ({"scratch": {**study, "methods": {**study["methods"], "kd": {"objective": "distillation", "teacher": "huge"}}}},
+        ({"scratch": {**study,
+                      "methods": {**study["methods"], "kd": {"objective": "distillation", "teacher": "huge"}}}},
          r"config\.scratch\.methods\.kd\.teacher: unknown model 'huge'"),
         ({"scratch": {**study, "methods": {**study["methods"], "kd": {"objective": "distillation"}}}},
          r"config\.scratch\.methods\.kd: objective 'distillation' needs a teacher"),
         ({"pairs": {"p": {**pair, "labels": ["CE", "distilled"]}}}, r"config\.pairs\.p\.labels: 2 labels for 3 rows"),
         ({"pairs": {"p": {**pair, "reference": ["big", "big"]}}}, r"config\.pairs\.p\.reference: 2 models for 1 pairs"),
-        ({"models": {**models, "r": {"source": "run", "study": "scratch", "of": "i"}}}, r"'method' is a required property"),
+        ({"models": {**models, "r": {"source": "run", "study": "scratch", "of": "i"}}},
+         r"'method' is a required property"),
     ]
     for change, message in wrong:
         with pytest.raises(ConfigError, match=message):
@@ -191,7 +195,8 @@ def test_missing_config_file(tmp_path):
     "names",
     [["config.yaml"], ["configs/paper.yaml"], ["configs/paper.yaml", "configs/paper-miniature.yaml"],
      ["configs/paper.yaml", "configs/paper-fullscale.yaml"],
-     ["config.yaml", "configs/offline-full.yaml"], ["configs/smollm2.yaml"], ["configs/smollm2.yaml", "configs/smollm2-cpu.yaml"]],
+     ["config.yaml", "configs/offline-full.yaml"], ["configs/smollm2.yaml"],
+     ["configs/smollm2.yaml", "configs/smollm2-cpu.yaml"]],
 )
 def test_shipped_configs_are_valid(repo, names):
     """Each shipped config, overlays merged over their base as Snakemake merges several --configfile."""
@@ -204,11 +209,13 @@ def test_shipped_configs_are_valid(repo, names):
     assert config["families"] or config["midtrain"]["models"], f"{names} measure nothing"
 
 
-MIDTRAIN = {"models": ["m"], "dataset": "austen", "geometry_dataset": "austen", "methods": {"ce": {"objective": "ce"}, "dispersion": {"objective": "dispersion"}}}
+MIDTRAIN = {"models": ["m"], "dataset": "austen", "geometry_dataset": "austen",
+            "methods": {"ce": {"objective": "ce"}, "dispersion": {"objective": "dispersion"}}}
 
 
 def test_local_task_must_be_scored():
-    evaluation = {"tasks": {}, "local_tasks": {"cloze": {"kind": "cloze", "corpus": "austen", "documents": ["persuasion"]}}}
+    evaluation = {"tasks": {},
+                  "local_tasks": {"cloze": {"kind": "cloze", "corpus": "austen", "documents": ["persuasion"]}}}
     with pytest.raises(ConfigError, match=r"evaluation.local_tasks.cloze: built but never scored"):
         validate_config(with_changes(midtrain=MIDTRAIN, evaluation=evaluation))
 
@@ -220,7 +227,8 @@ def test_reference_method_must_exist():
 
 def test_fewshot_counts_per_model():
     config = validate_config(
-        with_changes(midtrain=MIDTRAIN, evaluation={"tasks": {"piqa": "zero", "arc_easy": "few"}, "fewshot": {"default": 1, "m": 5}})
+        with_changes(midtrain=MIDTRAIN,
+                     evaluation={"tasks": {"piqa": "zero", "arc_easy": "few"}, "fewshot": {"default": 1, "m": 5}})
     )
     assert evaluation_tasks(config, "m") == {"piqa": 0, "arc_easy": 5}
     assert evaluation_tasks(config, "other") == {"piqa": 0, "arc_easy": 1}
@@ -236,8 +244,9 @@ def test_ablation_does_not_retrain_the_default_dispersion_point():
     assert ablation_grid(config) == {"dispersion": (0.1, 1.0), "dispersion-lam1-tau1": (1.0, 1.0)}
     assert [method for _, method, _ in study_runs(config, "midtrain")] == ["ce", "dispersion", "dispersion-lam1-tau1"]
     # the grid varies weight and tau of the study's own dispersion method, its clamp included
-    clamped = {**midtrain, "methods": {"ce": {"objective": "ce"},
-                                       "dispersion": {"objective": "dispersion", "weight": 0.1, "tau": 1.0, "clamp": 0.1}}}
+    clamped = {**midtrain,
+               "methods": {"ce": {"objective": "ce"},
+                           "dispersion": {"objective": "dispersion", "weight": 0.1, "tau": 1.0, "clamp": 0.1}}}
     config = validate_config(with_changes(midtrain=clamped))
     assert ablation_grid(config) == {"dispersion": (0.1, 1.0), "dispersion-lam1-tau1": (1.0, 1.0)}
     from condensation.config.plan import study_methods
@@ -279,7 +288,8 @@ def test_a_sampled_files_dataset_too_short_for_its_sequences_stops_validation(tm
     mine = files_dataset(tmp_path, {"a": "word " * 225})
     family = {"f": {"models": ["m"], "datasets": ["mine"]}}
     sampling = {"num_sequences": 4, "seq_len": 32, "min_words": 60}  # 240 words needed
-    with pytest.raises(ConfigError, match=r"config\.datasets\.mine: holds 225 words, fewer than config\.sampling\.num_sequences x min_words = 4 x 60 = 240"):
+    with pytest.raises(ConfigError, match=r"config\.datasets\.mine: holds 225 words, "
+                                          r"fewer than config\.sampling\.num_sequences x min_words = 4 x 60 = 240"):
         validate_config(with_changes(datasets={"mine": mine}, families=family, sampling=sampling))
     validate_config(with_changes(datasets={"mine": mine}, families=family, sampling={**sampling, "num_sequences": 3}))
     # a dataset nothing samples is not held to it
@@ -306,13 +316,16 @@ def test_a_config_without_models_hints_that_an_overlay_goes_after_config_yaml():
 def trained_on(dataset, **datasets):
     """A config that mid-trains a model on ``dataset`` and scores one cloze task."""
     return with_changes(
-        datasets={"austen": {"source": "austen"}, "austen-train": {"source": "austen", "exclude": ["persuasion"]}, **datasets},
-        midtrain={"models": ["m"], "dataset": dataset, "geometry_dataset": "austen", "methods": {"ce": {"objective": "ce"}}},
+        datasets={"austen": {"source": "austen"}, "austen-train": {"source": "austen", "exclude": ["persuasion"]},
+                  **datasets},
+        midtrain={"models": ["m"], "dataset": dataset, "geometry_dataset": "austen",
+                  "methods": {"ce": {"objective": "ce"}}},
     )
 
 
 def with_task(config, **task):
-    config["evaluation"] = {"tasks": {"cloze": "zero"}, "reference": "ce", "local_tasks": {"cloze": {"kind": "cloze", **task}}}
+    config["evaluation"] = {"tasks": {"cloze": "zero"}, "reference": "ce",
+                            "local_tasks": {"cloze": {"kind": "cloze", **task}}}
     return config
 
 
@@ -323,10 +336,13 @@ def test_a_local_task_reads_any_dataset_or_built_in_corpus(tmp_path):
     validate_config(with_task(trained_on("austen-train", licenses=mine), corpus="licenses", documents=["licence_b"]))
     # a built-in corpus that no dataset names is read whole
     validate_config(with_task(trained_on("austen-train"), corpus="python_docs", documents=["glossary"]))
-    with pytest.raises(ConfigError, match=r"local_tasks\.cloze\.corpus: 'licences' is neither a dataset of config\.datasets .* nor a built-in corpus"):
+    with pytest.raises(ConfigError, match=r"local_tasks\.cloze\.corpus: 'licences' is neither a dataset of "
+                                          r"config\.datasets .* nor a built-in corpus"):
         validate_config(with_task(trained_on("austen-train", licenses=mine), corpus="licences"))
-    with pytest.raises(ConfigError, match=r"local_tasks\.cloze\.documents: \['licence_c'\] are no document of dataset 'licenses'"):
-        validate_config(with_task(trained_on("austen-train", licenses=mine), corpus="licenses", documents=["licence_c"]))
+    with pytest.raises(ConfigError,
+                       match=r"local_tasks\.cloze\.documents: \['licence_c'\] are no document of dataset 'licenses'"):
+        validate_config(with_task(trained_on("austen-train", licenses=mine), corpus="licenses",
+                                  documents=["licence_c"]))
 
 
 def test_held_out_text_that_training_reads_is_an_error_naming_both():
@@ -334,7 +350,8 @@ def test_held_out_text_that_training_reads_is_an_error_naming_both():
     with pytest.raises(ConfigError) as error:
         validate_config(leak)
     message = str(error.value)
-    assert "config.evaluation.local_tasks.cloze: its text (corpus 'austen') shares documents ['northangerabbey'] with dataset 'austen-train'" in message
+    assert ("config.evaluation.local_tasks.cloze: its text (corpus 'austen') shares documents ['northangerabbey'] "
+            "with dataset 'austen-train'" in message)
     assert "config.midtrain.dataset" in message and "allow_overlap: true" in message
     # Persuasion is held out of austen-train: no leak
     validate_config(with_task(trained_on("austen-train"), corpus="austen", documents=["persuasion"]))

@@ -279,11 +279,15 @@ def unpacked(tmp_path_factory):
 # (sha256 of the UTF-8 text, characters, lines, first line); rdata 0.11.2 and 1.1.0 match.
 AUSTEN_FINGERPRINTS = {
     "emma": ("dd08b340a56ad4a0a00718d5682528a5a5886ae0aef91c9e0fa528074fa64b75", 883027, 16235, "EMMA"),
-    "mansfieldpark": ("e0e9ef3863ea77f51f6070062ee0dd50ad9b933223880617629e4e4963ea40ff", 883278, 15349, "MANSFIELD PARK"),
-    "northangerabbey": ("8618a5acf5be50cc6e9b7680c7469fb6012649ab08c709dfc63c6367989fd31d", 433410, 7856, "NORTHANGER ABBEY"),
+    "mansfieldpark": ("e0e9ef3863ea77f51f6070062ee0dd50ad9b933223880617629e4e4963ea40ff", 883278, 15349,
+                      "MANSFIELD PARK"),
+    "northangerabbey": ("8618a5acf5be50cc6e9b7680c7469fb6012649ab08c709dfc63c6367989fd31d", 433410, 7856,
+                        "NORTHANGER ABBEY"),
     "persuasion": ("726513a6c18bb678427bcbcf7c72d0d20816a67c25b0471b26ddcabf3ebac140", 466853, 8328, "Persuasion"),
-    "prideprejudice": ("2e44edaa4946d64ad541c68e0224f5d672f43bf3ce2a8a0b0637ad5e02fc6eb3", 684767, 13030, "PRIDE AND PREJUDICE"),
-    "sensesensibility": ("0996d90842bbe8093f3b8142c1e77d1b20cff52d1d0615f3ed67733653e74e26", 673687, 12624, "SENSE AND SENSIBILITY"),
+    "prideprejudice": ("2e44edaa4946d64ad541c68e0224f5d672f43bf3ce2a8a0b0637ad5e02fc6eb3", 684767, 13030,
+                       "PRIDE AND PREJUDICE"),
+    "sensesensibility": ("0996d90842bbe8093f3b8142c1e77d1b20cff52d1d0615f3ed67733653e74e26", 673687, 12624,
+                         "SENSE AND SENSIBILITY"),
 }
 
 
@@ -291,7 +295,8 @@ def test_austen_novels_from_the_package(unpacked):
     novels = austen_novels(unpacked("r-cran-janeaustenr"))
     assert list(novels) == list(corpus.AUSTEN_NOVELS)
     fingerprints = {
-        name: (hashlib.sha256(text.encode("utf-8")).hexdigest(), len(text), len(text.split("\n")), text.split("\n", 1)[0])
+        name: (hashlib.sha256(text.encode("utf-8")).hexdigest(), len(text), len(text.split("\n")),
+               text.split("\n", 1)[0])
         for name, text in novels.items()
     }
     assert fingerprints == AUSTEN_FINGERPRINTS

@@ -50,7 +50,8 @@ def test_sequence_index_does_not_depend_on_how_many_are_drawn():
 
 
 def test_too_little_text_is_a_clear_error():
-    with pytest.raises(DatasetError, match=r"holds 9 words, fewer than config.sampling.num_sequences x min_words = 6 x 500"):
+    with pytest.raises(DatasetError,
+                       match=r"holds 9 words, fewer than config.sampling.num_sequences x min_words = 6 x 500"):
         sample_sequences(["a few words"] * 3, sampling(min_words=500))
     # enough for one sequence but not for six of their own: they would share their text
     with pytest.raises(DatasetError, match="= 6 x 30 = 180; add text to it, or lower"):
@@ -66,7 +67,8 @@ def test_repeated_fraction_measures_text_the_sequences_share():
     assert repeated_fraction([{"start_row": 38, "num_rows": 3}, {"start_row": 0, "num_rows": 1}], 40) == 0.5
     few = sample_sequences(rows, sampling(num_sequences=6, min_words=30))  # 200 words for 6 x 30
     assert repeated_fraction(few, len(rows)) > OVERLAP_WARNING_FRACTION
-    assert repeated_fraction(sample_sequences(ROWS * 20, sampling(num_sequences=3)), len(ROWS) * 20) < OVERLAP_WARNING_FRACTION
+    assert (repeated_fraction(sample_sequences(ROWS * 20, sampling(num_sequences=3)), len(ROWS) * 20)
+            < OVERLAP_WARNING_FRACTION)
 
 
 def test_sampling_a_short_dataset_names_its_key_and_warns_on_overlap(tmp_path, caplog):
@@ -166,7 +168,8 @@ def test_hub_source_is_fetched_once_then_read_from_its_own_copy(tmp_path):
     assert fetch_hub_dataset(DatasetSpec.from_config("reviews", spec), tmp_path / "fetched") == 6
     loaded = load_rows(DatasetSpec.from_config("reviews", spec), tmp_path / "fetched")
     assert loaded == [r["review"] for r in rows[:5]]  # blank rows dropped, order kept
-    with pytest.raises(DatasetError, match=r"dataset 'reviews' has no column 'text' \(columns: \['review', 'label'\]\)"):
+    with pytest.raises(DatasetError,
+                       match=r"dataset 'reviews' has no column 'text' \(columns: \['review', 'label'\]\)"):
         fetch_hub_dataset(DatasetSpec.from_config("reviews", {**spec, "field": "text"}), tmp_path / "other")
     with pytest.raises(DatasetError, match="has not been fetched"):
         load_rows(DatasetSpec.from_config("reviews", spec))

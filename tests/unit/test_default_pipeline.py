@@ -61,7 +61,8 @@ def test_the_log_gives_each_job_its_rule_files_priority_and_times():
     assert (pretrain.rule, pretrain.priority, extract.priority) == ("pretrain", 30, 0)
     assert pretrain.outputs == ["runs/pretrain/toy/final", "runs/pretrain/toy/checkpoints.json"]
     assert extract.benchmark == "logs/benchmarks/extract/toy/austen.tsv"
-    assert (pretrain.start, pretrain.end, extract.start, extract.end, measure.start, measure.end) == (0, 120, 1, 12, 121, 142)
+    assert ((pretrain.start, pretrain.end, extract.start, extract.end, measure.start, measure.end)
+            == (0, 120, 1, 12, 121, 142))
     assert pipeline.dependencies(jobs) == {4: set(), 7: set(), 9: {4}}
 
 
@@ -111,7 +112,8 @@ def test_the_default_starts_training_and_its_inputs_first():
     for job in jobs:
         name = Path(job.outputs[0]).parent.name if job.rule in ("pretrain", "prepare_model") else ""
         priority.setdefault((job.rule, name), set()).add(job.priority)
-    assert priority[("pretrain", "toy-mlp256")] == priority[("pretrain", "toy-mlp1024")] == {30}  # midtrain start, teacher
+    # midtrain start, teacher
+    assert priority[("pretrain", "toy-mlp256")] == priority[("pretrain", "toy-mlp1024")] == {30}
     assert priority[("pretrain", "toy-mlp32")] == priority[("train_study_run", "")] == {20}
     assert priority[("prepare_model", "toy-mlp32-init")] == priority[("pack_study_data", "")] == {40}
     assert priority[("prepare_model", "smollm2-135m")] == priority[("extract", "")] == {0}

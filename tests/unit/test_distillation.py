@@ -108,7 +108,8 @@ def test_a_teacher_of_another_tokenizer_is_refused():
     from tokenizers.models import WordLevel
     from transformers import PreTrainedTokenizerFast
 
-    other = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel({f"w{i}": i for i in range(VOCAB)}, unk_token="w0")))
+    other = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(WordLevel({f"w{i}": i for i in range(VOCAB)}, unk_token="w0")))
     with pytest.raises(ValueError, match="teacher 'big' has another tokenizer.*other ids"):
         Teacher.matched(make_model(), other, tiny_tokenizer(), DistillationConfig("big"))
 

@@ -73,7 +73,8 @@ def test_score_model_runs_local_tasks_and_groups(tiny_lm, task_dir, tmp_path, mo
     after_scoring = torch.rand(3)
     torch.manual_seed(99)
     assert torch.equal(after_scoring, torch.rand(3)), "lm-eval's reseeding must not leak into the caller"
-    assert not list(fresh.rglob("__pycache__")) and sys.dont_write_bytecode is False, "the task directory stays as built"
+    assert not list(fresh.rglob("__pycache__")) and sys.dont_write_bytecode is False, \
+        "the task directory stays as built"
 
     scores = run.scores
     assert set(scores) == {"tiny_group", "tiny_cloze"}
@@ -91,7 +92,8 @@ def test_score_model_runs_local_tasks_and_groups(tiny_lm, task_dir, tmp_path, mo
     samples = read_item_rows(path)
     check_samples_against_scores(samples, scores, "acc")
     group = samples[samples["task"] == "tiny_group"]
-    assert group.groupby("subtask")["doc_id"].apply(sorted).to_dict() == {"tiny_cloze": list(range(12)), "tiny_next": list(range(12))}
+    assert group.groupby("subtask")["doc_id"].apply(sorted).to_dict() == {"tiny_cloze": list(range(12)),
+                                                                          "tiny_next": list(range(12))}
     assert samples.duplicated(["task", "subtask", "doc_id", "filter"]).sum() == 0
     assert set(samples["acc_norm"]) <= {0.0, 1.0} and all(len(ll) == 4 for ll in samples["loglikelihoods"])
     # lm-eval's own aggregated results, one entry per shot count, plain JSON, agreeing with the scores.
@@ -128,7 +130,8 @@ def test_response_cache_reads_and_writes_lm_eval_caches(tiny_lm, task_dir, tmp_p
     theirs = tmp_path / "lm_eval" / "job"
     with torch.no_grad():
         simple_evaluate(model=HFLM(pretrained=model, tokenizer=tokenizer, batch_size=8), tasks=["tiny_cloze"],
-                        num_fewshot=0, task_manager=TaskManager(include_path=str(task_dir), include_defaults=False), limit=6, use_cache=str(theirs))
+                        num_fewshot=0, task_manager=TaskManager(include_path=str(task_dir), include_defaults=False),
+                        limit=6, use_cache=str(theirs))
     reference = score_model(model, tokenizer, {"tiny_cloze": 0}, settings, task_dir)  # no cache
 
     other = copy.deepcopy(model)  # other weights: its answers could only come from the cache
@@ -189,8 +192,10 @@ def test_score_model_rejects_bad_shot_counts(tiny_lm, task_dir):
 # --------------------------------------------------------------------------------------------
 
 ROWS = [
-    {"task": "t", "subtask": "t", "doc_id": 0, "filter": "none", "num_fewshot": 1, "target": 2, "acc": 1.0, "loglikelihoods": [-3.0, -2.5, -1.0]},
-    {"task": "g", "subtask": "g_a", "doc_id": 0, "filter": "none", "num_fewshot": 0, "target": 0, "acc": 0.0, "loglikelihoods": None},
+    {"task": "t", "subtask": "t", "doc_id": 0, "filter": "none", "num_fewshot": 1, "target": 2, "acc": 1.0,
+     "loglikelihoods": [-3.0, -2.5, -1.0]},
+    {"task": "g", "subtask": "g_a", "doc_id": 0, "filter": "none", "num_fewshot": 0, "target": 0, "acc": 0.0,
+     "loglikelihoods": None},
 ]
 
 
@@ -198,7 +203,8 @@ def test_samples_round_trip_with_key_columns_first(tmp_path):
     path = tmp_path / "x.samples.jsonl.gz"
     write_item_rows(path, ROWS)
     frame = read_item_rows(path)
-    assert list(frame.columns) == ["task", "subtask", "doc_id", "filter", "num_fewshot", "target", "acc", "loglikelihoods"]
+    assert list(frame.columns) == ["task", "subtask", "doc_id", "filter", "num_fewshot", "target", "acc",
+                                   "loglikelihoods"]
     assert frame.to_dict("records") == ROWS
     assert frame["acc"].dtype == "float64"
     with gzip.open(path, "rt") as lines:
@@ -235,7 +241,8 @@ def test_model_cache_prefix_follows_model_content(tmp_path):
     prefix = model_cache_prefix(first, "selected", tmp_path / "cache")
     assert prefix.parent.parent == tmp_path / "cache" and prefix.name == "selected" and len(prefix.parent.name) == 16
     assert model_cache_prefix(first, "selected", tmp_path / "cache") == prefix, "stable for one content"
-    assert model_cache_prefix(same_content, "selected", tmp_path / "cache") == prefix, "the content names it, not the path"
+    assert model_cache_prefix(same_content, "selected", tmp_path / "cache") == prefix, \
+        "the content names it, not the path"
     assert model_cache_prefix(retrained, "selected", tmp_path / "cache").parent != prefix.parent
     assert model_cache_prefix(first, "step-1", tmp_path / "cache") == prefix.parent / "step-1"
     # Without a manifest (a hub id), the handle itself names the content: a new revision is new.
@@ -251,7 +258,8 @@ def test_score_checkpoint_writes_record_samples_and_lm_eval_results(tiny_model_d
     from condensation.evaluation.scores import load_scores
 
     handle = ModelHandle(name="tiny", location=str(tiny_model_dir))
-    record = {"model": "tiny", "method": "pretrained", "seed": None, "checkpoint": "pretrained", "step": None, "val_loss": None}
+    record = {"model": "tiny", "method": "pretrained", "seed": None, "checkpoint": "pretrained", "step": None,
+              "val_loss": None}
     out_path = tmp_path / "scores" / "tiny" / "pretrained.json"
     written = score_checkpoint(
         handle, tasks={"tiny_cloze": 0, "tiny_next": 1}, settings=EvalSettings(batch_size=8, limit=6),
@@ -268,4 +276,5 @@ def test_score_checkpoint_writes_record_samples_and_lm_eval_results(tiny_model_d
     assert {task for part in lm_eval_results["runs"] for task in part["results"]} == {"tiny_cloze", "tiny_next"}
     assert Path(f"{model_cache_prefix(handle, 'pretrained', tmp_path / 'cache')}_rank0.db").is_file()
     # The record is what the tables read.
-    assert load_scores([out_path])["score"].tolist() == [written["scores"]["tiny_cloze"]["acc"], written["scores"]["tiny_next"]["acc"]]
+    assert load_scores([out_path])["score"].tolist() == [written["scores"]["tiny_cloze"]["acc"],
+                                                         written["scores"]["tiny_next"]["acc"]]

@@ -304,7 +304,8 @@ def test_paired_trend_writes_png(tmp_path):
 
 def test_paired_trend_with_a_reference_row(tmp_path):
     """CE student, distilled student, teacher: three heatmap rows; the reference is drawn, not joined."""
-    pairs = [(entry(f"ce{i}", condensing(5)), entry(f"kd{i}", dispersed(5)), entry(f"t{i}", negative(5))) for i in range(2)]
+    pairs = [(entry(f"ce{i}", condensing(5)), entry(f"kd{i}", dispersed(5)), entry(f"t{i}", negative(5)))
+             for i in range(2)]
     path = tmp_path / "paired3.png"
     fig = trends.plot_paired_trend(pairs, path, "distillation", row_labels=("CE only", "distilled", "teacher"))
     assert_png(path)
@@ -442,8 +443,10 @@ def test_family_figure_shows_the_trend_table(tmp_path, monkeypatch, include_embe
                                         "last_half_low"]
     assert list(table.columns[13:]) == ["last_half_high", "depth_slope", "depth_slope_low", "depth_slope_high"]
     assert (table["last_half_low"] < table["last_half"]).all() and (table["last_half"] < table["last_half_high"]).all()
-    # listed largest first, the family stops the figure job with the key and the fix (not checked where sizes are not compared)
-    with pytest.raises(ValueError, match=r"config\.families\.fam\.models: listed as small \(2,000,000\), Tiny \(1,000,000\)"):
+    # listed largest first, the family stops the figure job with the key and the fix (not checked where sizes
+    # are not compared)
+    with pytest.raises(ValueError,
+                       match=r"config\.families\.fam\.models: listed as small \(2,000,000\), Tiny \(1,000,000\)"):
         family_figure(
             family="fam", dataset="wiki", model_names=names[::-1], geometry_paths=geometry_paths[::-1],
             handle_paths=handle_paths[::-1], labels={"tiny": "Tiny"}, trend=trend, out_path=tmp_path / "reversed.png",
@@ -472,7 +475,8 @@ def test_dataset_figure_reads_geometry_dataset_major(tmp_path, monkeypatch):
     kwargs = dict(family="fam", model_names=["a", "b"], datasets=["wiki", "code"], labels={"a": "A"}, trend=trend)
     given = []
     draw = trends.plot_dataset_robustness
-    monkeypatch.setattr(trends, "plot_dataset_robustness", lambda rows, *a, **k: given.append(rows) or draw(rows, *a, **k))
+    monkeypatch.setattr(trends, "plot_dataset_robustness",
+                        lambda rows, *a, **k: given.append(rows) or draw(rows, *a, **k))
     dataset_figure(**kwargs, geometry_paths=paths, out_path=tmp_path / "datasets.png")
     assert_png(tmp_path / "datasets.png")
     assert {d: [e.label for e in row] for d, row in given[0].items()} == {"wiki": ["A", "b"], "code": ["A", "b"]}

@@ -75,7 +75,8 @@ def test_a_statistic_stuck_at_one_cannot_test_the_claim_and_says_so():
     # with ranks that differ between models, rho decides too, and a split depends on the statistic
     dipped = family({("S", 1e6): [0.30, 0.32, 0.31], ("L", 4e6): [0.20, 0.21, 0.19]}, rising=False)
     size = claims.all_claims(claims.Evidence(trends={"toy_austen": dipped}), design({"toy_austen": dipped}))[0]
-    assert size.verdict in (AGREES, DEPENDS) and {d.statistic for d in size.decisions} == {"deeper-layer cosine", "Spearman rho"}
+    assert (size.verdict in (AGREES, DEPENDS)
+            and {d.statistic for d in size.decisions} == {"deeper-layer cosine", "Spearman rho"})
 
 
 def pair(labels, first, second, reference=None):
@@ -93,15 +94,18 @@ def test_distillation_is_an_equivalence_claim_with_a_replicated_teacher():
     teachers = [(f"t{i}", "teacher", v) for i, v in enumerate([0.20, 0.22, 0.21])]
     mirrors = [(f"d{i}", "distilled", v) for i, v in enumerate([0.40, 0.415, 0.405])]  # closes ~2 % of the gap
     drawn = frozenset(m for group in (ce, teachers, mirrors) for m, _, _ in group)
-    distill, _ = claims.pair_pieces({"distillation": pair(labels, ce, mirrors, teachers)}, claims.Design(drawn=drawn), "last_half")
+    distill, _ = claims.pair_pieces({"distillation": pair(labels, ce, mirrors, teachers)}, claims.Design(drawn=drawn),
+                                    "last_half")
     reading = claims.decide(distill).readings[0]
     assert reading.verdict == AGREES and "share of the gap closed" in reading.piece.text
     inherits = [(f"d{i}", "distilled", v) for i, v in enumerate([0.25, 0.27, 0.26])]  # closes ~75 %
-    distill, _ = claims.pair_pieces({"distillation": pair(labels, ce, inherits, teachers)}, claims.Design(drawn=drawn), "last_half")
+    distill, _ = claims.pair_pieces({"distillation": pair(labels, ce, inherits, teachers)}, claims.Design(drawn=drawn),
+                                    "last_half")
     assert claims.decide(distill).verdict == DISAGREES
     # one teacher for every student: its training noise is unmeasured, nothing is decided
     single = [("t0", "teacher", 0.20)] * 3
-    distill, _ = claims.pair_pieces({"distillation": pair(labels, ce, mirrors, single)}, claims.Design(drawn=drawn), "last_half")
+    distill, _ = claims.pair_pieces({"distillation": pair(labels, ce, mirrors, single)}, claims.Design(drawn=drawn),
+                                    "last_half")
     decision = claims.decide(distill)
     assert decision.verdict == INCONCLUSIVE and "one run of teacher" in decision.reason
 
@@ -112,7 +116,8 @@ def test_initialisation_pairs_any_piece_agreeing_with_none_against_and_a_given_t
              ("toy-init", "toy init", 0.04), ("toy-init-s1", "toy init", 0.05)]
     second = [("big", "big", 0.61), ("big", "big", 0.61), ("toy", "toy", 0.33), ("toy-s1", "toy", 0.36)]
     drawn = frozenset({"big-init", "big-init-s1", "toy-init", "toy-init-s1", "toy", "toy-s1"})
-    _, init = claims.pair_pieces({"init-vs-trained": pair(labels, first, second)}, claims.Design(drawn=drawn), "last_half")
+    _, init = claims.pair_pieces({"init-vs-trained": pair(labels, first, second)}, claims.Design(drawn=drawn),
+                                 "last_half")
     decision = claims.decide(init)
     assert [r.verdict for r in decision.readings] == [AGREES, DISAGREES]
     assert decision.verdict == INCONCLUSIVE and decision.reason == "the evidence splits: 1 agrees, 1 disagrees"
@@ -161,7 +166,8 @@ def test_profiles_round_trip_and_the_page_and_json(tmp_path):
     markdown, js = tmp_path / "findings.md", tmp_path / "findings.json"
     page.write_findings(verdicts, markdown, js)
     text = markdown.read_text()
-    assert "| A larger or wider model condenses less (Figs. 2, S1) |" in text and "(95 %, over seeds and sequences)" in text
+    assert ("| A larger or wider model condenses less (Figs. 2, S1) |" in text
+            and "(95 %, over seeds and sequences)" in text)
     assert "**inconclusive**" in text and "smallest effect this design detects with 80% power" in text
     found = json.loads(js.read_text())["findings"][0]
     piece = found["decisions"][0]["pieces"][0]

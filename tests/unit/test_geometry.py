@@ -91,7 +91,8 @@ def test_accumulator_matches_a_direct_numpy_computation(chunk_values):
         assert np.allclose(stats.hist_of_mean[layer], expected_mean_hist, atol=1e-6)
         # each sequence's own means, in the order the sequences came
         np.testing.assert_allclose(stats.sequence_layer_mean[:, layer], matrices.mean(axis=(1, 2)), atol=1e-7)
-        np.testing.assert_allclose(stats.sequence_layer_mean_offdiag[:, layer], matrices[:, off].mean(axis=1), atol=1e-7)
+        np.testing.assert_allclose(stats.sequence_layer_mean_offdiag[:, layer], matrices[:, off].mean(axis=1),
+                                   atol=1e-7)
     assert stats.num_sequences == 5
     assert stats.sequence_layer_mean.shape == stats.sequence_layer_mean_offdiag.shape == (5, 3)
 

@@ -168,7 +168,8 @@ def test_compiled_tile_body_matches_eager_on_cuda(batch, tokens, features, tile,
     eager = value_and_grad(z.float().to(CUDA), "eager", tau, clamp, tile)
     compiled = value_and_grad(z.float().to(CUDA), "compiled", tau, clamp, tile)
     torch.testing.assert_close(compiled[0], eager[0], rtol=1e-5, atol=1e-6)
-    difference = (compiled[1] - eager[1]).norm() / eager[1].norm()  # elementwise, near-zero entries differ in relative terms
+    # elementwise, near-zero entries differ in relative terms
+    difference = (compiled[1] - eager[1]).norm() / eager[1].norm()
     assert difference < 1e-5, f"relative gradient difference {difference:.2e}"
     # both against the float64 dense formula on the CPU
     reference = z.clone().requires_grad_(True)
@@ -251,15 +252,16 @@ def test_scoring_on_cuda_matches_float32_on_the_cpu(gpt2_handle, tmp_path):
     from condensation.evaluation.score_files import item_rows_path, read_item_rows
 
     tasks = write_tiny_tasks(tmp_path / "tasks", synthetic_novel())
-    record = {"model": "gpt2-4x128", "method": "pretrained", "seed": None, "checkpoint": "pretrained", "step": None, "val_loss": None}
+    record = {"model": "gpt2-4x128", "method": "pretrained", "seed": None, "checkpoint": "pretrained", "step": None,
+              "val_loss": None}
     out = tmp_path / "scores" / "pretrained.json"
     settings = EvalSettings(batch_size=8)
-    score_checkpoint(gpt2_handle, tasks={"tiny_cloze": 0, "tiny_next": 1}, settings=settings, include_path=tasks, record=record,
-                     out_path=out, job="cuda", cache_dir=tmp_path / "cache")
+    score_checkpoint(gpt2_handle, tasks={"tiny_cloze": 0, "tiny_next": 1}, settings=settings, include_path=tasks,
+                     record=record, out_path=out, job="cuda", cache_dir=tmp_path / "cache")
     on_gpu = read_item_rows(item_rows_path(out))
     model = models.load_model(gpt2_handle, dtype="float32", device="cpu", causal_lm=True)
-    reference = score_model(model, models.load_tokenizer(gpt2_handle), {"tiny_cloze": 0, "tiny_next": 1}, settings, tasks,
-                            tmp_path / "cache" / "cpu")
+    reference = score_model(model, models.load_tokenizer(gpt2_handle), {"tiny_cloze": 0, "tiny_next": 1}, settings,
+                            tasks, tmp_path / "cache" / "cpu")
     keys = ["task", "doc_id"]
     on_cpu = pd_frame(reference.samples).set_index(keys).sort_index()
     on_gpu = on_gpu.set_index(keys).sort_index()
@@ -292,8 +294,9 @@ CLAIMING_JOB = textwrap.dedent("""
     x = torch.ones(1 << 20, device="cuda")  # 4 MB on the one GPU this job sees
     torch.cuda.synchronize()
     time.sleep(3)
-    print(json.dumps({"claimed": claimed, "visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "count": torch.cuda.device_count(),
-                      "sum": float(x.sum()), "started": started, "ended": time.time()}))
+    print(json.dumps({"claimed": claimed, "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                      "count": torch.cuda.device_count(), "sum": float(x.sum()), "started": started,
+                      "ended": time.time()}))
 """)
 
 
@@ -305,7 +308,8 @@ def test_two_concurrent_jobs_claim_gpus_of_their_own(tmp_path):
     assert gpus >= 1, "torch sees CUDA but /dev has no nvidia<N> device files, which claim_gpus counts"
     env = {key: value for key, value in __import__("os").environ.items() if key != "CUDA_VISIBLE_DEVICES"}
     env["PYTHONPATH"] = ":".join(filter(None, [str(REPO), env.get("PYTHONPATH")]))  # a --target install stays on it
-    jobs = [subprocess.Popen([sys.executable, "-c", CLAIMING_JOB, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=env)
+    jobs = [subprocess.Popen([sys.executable, "-c", CLAIMING_JOB, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                             env=env)
             for _ in range(2)]
     reports = []
     for job in jobs:
@@ -345,6 +349,7 @@ def test_a_model_spread_over_two_gpus_gives_the_statistics_of_one(gpt2_handle, m
     one = extract(gpt2_handle, "float32", "cuda")
     monkeypatch.setattr(models, "_needs_several_gpus", lambda *args: True)  # as for a model too large for one GPU
     model = models.load_model(gpt2_handle, dtype="float32", device="cuda")
-    assert len({parameter.device for parameter in model.parameters()}) >= 2, "device_map='auto' left the model on one GPU"
+    assert len({parameter.device for parameter in model.parameters()}) >= 2, \
+        "device_map='auto' left the model on one GPU"
     spread = extract_cosine_statistics(model, sequences(), batch_size=8)
     np.testing.assert_allclose(spread.layer_mean, one.layer_mean, atol=1e-5)

@@ -327,7 +327,8 @@ def test_summary_files_and_markdown(tmp_path):
     assert json.loads((ctx.out / "summary.json").read_text())["steps"]["workflow"]["jobs_done"] == "50 of 78"
     text = (ctx.out / "summary.md").read_text()
     assert (
-        "NVIDIA H100 80GB HBM3 (79.2 GiB); driver 580.159.04; torch 2.11.0+cu130 (CUDA 13.0); Python 3.12.3; commit abc123"
+        "NVIDIA H100 80GB HBM3 (79.2 GiB); driver 580.159.04; torch 2.11.0+cu130 (CUDA 13.0); "
+        "Python 3.12.3; commit abc123"
         in text
     )
     assert "| CE step >= 40 % MFU (compiled) | >= 0.40 |  | not measured |" in text

@@ -38,15 +38,16 @@ def value_and_grad(fn, z, upstream=None):
 
 
 def dense(tau, clamp=CLAMP):
-    return lambda z: _dispersion_dense(z.to(torch.promote_types(z.dtype, torch.float32)), AuxLossConfig("dispersion", tau=tau, clamp=clamp))
+    return lambda z: _dispersion_dense(z.to(torch.promote_types(z.dtype, torch.float32)),
+                                       AuxLossConfig("dispersion", tau=tau, clamp=clamp))
 
 
 def tiled(tau, tile, clamp=CLAMP, kernel="auto"):
     return lambda z: dispersion_tiled(z, tau, clamp, tile=tile, kernel=kernel)
 
 
-def assert_same_as_dense(z, tau, tile, rtol=1e-10, atol=1e-12, grad_rtol=1e-8, grad_atol=1e-10, clamp=CLAMP, min_grad=1e-4,
-                         kernel="auto"):
+def assert_same_as_dense(z, tau, tile, rtol=1e-10, atol=1e-12, grad_rtol=1e-8, grad_atol=1e-10, clamp=CLAMP,
+                         min_grad=1e-4, kernel="auto"):
     value, grad = value_and_grad(tiled(tau, tile, clamp, kernel), z)
     ref_value, ref_grad = value_and_grad(dense(tau, clamp), z)
     assert value.shape == () and value.dtype == ref_value.dtype
@@ -272,7 +273,8 @@ def test_non_contiguous_input():
 def test_saved_bytes_grow_linearly_in_t():
     batch, features = 2, 8
     sizes = {t: saved_tensors_of(tiled(0.5, 32), hidden(batch, t, features, dtype=torch.float32))[1] for t in (64, 256)}
-    dense_sizes = {t: saved_tensors_of(dense(0.5), hidden(batch, t, features, dtype=torch.float32))[1] for t in (64, 256)}
+    dense_sizes = {t: saved_tensors_of(dense(0.5), hidden(batch, t, features, dtype=torch.float32))[1]
+                   for t in (64, 256)}
     assert sizes[256] / sizes[64] < 4.5  # linear: x4 (plus the constant per-sequence scalars)
     assert dense_sizes[256] / dense_sizes[64] > 12  # quadratic: the dense formula, x16 less its O(T) part
 
@@ -297,7 +299,8 @@ def test_layer_loss_uses_the_tiled_kernel(monkeypatch):
 @pytest.mark.parametrize("kernel", ["eager", "compiled"])
 def test_layer_loss_passes_the_kernel_setting(monkeypatch, kernel):
     seen = []
-    monkeypatch.setattr(kernels, "tile_step", lambda name, device: seen.append((name, device.type)) or kernels._tile_step)
+    monkeypatch.setattr(kernels, "tile_step",
+                        lambda name, device: seen.append((name, device.type)) or kernels._tile_step)
     layer_loss(hidden(2, 6, 4), AuxLossConfig("dispersion", kernel=kernel))
     assert seen == [(kernel, "cpu")]
 
@@ -360,10 +363,12 @@ def test_compiled_matches_dense_float64(batch, tokens, features, tile):
     # tau 0.7, then 0.1 on the same graphs: tau is a graph input, not a constant baked into the first graph
     for tau in (0.7, 0.1):
         value, grad = assert_same_as_dense(hidden(batch, tokens, features, seed=tokens), tau, tile, kernel="compiled")
-        eager_value, eager_grad = value_and_grad(tiled(tau, tile, kernel="eager"), hidden(batch, tokens, features, seed=tokens))
+        eager_value, eager_grad = value_and_grad(tiled(tau, tile, kernel="eager"),
+                                                 hidden(batch, tokens, features, seed=tokens))
         torch.testing.assert_close(value, eager_value, rtol=1e-12, atol=1e-14)
         torch.testing.assert_close(grad, eager_grad, rtol=1e-10, atol=1e-13)
-    assert 1 <= compiled_graphs() <= kernels.MAX_COMPILED_GRAPHS  # the compiled path ran (its graphs may come from an earlier case)
+    # the compiled path ran (its graphs may come from an earlier case)
+    assert 1 <= compiled_graphs() <= kernels.MAX_COMPILED_GRAPHS
 
 
 @needs_compiler
@@ -404,7 +409,8 @@ def test_compiled_bfloat16_and_float32(tau, spread):
         torch.testing.assert_close(value.double(), ref_value, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(grad.double(), ref_grad, rtol=2e-2 if dtype == torch.bfloat16 else 1e-3,
                                    atol=1e-3 * ref_grad.abs().max().item())
-        torch.testing.assert_close(value, dispersion_tiled(z.to(dtype), tau, CLAMP, tile=16, kernel="eager"), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(value, dispersion_tiled(z.to(dtype), tau, CLAMP, tile=16, kernel="eager"),
+                                   rtol=1e-6, atol=1e-6)
 
 
 @needs_compiler
@@ -415,7 +421,8 @@ def test_compiled_without_grad_saves_nothing():
     with torch.no_grad(), torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         value = dispersion_tiled(z, 0.5, CLAMP, tile=64, kernel="compiled")
     assert value.grad_fn is None and saved == []
-    torch.testing.assert_close(value, dispersion_tiled(z, 0.5, CLAMP, tile=64, kernel="eager").detach(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(value, dispersion_tiled(z, 0.5, CLAMP, tile=64, kernel="eager").detach(),
+                               rtol=1e-6, atol=1e-6)
 
 
 # ----------------------------------------------------------------------------------------------

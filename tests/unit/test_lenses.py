@@ -26,7 +26,8 @@ def test_isoscore_star_is_the_packages():
     points = rng.normal(size=(400, 24)) * np.linspace(0.05, 2.0, 24)
     eigenvalues = lenses.covariance_eigenvalues(torch.from_numpy(points))
     target = np.eye(24) * np.trace(np.cov(points.T)) / 24  # the scaled identity our shrinkage uses
-    assert lenses.isoscore_star(eigenvalues, 0.1) == pytest.approx(float(isoscore.IsoScore_star(points, target, 0.1)), rel=1e-7)
+    assert lenses.isoscore_star(eigenvalues, 0.1) == pytest.approx(float(isoscore.IsoScore_star(points, target, 0.1)),
+                                                                   rel=1e-7)
     assert lenses.isoscore_star(eigenvalues, 0.0) == pytest.approx(float(isoscore.IsoScore(points)), rel=1e-7)
 
 
@@ -35,7 +36,8 @@ def test_spectral_lenses_known_answers():
     line = torch.zeros(200, d, dtype=torch.float64)
     line[:, 0] = torch.randn(200, dtype=torch.float64)  # every token on one axis
     eigenvalues = lenses.covariance_eigenvalues(line)
-    assert lenses.isoscore_star(eigenvalues, 0.0) == pytest.approx(0.0, abs=1e-6)  # unit rows in float32, sums in float64
+    # unit rows in float32, sums in float64
+    assert lenses.isoscore_star(eigenvalues, 0.0) == pytest.approx(0.0, abs=1e-6)
     assert lenses.pc1_share(eigenvalues) == pytest.approx(1.0)
     assert lenses.effective_rank_share(eigenvalues, d) == pytest.approx(1 / d)
     even = torch.eye(d, dtype=torch.float64).repeat(20, 1)  # the d axes, equally often
@@ -74,13 +76,15 @@ def test_exact_lenses_and_their_jackknife_match_brute_force():
     result = accumulate(hidden, batch=3, groups=4)
     for layer, states in enumerate(hidden):
         anisotropy, within = brute_force(states, np.arange(n))
-        assert result.layer_values("anisotropy")[layer] == pytest.approx(anisotropy, abs=1e-6)  # unit rows in float32, sums in float64
-        assert result.layer_values("within_excess")[layer] == pytest.approx(within - anisotropy, abs=1e-6)  # unit rows in float32, sums in float64
+        # unit rows in float32, sums in float64
+        assert result.layer_values("anisotropy")[layer] == pytest.approx(anisotropy, abs=1e-6)
+        assert result.layer_values("within_excess")[layer] == pytest.approx(within - anisotropy, abs=1e-6)
         for group in range(4):
             kept = np.arange(n)[np.arange(n) % 4 != group]
             anisotropy, within = brute_force(states, kept)
-            assert result.jackknife[0, group, layer] == pytest.approx(anisotropy, abs=1e-6)  # unit rows in float32, sums in float64
-            assert result.jackknife[1, group, layer] == pytest.approx(within - anisotropy, abs=1e-6)  # unit rows in float32, sums in float64
+            # unit rows in float32, sums in float64
+            assert result.jackknife[0, group, layer] == pytest.approx(anisotropy, abs=1e-6)
+            assert result.jackknife[1, group, layer] == pytest.approx(within - anisotropy, abs=1e-6)
     assert result.layer_values("anisotropy")[0] < 0.1 < 0.5 < result.layer_values("anisotropy")[2]
 
 

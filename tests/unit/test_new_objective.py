@@ -127,7 +127,8 @@ def test_registered_objective_trains_one_step_through_the_stages(user_module, tm
     from condensation.training.checkpointing import RunDir
 
     user_module("cosine_power")
-    (tmp_path / "text.txt").write_text("\n\n".join(f"Paragraph {i} says a few plain words about the sea." for i in range(300)))
+    (tmp_path / "text.txt").write_text("\n\n".join(f"Paragraph {i} says a few plain words about the sea."
+                                                   for i in range(300)))
     config = validate_config({
         "datasets": {"mine": {"source": "files", "files": [str(tmp_path / "text.txt")]}},
         "models": {"tiny": {"source": "local", "path": str(tiny_model_dir)}},
@@ -141,7 +142,8 @@ def test_registered_objective_trains_one_step_through_the_stages(user_module, tm
     })
     section = config["midtrain"]
     handle = tmp_path / "models" / "handle.json"
-    prepare_model(name="tiny", spec=config["models"]["tiny"], handle_path=handle, weights_dir=tmp_path / "models" / "hf")
+    prepare_model(name="tiny", spec=config["models"]["tiny"], handle_path=handle,
+                  weights_dir=tmp_path / "models" / "hf")
     blocks = tmp_path / "blocks.npy"
     pack_training_data(dataset="mine", spec=config["datasets"]["mine"], corpus_dir=None, tokenizer_source=handle,
                        block_size=16, validation_fraction=0.05, out_path=blocks)

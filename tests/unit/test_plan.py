@@ -52,11 +52,14 @@ def test_a_family_that_compares_sizes_is_listed_smallest_first():
     labels = {"a": "A", "a-s1": "A", "b": "B", "b-s1": "B", "c": "C"}
     # replicates (one label) stand together, sizes rise along the list
     check_size_order("fam", ["a", "a-s1", "b", "b-s1", "c"], labels, [10, 10, 20, 20, 30])
-    with pytest.raises(FamilySizeError, match=r"config\.families\.fam\.models: listed as C \(30\), A \(10\), B \(20\); .* smallest first: \['A', 'B', 'C'\]"):
+    with pytest.raises(FamilySizeError, match=r"config\.families\.fam\.models: listed as C \(30\), A \(10\), B \(20\); "
+                                              r".* smallest first: \['A', 'B', 'C'\]"):
         check_size_order("fam", ["c", "a", "b"], labels, [30, 10, 20])
-    with pytest.raises(FamilySizeError, match=r"\['A', 'C'\] have one size \(10 parameters\).*set compares_size: false"):
+    with pytest.raises(FamilySizeError,
+                       match=r"\['A', 'C'\] have one size \(10 parameters\).*set compares_size: false"):
         check_size_order("fam", ["a", "c"], labels, [10, 10])
-    with pytest.raises(FamilySizeError, match=r"'a-s1' shares the label 'A' \(replicates\) with a model of another size"):
+    with pytest.raises(FamilySizeError,
+                       match=r"'a-s1' shares the label 'A' \(replicates\) with a model of another size"):
         check_size_order("fam", ["a", "a-s1"], labels, [10, 20])
     with pytest.raises(FamilySizeError, match="the size of 'b' is unknown"):
         check_size_order("fam", ["a", "b"], labels, [10, None])

@@ -78,7 +78,8 @@ def test_a_line_after_every_seconds_whichever_comes_first(lines):
         clock.now += 25.0
         progress.update(1)
     # by time after 75 s (3 steps), 150 s (6), 225 s (9): 25 s per step, ETA from that pace
-    assert [line.split(" | ")[0] for line in lines] == ["step 3/1000 (0.3 %)", "step 6/1000 (0.6 %)", "step 9/1000 (0.9 %)"]
+    assert [line.split(" | ")[0] for line in lines] == ["step 3/1000 (0.3 %)", "step 6/1000 (0.6 %)",
+                                                        "step 9/1000 (0.9 %)"]
     assert lines[0] == "step 3/1000 (0.3 %) | 0.04 step/s | ETA 6h55m"  # 997 steps x 25 s = 24,925 s
     clock.now += 1.0
     progress.update(90)  # crossing step 100 writes a line at once
@@ -136,7 +137,8 @@ def test_no_carriage_return_in_a_log_file(tmp_path):
         log.removeHandler(handler)
         handler.close()
     text = path.read_bytes().decode()  # as written: read_text() would turn "\r" into "\n"
-    assert "\r" not in text and text.count("\n") == 3 and text.splitlines()[-1].startswith("step 30/30 (100.0 %) | done in")
+    assert ("\r" not in text and text.count("\n") == 3
+            and text.splitlines()[-1].startswith("step 30/30 (100.0 %) | done in"))
 
 
 def test_library_bars_are_off_while_stderr_is_a_file_only(tmp_path):
@@ -251,7 +253,8 @@ def test_tracker_leaves_the_working_directory_repository_alone(tmp_path, monkeyp
     repo = tmp_path / "repo"
     repo.mkdir()
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "x"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "x"],
+                   cwd=repo, check=True)
     monkeypatch.chdir(repo)
     tracker = MetricTracker(repo / "runs" / "dvclive", resume_after=None)
     tracker.log(1, {"train/ce": 1.0})

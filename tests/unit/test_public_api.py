@@ -1,9 +1,9 @@
 """The package's public names, and the dispersion loss added to one's own training loop.
 
 The two examples below are those of docs/loss.md (the fenced blocks that start with
-``# example: <name>``), character for character: ``test_the_loss_page_examples_match`` compares them. Each example is run as
-written, on a tiny random GPT2 on CPU; only its ``weight=0.1`` is raised, to see the loss act
-within a few steps.
+``# example: <name>``), character for character: ``test_the_loss_page_examples_match`` compares
+them. Each example is run as written, on a tiny random GPT2 on CPU; only its ``weight=0.1`` is
+raised, to see the loss act within a few steps.
 """
 
 from __future__ import annotations
@@ -86,12 +86,13 @@ def test_public_names_are_the_modules_objects():
     assert set(condensation.__all__) == {"AuxLossConfig", "auxiliary_loss", "measure"}
     assert set(condensation.__all__) <= set(dir(condensation))
     with pytest.raises(AttributeError, match="no attribute 'dispersion_loss'"):
-        condensation.dispersion_loss
+        condensation.dispersion_loss  # noqa: B018 (the attribute access itself must raise)
 
 
 def test_package_and_config_import_without_torch():
     """The Snakemake planner imports these; the public config class needs no torch either."""
-    code = ("import sys, condensation, condensation.config.validate, condensation.config.runs, condensation.config.objectives; "
+    code = ("import sys, condensation, condensation.config.validate, condensation.config.runs, "
+            "condensation.config.objectives; "
             "from condensation import AuxLossConfig; AuxLossConfig(name='dispersion'); "
             "print(sorted({'torch', 'transformers', 'accelerate'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
@@ -187,8 +188,8 @@ def test_hf_trainer_example_trains_with_the_dispersion_loss(model, blocks, tmp_p
     seen_grads = watch_gradients(model)
     # two micro-batches of two blocks per step: the loss must be scaled for gradient accumulation
     args = TrainingArguments(output_dir=str(tmp_path), max_steps=STEPS, per_device_train_batch_size=2,
-                             gradient_accumulation_steps=2, learning_rate=3e-3, logging_steps=1, save_strategy="no", report_to="none",
-                             use_cpu=True, disable_tqdm=True, seed=0)
+                             gradient_accumulation_steps=2, learning_rate=3e-3, logging_steps=1, save_strategy="no",
+                             report_to="none", use_cpu=True, disable_tqdm=True, seed=0)
     train_dataset = [{"input_ids": block, "labels": block} for block in blocks]
     namespace = run_example("hf-trainer", model=model, args=args, train_dataset=train_dataset)
     logged = [entry["loss"] for entry in namespace["trainer"].state.log_history if "loss" in entry]

@@ -19,7 +19,8 @@ MINIMAL = {"datasets": {"austen": {"source": "austen"}}, "models": {"m": {"sourc
 
 
 def with_method(spec):
-    return {**MINIMAL, "midtrain": {"models": ["m"], "dataset": "austen", "geometry_dataset": "austen", "methods": {"x": spec}}}
+    return {**MINIMAL,
+            "midtrain": {"models": ["m"], "dataset": "austen", "geometry_dataset": "austen", "methods": {"x": spec}}}
 
 
 def test_schema_takes_objective_names_and_training_defaults_from_settings():
@@ -70,7 +71,8 @@ def test_config_names_the_method_with_a_misplaced_option():
 
 
 def test_run_plan_round_trips_through_json(tmp_path):
-    plan = plan_run("midtrain", "m", {"train_tokens": 1000, "block_size": 8, "micro_batch_size": 2, "betas": [0.9, 0.99]},
+    plan = plan_run("midtrain", "m",
+                    {"train_tokens": 1000, "block_size": 8, "micro_batch_size": 2, "betas": [0.9, 0.99]},
                     seed=3, method={"objective": "l2_repel", "weight": 0.2, "norm_weight": 0.05})
     assert plan.train.seed == 3 and plan.train.aux_weight == 0.2 and plan.train.betas == (0.9, 0.99)
     plan.save(tmp_path / "run.json")
@@ -92,7 +94,8 @@ def test_the_command_line_lists_every_registered_objective_with_its_options():
     import subprocess
     import sys
 
-    listed = subprocess.run([sys.executable, "-m", "condensation", "objectives"], capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run([sys.executable, "-m", "condensation", "objectives"], capture_output=True, text=True,
+                            check=True).stdout
     rows = {line.split()[0]: line for line in listed.splitlines()}
     assert list(rows) == list(OBJECTIVES)
     for name, objective in OBJECTIVES.items():

@@ -25,17 +25,20 @@ OLMO3_REVISIONS = tuple(point["revision"] for point in PAPER["series"]["olmo3-7b
 
 # What lm-eval's task YAMLs read: (dataset_path, dataset_name) -> (splits, columns).
 TASK_DATA = {
-    ("facebook/anli", None): ({f"{p}_r{r}" for r in (1, 2, 3) for p in ("train", "dev", "test")}, {"premise", "hypothesis", "label"}),
+    ("facebook/anli", None): ({f"{p}_r{r}" for r in (1, 2, 3) for p in ("train", "dev", "test")},
+                              {"premise", "hypothesis", "label"}),
     ("EleutherAI/lambada_openai", "default"): ({"test"}, {"text"}),
     ("allenai/openbookqa", "main"): ({"train", "validation", "test"}, {"question_stem", "choices", "answerKey"}),
     ("baber/piqa", None): ({"train", "validation", "test"}, {"goal", "sol1", "sol2", "label"}),
     ("truthfulqa/truthful_qa", "multiple_choice"): ({"validation"}, {"question", "mc1_targets", "mc2_targets"}),
-    ("allenai/winogrande", "winogrande_xl"): ({"train", "validation", "test"}, {"sentence", "option1", "option2", "answer"}),
+    ("allenai/winogrande", "winogrande_xl"): ({"train", "validation", "test"},
+                                              {"sentence", "option1", "option2", "answer"}),
     ("allenai/ai2_arc", "ARC-Easy"): ({"train", "validation", "test"}, {"question", "choices", "answerKey"}),
     ("allenai/ai2_arc", "ARC-Challenge"): ({"train", "validation", "test"}, {"question", "choices", "answerKey"}),
     ("cais/mmlu", "anatomy"): ({"test", "validation", "dev"}, {"question", "choices", "answer"}),
     ("cais/mmlu", "world_religions"): ({"test", "validation", "dev"}, {"question", "choices", "answer"}),
-    ("openlifescienceai/medmcqa", None): ({"train", "validation", "test"}, {"question", "opa", "opb", "opc", "opd", "cop"}),
+    ("openlifescienceai/medmcqa", None): ({"train", "validation", "test"},
+                                          {"question", "opa", "opb", "opc", "opd", "cop"}),
 }
 # One repository per architecture class (Qwen2 twice: Qwen2.5 and the R1 distill).
 ARCHITECTURES = {
@@ -93,9 +96,9 @@ def test_catalog_holds_every_hub_model_and_dataset_of_the_paper_config():
 
 @pytest.mark.parametrize(
     "repo_id, size",
-    [("Qwen/Qwen-1_8B", 1.8), ("Qwen/Qwen2.5-0.5B", 0.5), ("Qwen/Qwen2.5-Math-7B", 7.0), ("bigscience/bloom-560m", 0.56),
-     ("bigscience/bloom-7b1", 7.1), ("openai-community/gpt2-medium", 0.355), (OLMO3_REPO, 7.0),
-     ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", 32.0)],
+    [("Qwen/Qwen-1_8B", 1.8), ("Qwen/Qwen2.5-0.5B", 0.5), ("Qwen/Qwen2.5-Math-7B", 7.0),
+     ("bigscience/bloom-560m", 0.56), ("bigscience/bloom-7b1", 7.1), ("openai-community/gpt2-medium", 0.355),
+     (OLMO3_REPO, 7.0), ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", 32.0)],
 )
 def test_nominal_size_is_read_from_the_real_name(repo_id, size):
     assert nominal_size(repo_id) == pytest.approx(size)
@@ -122,17 +125,20 @@ def test_tree_is_small_and_holds_every_repository(stand_in_hub):
     assert models == PAPER_HUB_MODELS | {OLMO3_REPO}
     assert tuple(sorted(repos["models", OLMO3_REPO])) == tuple(sorted(OLMO3_REVISIONS))
     datasets = {repo for kind, repo in repos if kind == "datasets"}
-    assert {path for path, _ in TASK_DATA} | {"Salesforce/wikitext", "allenai/c4", "codelion/fineweb-edu-1B"} <= datasets
+    assert ({path for path, _ in TASK_DATA} | {"Salesforce/wikitext", "allenai/c4", "codelion/fineweb-edu-1B"}
+            <= datasets)
     assert stand_in_hub.summary.bytes < 15e6, str(stand_in_hub.summary)
     mmlu = repos["datasets", "cais/mmlu"]["main"].files
-    assert {path.split("/")[0] for path in mmlu if path != "README.md"} == set(MMLU_SUBJECTS) and len(MMLU_SUBJECTS) == 57
+    assert ({path.split("/")[0] for path in mmlu if path != "README.md"} == set(MMLU_SUBJECTS)
+            and len(MMLU_SUBJECTS) == 57)
 
 
 def test_parameter_counts_follow_the_real_sizes_within_each_family(stand_in_hub):
     pairs = [{"models": pair[side]} for pair in PAPER["pairs"].values() for side in ("first", "second")]
     for family in [*PAPER["families"].values(), *pairs]:
         ids = [PAPER["models"][name]["id"] for name in family["models"] if PAPER["models"][name]["source"] == "hub"]
-        counts = [stored_parameters(stand_in_hub.root / "models" / repo_id / "main" / "model.safetensors") for repo_id in ids]
+        counts = [stored_parameters(stand_in_hub.root / "models" / repo_id / "main" / "model.safetensors")
+                  for repo_id in ids]
         assert all(a < b for a, b in zip(counts, counts[1:])), dict(zip(ids, counts))
 
 
@@ -147,7 +153,8 @@ def test_qwen1_repositories_ship_their_own_code_like_the_real_ones(stand_in_hub)
     directory = stand_in_hub.root / "models" / "Qwen" / "Qwen-7B" / "main"
     config = json.loads((directory / "config.json").read_text())
     assert config["model_type"] == "qwen" and config["architectures"] == ["QWenLMHeadModel"]
-    assert config["auto_map"] == {"AutoConfig": "configuration_qwen.QWenConfig", "AutoModelForCausalLM": "modeling_qwen.QWenLMHeadModel"}
+    assert config["auto_map"] == {"AutoConfig": "configuration_qwen.QWenConfig",
+                                  "AutoModelForCausalLM": "modeling_qwen.QWenLMHeadModel"}
     assert {"configuration_qwen.py", "modeling_qwen.py"} <= {p.name for p in directory.iterdir()}
 
 
@@ -180,7 +187,8 @@ def test_branch_and_commit_both_resolve_with_the_hub_headers(stand_in_hub):
     for revision in ("stage2-step13000", info["sha"]):
         status, headers, body = http(f"{url}/{OLMO3_REPO}/resolve/{revision}/config.json")
         assert status == 200 and body == local
-        assert headers["X-Repo-Commit"] == info["sha"] and headers["Content-Length"] == str(len(local)) and headers["ETag"]
+        assert (headers["X-Repo-Commit"] == info["sha"] and headers["Content-Length"] == str(len(local))
+                and headers["ETag"])
     status, headers, body = http(f"{url}/{OLMO3_REPO}/resolve/main/config.json", "HEAD")
     assert status == 200 and body == b"" and headers["X-Repo-Commit"] != info["sha"]
     status, headers, body = http(f"{url}/{OLMO3_REPO}/resolve/main/config.json", headers={"Range": "bytes=2-9"})
@@ -209,12 +217,14 @@ def test_tree_paths_info_and_refs(stand_in_hub):
     top = json.loads(http(f"{url}/api/datasets/Salesforce/wikitext/tree/main")[2])
     assert {(e["type"], e["path"]) for e in top} >= {("file", "README.md"), ("directory", "wikitext-103-raw-v1")}
     deep = json.loads(http(f"{url}/api/datasets/Salesforce/wikitext/tree/main/wikitext-103-v1")[2])
-    assert {e["path"] for e in deep} == {f"wikitext-103-v1/{s}-00000-of-00001.parquet" for s in ("train", "validation", "test")}
+    assert {e["path"] for e in deep} == {f"wikitext-103-v1/{s}-00000-of-00001.parquet"
+                                         for s in ("train", "validation", "test")}
     assert all(e["lfs"]["size"] == e["size"] for e in deep)
     every = json.loads(http(f"{url}/api/datasets/Salesforce/wikitext/tree/main?recursive=true")[2])
     assert len([e for e in every if e["type"] == "file"]) == 1 + 4 * 3
     body = json.dumps({"paths": ["README.md", "wikitext-103-v1", "missing.txt"]}).encode()
-    found = json.loads(http(f"{url}/api/datasets/Salesforce/wikitext/paths-info/main", "POST", {"Content-Type": "application/json"}, body)[2])
+    found = json.loads(http(f"{url}/api/datasets/Salesforce/wikitext/paths-info/main", "POST",
+                            {"Content-Type": "application/json"}, body)[2])
     assert [(e["type"], e["path"]) for e in found] == [("file", "README.md"), ("directory", "wikitext-103-v1")]
     refs = json.loads(http(f"{url}/api/models/{OLMO3_REPO}/refs")[2])
     hub = Hub(stand_in_hub.root)
@@ -306,7 +316,8 @@ try:
     result["qwen1_auto_model"] = "loaded"
 except ValueError as error:
     result["qwen1_auto_model"] = "refused"
-first, last = (AutoModelForCausalLM.from_pretrained("allenai/Olmo-3-1025-7B", revision=r) for r in ("stage1-step0", "main"))
+first, last = (AutoModelForCausalLM.from_pretrained("allenai/Olmo-3-1025-7B", revision=r)
+               for r in ("stage1-step0", "main"))
 result["olmo_revisions_differ"] = not torch.equal(first.model.embed_tokens.weight, last.model.embed_tokens.weight)
 print(json.dumps(result))
 """
@@ -345,7 +356,8 @@ print(json.dumps(result))
 
 @pytest.mark.slow  # a client in a process of its own
 def test_load_dataset_gives_every_text_dataset_config(stand_in_hub):
-    text = [(s["path"], s.get("name"), s.get("field", "text")) for s in PAPER["datasets"].values() if s["source"] == "hub"]
+    text = [(s["path"], s.get("name"), s.get("field", "text"))
+            for s in PAPER["datasets"].values() if s["source"] == "hub"]
     text.append(("allenai/c4", "en", "text"))
     result = stand_in_hub.run_client(DATASETS_CLIENT, *(json.dumps([p, n]) for p, n, _ in text))
     for (path, name, field), loaded in zip(text, result):
@@ -357,7 +369,8 @@ def test_load_dataset_gives_every_text_dataset_config(stand_in_hub):
     assert splits["stanfordnlp/imdb", None] == {"train", "test", "unsupervised"}
     assert splits["allenai/c4", "en"] == {"train", "validation"}
     unk_rows = {r["name"]: r["unk_rows"]["train"] for r in result if r["path"] == "Salesforce/wikitext"}
-    assert unk_rows["wikitext-103-v1"] > 0 and unk_rows["wikitext-103-raw-v1"] == 0  # rare words become <unk> in v1 only
+    # rare words become <unk> in v1 only
+    assert unk_rows["wikitext-103-v1"] > 0 and unk_rows["wikitext-103-raw-v1"] == 0
     imdb = next(r for r in result if r["path"] == "stanfordnlp/imdb")
     assert imdb["features"]["train"]["label"] == "ClassLabel(names=['neg', 'pos'])"
 
@@ -374,7 +387,8 @@ def test_load_dataset_gives_the_lm_eval_task_datasets_with_their_columns(stand_i
     features = {(r["path"], r["name"]): next(iter(r["features"].values())) for r in result}
     assert features["cais/mmlu", "anatomy"]["answer"] == "ClassLabel(names=['A', 'B', 'C', 'D'])"
     assert features["facebook/anli", None]["label"] == "ClassLabel(names=['entailment', 'neutral', 'contradiction'])"
-    assert features["allenai/ai2_arc", "ARC-Easy"]["choices"] == "{'text': List(Value('string')), 'label': List(Value('string'))}"
+    assert features["allenai/ai2_arc", "ARC-Easy"]["choices"] == (
+        "{'text': List(Value('string')), 'label': List(Value('string'))}")
 
 
 LM_EVAL_CLIENT = r"""
@@ -397,7 +411,8 @@ for task in leaves(TaskManager().load_task_or_group(sys.argv[1:])):
     context = task.fewshot_context(docs[0], num_fewshot=5)
     task.build_all_requests(limit=2, rank=0, world_size=1)
     result[task.config.task] = {"docs": len(docs), "fewshot_docs": len(list(task.fewshot_docs())),
-                                "instances": len(task.instances), "context": context if isinstance(context, str) else context[0]}
+                                "instances": len(task.instances),
+                                "context": context if isinstance(context, str) else context[0]}
 print(json.dumps(result))
 """
 
@@ -429,7 +444,8 @@ print(json.dumps(result))
 
 @pytest.mark.slow
 def test_every_model_and_revision_loads(stand_in_hub):
-    remote = {spec["id"]: spec.get("trust_remote_code", False) for spec in PAPER["models"].values() if spec["source"] == "hub"}
+    remote = {spec["id"]: spec.get("trust_remote_code", False)
+              for spec in PAPER["models"].values() if spec["source"] == "hub"}
     specs = [(m.repo_id, r, remote.get(m.repo_id, False)) for m in load_catalog().models for r in m.revisions]
     result = stand_in_hub.run_client(ALL_MODELS_CLIENT, *(json.dumps(s) for s in specs))
     assert len(result) == len(specs) == len(PAPER_HUB_MODELS) - 1 + len(OLMO3_REVISIONS)  # Olmo at every revision

@@ -48,7 +48,8 @@ def test_identical_results_differ_by_nothing():
     a = np.array([1, 0, 1, 1, 0, 0, 1, 0, 1, 1], dtype=float)
     result = paired_bootstrap(a, a.copy())
     # Every resampled difference is exactly 0: it lies on both sides of zero, so p = 1.
-    assert (result.difference, result.ci_low, result.ci_high, result.p_value, result.n_items) == (0.0, 0.0, 0.0, 1.0, 10)
+    assert ((result.difference, result.ci_low, result.ci_high, result.p_value, result.n_items)
+            == (0.0, 0.0, 0.0, 1.0, 10))
 
 
 def test_winning_every_item_gives_the_smallest_p():
@@ -233,7 +234,8 @@ def test_one_run_trained_here_leaves_its_noise_unmeasured_and_a_given_model_does
     result = difference(one, "a", "b")
     assert not result.measured and "one run of a, b" in result.unmeasured and result.estimate == pytest.approx(0.4)
     assert math.isnan(result.p_value) and all(math.isnan(v) for v in result.interval())
-    given = difference(_two_arm_panel(np.array([[0.6] * 4 + [0.7], [0.64] * 5]), np.full((1, 5), 0.5), fixed=("b",)), "a", "b")
+    given = difference(_two_arm_panel(np.array([[0.6] * 4 + [0.7], [0.64] * 5]), np.full((1, 5), 0.5), fixed=("b",)),
+                       "a", "b")
     assert given.measured and given.dof == pytest.approx(1) and given.per_seed == pytest.approx((0.12, 0.14))
 
 
@@ -247,7 +249,8 @@ def test_a_slope_over_sizes_is_a_linear_contrast_with_welch_degrees_of_freedom()
     c = (x - x.mean()) / ((x - x.mean()) ** 2).sum()
     parts = [c[i] ** 2 * np.var(vs, ddof=1) / len(vs) for i, vs in enumerate(values.values())]
     assert result.se**2 == pytest.approx(sum(parts))  # no sequence noise at all here
-    assert result.dof == pytest.approx(sum(parts) ** 2 / sum(p**2 / (len(vs) - 1) for p, vs in zip(parts, values.values())))
+    assert result.dof == pytest.approx(sum(parts) ** 2
+                                       / sum(p**2 / (len(vs) - 1) for p, vs in zip(parts, values.values())))
     assert result.interval()[1] < 0
 
 
@@ -272,7 +275,8 @@ def test_a_statistic_stuck_at_one_is_flagged_not_tested():
     rising = np.tile(np.linspace(0, 1, 6), (16, 1))  # every sequence rises monotonically
     runs = [Run(arm, s, 0.0) for arm in "ab" for s in range(3)]
     profiles = [rising + 0.01 * i for i in range(6)]
-    panel = panel_from_profiles(runs, profiles, spearman_with_depth, units="sequences", name="Spearman rho", resamples=50)
+    panel = panel_from_profiles(runs, profiles, spearman_with_depth, units="sequences", name="Spearman rho",
+                                resamples=50)
     result = difference(panel, "a", "b")
     assert result.saturated and "1.00 for every run" in result.saturated
     reading = decide([Piece("p", "", result)]).readings[0]

@@ -36,8 +36,8 @@ from condensation.reporting.tables import (
     trend_tables,
 )
 from condensation.reporting.tables import score_tables as T
-from condensation.reporting.tables.profiles import Profiles, write_profiles
 from condensation.reporting.tables import table_files as F
+from condensation.reporting.tables.profiles import Profiles, write_profiles
 
 MODEL = "toy-mlp128"
 TASKS = ["persuasion_cloze", "next_sentence"]
@@ -307,8 +307,8 @@ def test_load_items_keeps_unfiltered_rows(tmp_path):
 
 def test_table2_rows_and_columns(t2, tidy):
     assert list(t2.index) == ["pretrained", "ce", "ortho", "dispersion"]
-    per_target = ["diff", "se", "dof", "seed_se", "unit_se", "ci_low", "ci_high", "p", "p_holm", "detectable", "per_seed",
-                  "items_ci_low", "items_ci_high", "items_p", "n_items", "mcnemar_p"]
+    per_target = ["diff", "se", "dof", "seed_se", "unit_se", "ci_low", "ci_high", "p", "p_holm", "detectable",
+                  "per_seed", "items_ci_low", "items_ci_high", "items_p", "n_items", "mcnemar_p"]
     assert list(tidy.columns) == table2.table2_columns(TASKS, ["ce", "dispersion"]) == [
         "model", "method", "label", "n_seeds",
         "persuasion_cloze_mean", "persuasion_cloze_std", "persuasion_cloze_rank",
@@ -382,7 +382,8 @@ def test_table2_item_comparisons_against_hand_counts(t2):
     seed_se = np.std([-2, -3, -5.5], ddof=1) / math.sqrt(3)
     half = ce["ci_high_vs_dispersion"] - ce["diff_vs_dispersion"]
     assert stats.t.ppf(0.975, 2) * seed_se < half < stats.t.ppf(0.975, 2) * (seed_se + 1.0)
-    assert ce["ci_low_vs_dispersion"] < ce["items_ci_low_vs_dispersion"] and ce["p_vs_dispersion"] > ce["items_p_vs_dispersion"]
+    assert (ce["ci_low_vs_dispersion"] < ce["items_ci_low_vs_dispersion"]
+            and ce["p_vs_dispersion"] > ce["items_p_vs_dispersion"])
     d = t2.loc["dispersion"]
     assert d["diff_vs_ce"] == pytest.approx(3.5) and d["mcnemar_p_vs_ce"] == pytest.approx(2.0**-20)
     assert 0 < d["items_ci_low_vs_ce"] < 3.5 < d["items_ci_high_vs_ce"]
@@ -446,7 +447,8 @@ def test_pairs_only_shared_seeds_and_single_seed_std(tmp_path):
     recs.append(record("solo", 1, "c", 1, 1.0, 0.60, 0.60))   # shares seed 1 only
     recs.append(record("stranger", 7, "c", 1, 1.0, 0.60, 0.60))  # shares no seed
     scores, items = load(write_records(tmp_path, recs))
-    t = table2.table2(scores, TASKS, ["solo", "stranger", "dispersion"], baseline="dispersion", items=items).set_index("method")
+    t = table2.table2(scores, TASKS, ["solo", "stranger", "dispersion"], baseline="dispersion",
+                      items=items).set_index("method")
     assert t.loc["solo", "n_items_vs_dispersion"] == 200
     # Against dispersion's seed 1 (52, 44): +8 and +16 points, all 24 discordant items solo's.
     assert t.loc["solo", "diff_vs_dispersion"] == pytest.approx(12.0)
@@ -460,11 +462,13 @@ def test_runs_on_different_items_are_not_compared(tmp_path):
     recs = [record("dispersion", 0, "c", 1, 1.0, 0.5, 0.5)]
     short = write_records(tmp_path / "short", [record("ce", 0, "c", 1, 1.0, 0.5, 0.5)], n_items={"next_sentence": 80})
     scores, items = load([*write_records(tmp_path / "full", recs), *short])
-    with pytest.raises(ValueError, match=r"'ce' and 'dispersion' were scored on different items \(seed 0, task 'next_sentence': 20"):
+    with pytest.raises(ValueError, match=r"'ce' and 'dispersion' were scored on different items "
+                                         r"\(seed 0, task 'next_sentence': 20"):
         table2.table2(scores, TASKS, ["ce", "dispersion"], items=items)
     # A run whose per-item results lack a task of the table fails too.
     with pytest.raises(ValueError, match=r"method 'ce' seed 0: no per-item results for task 'next_sentence'"):
-        table2.table2(scores, TASKS, ["ce", "dispersion"], items=items.loc[~((items.method == "ce") & (items.task == "next_sentence"))])
+        table2.table2(scores, TASKS, ["ce", "dispersion"],
+                      items=items.loc[~((items.method == "ce") & (items.task == "next_sentence"))])
 
 
 def test_table2_missing_method_or_task_is_an_error(world, items, tmp_path):
@@ -548,13 +552,16 @@ def test_task_at_chance_is_flagged_and_the_counted_tasks_come_from_the_config(tm
         counted=["persuasion_cloze"],
     )
     tidy = pd.read_csv(out / "counted.csv").set_index("method")
-    assert tidy.loc["ce", "average_mean"] == pytest.approx(51.0) and tidy.loc["dispersion", "average_mean"] == pytest.approx(54.0)
+    assert (tidy.loc["ce", "average_mean"] == pytest.approx(51.0)
+            and tidy.loc["dispersion", "average_mean"] == pytest.approx(54.0))
     assert tidy.loc["dispersion", "diff_vs_ce"] == pytest.approx(3.0)
     assert tidy.loc["dispersion", "n_items_vs_ce"] == 2 * N_ITEMS  # 2 seeds x the cloze items
     assert tidy.loc["dispersion", "avg_rank"] == tidy.loc["dispersion", "persuasion_cloze_rank"]
-    assert "read the tasks counted (persuasion_cloze, fixed in the config before any run)" in (out / "counted.md").read_text()
+    assert ("read the tasks counted (persuasion_cloze, fixed in the config before any run)"
+            in (out / "counted.md").read_text())
     metrics = json.loads((out / "counted.json").read_text())
-    assert metrics[MODEL]["ce"]["average"] == pytest.approx(51.0) and metrics[MODEL]["dispersion"]["average"] == pytest.approx(54.0)
+    assert (metrics[MODEL]["ce"]["average"] == pytest.approx(51.0)
+            and metrics[MODEL]["dispersion"]["average"] == pytest.approx(54.0))
     with pytest.raises(ValueError, match=r"counted tasks \['cloze'\]: each must be one of the scored tasks"):
         T.counted_tasks(TASKS, ["cloze"])
 
@@ -857,7 +864,8 @@ def scratch_records() -> list[dict]:
     """Two methods pre-trained from scratch, two seeds, with a decoy checkpoint and a stray
     pretrained record that Table 4 leaves out."""
     recs = [record("pretrained", None, "pretrained", None, None, 0.9, 0.9, model="scratch")]
-    for method, values in (("ce", {0: (0.50, 0.40), 1: (0.52, 0.42)}), ("dispersion", {0: (0.54, 0.44), 1: (0.56, 0.42)})):
+    for method, values in (("ce", {0: (0.50, 0.40), 1: (0.52, 0.42)}),
+                           ("dispersion", {0: (0.54, 0.44), 1: (0.56, 0.42)})):
         for seed, (cloze, nxt) in values.items():
             recs.append(record(method, seed, "step-0000020", 20, 3.0, cloze, nxt, model="scratch"))
             recs.append(record(method, seed, "step-0000010", 10, 3.5, 0.9, 0.9, model="scratch"))
@@ -885,7 +893,8 @@ def test_table4_scores_comparison_and_final_condensation(tmp_path):
     # ce: cloze 50, 52 -> 51 +- sqrt(2); per-seed averages 45, 47 -> 46; dispersion 49, 49 -> 49 +- 0.
     assert t4.loc["ce", "persuasion_cloze_mean"] == pytest.approx(51.0)
     assert t4.loc["ce", "persuasion_cloze_std"] == pytest.approx(math.sqrt(2))
-    assert t4.loc["ce", "average_mean"] == pytest.approx(46.0) and t4.loc["dispersion", "average_mean"] == pytest.approx(49.0)
+    assert (t4.loc["ce", "average_mean"] == pytest.approx(46.0)
+            and t4.loc["dispersion", "average_mean"] == pytest.approx(49.0))
     # dispersion alone right on 4 + 4 (cloze) + 4 + 0 (next) of 400 pairs: +3 points, McNemar 2^-11.
     assert t4.loc["dispersion", "diff_vs_ce"] == pytest.approx(3.0)
     assert t4.loc["dispersion", "n_items_vs_ce"] == 400
@@ -903,8 +912,10 @@ def test_table4_scores_comparison_and_final_condensation(tmp_path):
 def test_table4_needs_every_scored_seed_in_the_trajectory(tmp_path):
     scores, items = load(write_records(tmp_path, scratch_records()))
     partial = {key: value for key, value in TRAJECTORY.items() if key[:2] != ("dispersion", 1)}
-    with pytest.raises(ValueError, match=r"'scratch' method 'dispersion' seed 1: step 20 of its scored checkpoint is not in"):
-        table4.table4(scores, TASKS, ["ce", "dispersion"], items=items, trajectories={"scratch": trajectory_frame(partial)})
+    with pytest.raises(ValueError,
+                       match=r"'scratch' method 'dispersion' seed 1: step 20 of its scored checkpoint is not in"):
+        table4.table4(scores, TASKS, ["ce", "dispersion"], items=items,
+                      trajectories={"scratch": trajectory_frame(partial)})
     with pytest.raises(ValueError, match=r"'scratch': no trajectory given"):
         table4.table4(scores, TASKS, ["ce", "dispersion"], items=items, trajectories={})
 

@@ -29,7 +29,8 @@ from condensation.evaluation.tasks import (
     write_local_task,
 )
 
-SUBJECTS = ["The man", "His wife", "A single man", "Their daughters", "Some one", "The families", "Anne", "Lady Russell"]
+SUBJECTS = ["The man", "His wife", "A single man", "Their daughters", "Some one", "The families", "Anne",
+            "Lady Russell"]
 VERBS = ["must be in want of", "is considered", "knew nothing of", "spoke of", "is so well fixed in", "thought of"]
 OBJECTS = [
     "the truth", "a good fortune", "a wife", "the property", "the neighbourhood", "their minds", "such feelings",
@@ -76,7 +77,8 @@ def test_words_drop_headings_and_sentences_split_at_stops(novel):
     assert len(got) == 400
     assert all(re.search(r"[.!?]$", s) for s in got)
     # Abbreviations and initials do not end a sentence.
-    assert sentences("Mrs. Smith met J. Elliot at Bath. It rained.") == ["Mrs. Smith met J. Elliot at Bath.", "It rained."]
+    assert sentences("Mrs. Smith met J. Elliot at Bath. It rained.") == ["Mrs. Smith met J. Elliot at Bath.",
+                                                                         "It rained."]
 
 
 def test_cloze_items_are_true_continuations(novel, stream):
@@ -153,7 +155,8 @@ def check_sentence_variant_items(items: list[dict], stream: str, context_words: 
 
 @pytest.mark.parametrize("num_choices, run", [(2, 2), (4, 3)])
 def test_word_order_items_reorder_one_run_of_adjacent_plain_words(stream, num_choices, run):
-    items = word_order_items(stream, num_items=20, num_choices=num_choices, seed=0, context_words=10, max_answer_words=12)
+    items = word_order_items(stream, num_items=20, num_choices=num_choices, seed=0, context_words=10,
+                             max_answer_words=12)
     assert len(items) == 20
     check_sentence_variant_items(items, stream, context_words=10, max_answer_words=12)
     for item in items:
@@ -163,7 +166,8 @@ def test_word_order_items_reorder_one_run_of_adjacent_plain_words(stream, num_ch
         start = changed[0]
         assert len(changed) >= 2 and changed[-1] < start + run
         window = answer.split()[start : start + run]
-        assert len(set(window)) == run and all(re.fullmatch(r"[a-z]+", w) for w in window), "no capital or punctuation moves"
+        assert len(set(window)) == run and all(re.fullmatch(r"[a-z]+", w) for w in window), \
+            "no capital or punctuation moves"
         for choice in item["choices"]:
             assert sorted(choice.split()[start : start + run]) == sorted(window)
 
@@ -178,7 +182,8 @@ def test_word_order_answer_is_at_chance_for_a_model_that_knows_nothing(stream):
 
         def score(text: str) -> float:
             tokens = text.split()
-            return sum(bigram.setdefault(pair, rng.gauss(0, 1)) for pair in zip(tokens, tokens[1:]))
+            # called only within this iteration: it reads this iteration's bigram
+            return sum(bigram.setdefault(pair, rng.gauss(0, 1)) for pair in zip(tokens, tokens[1:]))  # noqa: B023
 
         for item in items:
             scores = [score(f"{item['query']} {choice}") for choice in item["choices"]]
@@ -249,7 +254,8 @@ def test_too_short_text_says_how_many_items_it_gives():
 # --------------------------------------------------------------------------------------------
 
 SPECS = {
-    "tiny_cloze": {"kind": "cloze", "documents": ["novel"], "num_items": 12, "num_choices": 4, "seed": 0, "context_words": 20},
+    "tiny_cloze": {"kind": "cloze", "documents": ["novel"], "num_items": 12, "num_choices": 4, "seed": 0,
+                   "context_words": 20},
     "tiny_next": {
         "kind": "next_sentence", "documents": ["novel"], "num_items": 12, "num_choices": 4, "seed": 0,
         "context_sentences": 2, "max_answer_words": 12,
@@ -261,7 +267,8 @@ SENTENCE_SPECS = {
         "kind": "word_order", "documents": ["novel"], "num_items": 12, "num_choices": 4, "seed": 0, "context_words": 10,
     },
     "tiny_choice": {
-        "kind": "word_choice", "documents": ["novel"], "num_items": 12, "num_choices": 3, "seed": 0, "max_answer_words": 12,
+        "kind": "word_choice", "documents": ["novel"], "num_items": 12, "num_choices": 3, "seed": 0,
+        "max_answer_words": 12,
     },
 }
 
@@ -270,7 +277,8 @@ def write_tiny_tasks(out: Path, novel: str, specs: dict = SPECS) -> Path:
     """The tiny tasks (by default the two of SPECS), plus a group over them (to exercise
     lm-eval's group results)."""
     build_local_tasks({"novel": novel, "other": "Unused text."}, specs, out)
-    group = {"group": "tiny_group", "task": list(specs), "aggregate_metric_list": [{"metric": "acc", "weight_by_size": True}], "metadata": {"version": 1.0}}
+    group = {"group": "tiny_group", "task": list(specs),
+             "aggregate_metric_list": [{"metric": "acc", "weight_by_size": True}], "metadata": {"version": 1.0}}
     (out / "tiny_group.yaml").write_text(yaml.safe_dump(group))
     return out
 
@@ -319,7 +327,8 @@ def test_build_local_tasks_rejects_bad_specs(tmp_path, novel):
 def test_rebuild_removes_tasks_no_longer_specified(tmp_path, novel):
     build_local_tasks({"novel": novel}, SPECS, tmp_path)
     build_local_tasks({"novel": novel}, {"tiny_next": SPECS["tiny_next"]}, tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["task_data.py", "tasks.json", "tiny_next.jsonl", "tiny_next.yaml"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["task_data.py", "tasks.json", "tiny_next.jsonl",
+                                                          "tiny_next.yaml"]
 
 
 def test_write_local_task_checks_its_input(tmp_path):
@@ -370,7 +379,8 @@ def test_schema_accepts_the_sentence_kinds_with_their_options(kind):
 
 
 @pytest.mark.parametrize(
-    "kind, option", [("word_order", "context_sentences"), ("cloze", "max_answer_words"), ("next_sentence", "context_words")]
+    "kind, option",
+    [("word_order", "context_sentences"), ("cloze", "max_answer_words"), ("next_sentence", "context_words")],
 )
 def test_schema_and_builder_reject_an_option_of_another_kind(kind, option, novel, tmp_path):
     with pytest.raises(ConfigError, match=rf"local_tasks\.t\.{option}: 2 should not be valid"):
@@ -426,4 +436,5 @@ def test_a_task_built_from_your_own_files_reads_the_files_dataset(tmp_path):
     assert everything["documents"] == ["licence_a", "licence_b"] and everything["num_items"] == 20
     only_b = [json.loads(line) for line in (out / "lic_b" / "lic_b.jsonl").read_text().splitlines()]
     b_text = (tmp_path / "texts" / "licence_b.txt").read_text()
-    assert only_b and all(" ".join(item["choices"][item["gold"]].split()[:3]) in " ".join(b_text.split()) for item in only_b)
+    assert only_b and all(" ".join(item["choices"][item["gold"]].split()[:3]) in " ".join(b_text.split())
+                          for item in only_b)

@@ -389,7 +389,8 @@ def test_aux_loss_gets_hidden_states_and_is_logged(tmp_path):
         return hidden_states[-1].pow(2).mean()
 
     tokenizer = tiny_tokenizer()
-    config = TrainConfig(train_tokens=3 * 4 * BLOCK, block_size=BLOCK, micro_batch_size=4, aux_weight=0.5, probe_every=0)
+    config = TrainConfig(train_tokens=3 * 4 * BLOCK, block_size=BLOCK, micro_batch_size=4, aux_weight=0.5,
+                         probe_every=0)
     model = make_model()
     calls = record_forward_kwargs(model)
     train(model, TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path, aux_loss=aux_loss, tokenizer=tokenizer)
@@ -407,7 +408,8 @@ def test_aux_loss_gets_hidden_states_and_is_logged(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None, reason="torch.compile on CPU needs a C++ compiler")
+@pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None,
+                    reason="torch.compile on CPU needs a C++ compiler")
 def test_compiled_forward_trains_like_eager(tmp_path):
     # compile=True must give the eager run's losses and weights (up to kernel rounding: dropout is
     # off, since compiled dropout draws from its own RNG), save checkpoints without the compiled
@@ -417,10 +419,12 @@ def test_compiled_forward_trains_like_eager(tmp_path):
     def fresh_model() -> GPT2LMHeadModel:
         torch.manual_seed(0)
         return GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=64, vocab_size=VOCAB, n_inner=64,
-                                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0))
+                                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
+                                          eos_token_id=0))
 
     def config(compile_forward: bool) -> TrainConfig:
-        return TrainConfig(train_tokens=3 * 4 * BLOCK, block_size=BLOCK, micro_batch_size=4, lr=1e-3, compile=compile_forward)
+        return TrainConfig(train_tokens=3 * 4 * BLOCK, block_size=BLOCK, micro_batch_size=4, lr=1e-3,
+                           compile=compile_forward)
 
     counters.clear()
     eager = fresh_model()
@@ -519,7 +523,8 @@ def test_mixed_precision_order_config_then_accelerate_then_device(tmp_path):
     assert resolve_mixed_precision("no", launched, bf16_file) == ("no", "train.mixed_precision")
     assert resolve_mixed_precision("bf16", {}, no_choice_file) == ("bf16", "train.mixed_precision")
     # 2. auto: what `accelerate launch` exported, else the file `accelerate config` wrote
-    assert resolve_mixed_precision("auto", launched, no_file) == ("bf16", "ACCELERATE_MIXED_PRECISION=bf16 (accelerate launch)")
+    assert resolve_mixed_precision("auto", launched, no_file) == ("bf16",
+                                                                  "ACCELERATE_MIXED_PRECISION=bf16 (accelerate launch)")
     assert resolve_mixed_precision("auto", {}, bf16_file) == ("bf16", f"accelerate config file {bf16_file}")
     assert resolve_mixed_precision("auto", {}, no_choice_file) == ("no", f"accelerate config file {no_choice_file}")
     # `accelerate launch --mixed_precision no` beside a config file that says bf16
@@ -549,7 +554,8 @@ def test_tracker_series_of_a_run(uninterrupted):
     for name in ("probe/rho", "probe/tau", "probe/deep_cos", "probe/seconds"):
         assert [step for step, _ in series[name]] == PROBE_STEPS, name
     rows = {int(row["step"]): row for row in read_log(out_dir)}
-    for name, column in (("train/ce", "ce_loss"), ("train/lr", "lr"), ("train/grad_norm", "grad_norm"), ("val/loss", "val_loss")):
+    for name, column in (("train/ce", "ce_loss"), ("train/lr", "lr"), ("train/grad_norm", "grad_norm"),
+                         ("val/loss", "val_loss")):
         assert all(value == pytest.approx(float(rows[step][column]), rel=1e-6) for step, value in series[name]), name
     assert all(value > 0 for _, value in series["train/tokens_per_s"] + series["probe/seconds"])
     summary = json.loads((out_dir / "dvclive" / "metrics.json").read_text())  # what `dvc exp show` reads
@@ -632,7 +638,8 @@ def test_progress_lines_in_the_job_log(tmp_path):
     assert [int(step) for step in re.findall(r"INFO step (\d+)/6 ", first)] == [0, 2]
     assert [int(step) for step in re.findall(r"INFO step (\d+)/6 ", second)] == [4, 6]
     line = next(line for line in first.splitlines() if " step 2/6 " in line)
-    assert re.search(r"step 2/6 \(33\.3 %\) \| [\d,.]+ tok/s \| ETA \w+ \| ce [\d.]+ \| val [\d.]+ \| rho [-\d.]+ \| tau [-\d.]+ \| deep_cos [-\d.]+$", line)
+    assert re.search(r"step 2/6 \(33\.3 %\) \| [\d,.]+ tok/s \| ETA \w+ \| ce [\d.]+ \| val [\d.]+ "
+                     r"\| rho [-\d.]+ \| tau [-\d.]+ \| deep_cos [-\d.]+$", line)
     assert re.search(r"step 6/6 \(100\.0 %\) \| done in \w+ \| ce", second)
 
 
@@ -641,26 +648,30 @@ def test_a_missing_tracker_package_stops_before_training(tmp_path, monkeypatch):
     config = TrainConfig(train_tokens=2 * 4 * BLOCK, block_size=BLOCK, micro_batch_size=4)
     model = make_model()
     weights = {name: value.clone() for name, value in model.state_dict().items()}
-    with pytest.raises(ModuleNotFoundError, match=r"train\.tracker is 'dvclive' but the package 'dvclive' is not installed"):
+    with pytest.raises(ModuleNotFoundError,
+                       match=r"train\.tracker is 'dvclive' but the package 'dvclive' is not installed"):
         train(model, TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path / "run")
     assert not (tmp_path / "run" / "log.csv").exists() and not (tmp_path / "run" / "checkpoints").exists()
     assert all(torch.equal(weights[name], value) for name, value in model.state_dict().items())
     # tracker: none needs no package
-    result = train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, dataclasses.replace(config, tracker="none"), tmp_path / "none")
+    result = train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, dataclasses.replace(config, tracker="none"),
+                   tmp_path / "none")
     assert result.steps == 2 and not (tmp_path / "none" / "dvclive").exists()
 
 
 def test_an_unwritable_tracker_directory_stops_before_training(tmp_path):
     (tmp_path / "dvclive").write_text("a file where the tracker's directory goes")
     config = TrainConfig(train_tokens=2 * 4 * BLOCK, block_size=BLOCK, micro_batch_size=4)
-    with pytest.raises(OSError, match=rf"dvclive tracker cannot write its directory {re.escape(str(tmp_path / 'dvclive'))}"):
+    with pytest.raises(OSError,
+                       match=rf"dvclive tracker cannot write its directory {re.escape(str(tmp_path / 'dvclive'))}"):
         train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path)
     assert not (tmp_path / "log.csv").exists() and not (tmp_path / "state").exists()
 
 
 def test_a_run_may_resume_with_other_watch_settings(tmp_path):
     """Tracker, probe and progress settings change what is watched, not what is computed."""
-    watched = TrainConfig(train_tokens=4 * 4 * BLOCK, block_size=BLOCK, micro_batch_size=4, tracker="none", probe_every=0)
+    watched = TrainConfig(train_tokens=4 * 4 * BLOCK, block_size=BLOCK, micro_batch_size=4, tracker="none",
+                          probe_every=0)
     train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, watched, tmp_path, stop_after_steps=2)
     changed = dataclasses.replace(watched, tracker="dvclive", probe_every=1, probe_sequences=2, log_every_steps=1)
     result = train(make_model(seed=123), TRAIN_BLOCKS, VAL_BLOCKS, changed, tmp_path)

@@ -138,7 +138,8 @@ def test_outputs_of_other_code_are_listed_with_the_command_that_rebuilds_them(tr
     inside a training run, so that the run trains again."""
     assert verify.made_by_other_code([tree / "results", tree / "runs"]) == []
     old = tree / "runs/midtrain/m/ce/seed1/checkpoints/step-0000005" / DIRECTORY_MANIFEST
-    old.write_text(json.dumps(json.loads(old.read_text()) | {"code": {"version": "0.0.9", "commit": None, "source_sha256": "f" * 64}}))
+    old.write_text(json.dumps(json.loads(old.read_text())
+                              | {"code": {"version": "0.0.9", "commit": None, "source_sha256": "f" * 64}}))
     older = tree / "results/geometry/m/d.npz.manifest.json"
     older.write_text(json.dumps({key: value for key, value in json.loads(older.read_text()).items() if key != "code"}))
     listed = verify.made_by_other_code([tree / "results", tree / "runs"])

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import yaml
 
@@ -23,8 +24,10 @@ NOT_SHAPING = {
     ("gpu_memory_gb",): "sets how many GPUs a job asks for (a resource), not what it computes",
     ("gpu_model",): "sets which GPUs a SLURM job asks for (a resource), not what it computes",
     ("models", "minilm-l6", "seed"): "a seed draws weights only for pretrain and init models; this one's are given",
-    ("evaluation", "local_tasks", "persuasion_cloze", "allow_overlap"): "a permission the plan checks (with its reason); the task is the same",
-    ("evaluation", "local_tasks", "persuasion_next", "allow_overlap"): "a permission the plan checks (with its reason); the task is the same",
+    ("evaluation", "local_tasks", "persuasion_cloze", "allow_overlap"):
+        "a permission the plan checks (with its reason); the task is the same",
+    ("evaluation", "local_tasks", "persuasion_next", "allow_overlap"):
+        "a permission the plan checks (with its reason); the task is the same",
 }
 """Settings no rule reads into an output, with the reason."""
 
@@ -38,9 +41,12 @@ NOT_ALONE = {
     ("models", "minilm-l6", "source"): "a model's source decides which keys it needs (id, path, arch, of)",
     ("scratch", "models"): "the tiny config has one init model; its entries' own settings are walked",
     ("models", "toy-narrow-ce", "source"): "a model's source decides which keys it needs (study, of, method, seed)",
-    ("models", "toy-narrow-distilled", "source"): "a model's source decides which keys it needs (study, of, method, seed)",
-    ("models", "toy-narrow-ce", "study"): "a run model names a run its study trains: the other study trains other models",
-    ("models", "toy-narrow-distilled", "study"): "a run model names a run its study trains: the other study trains other models",
+    ("models", "toy-narrow-distilled", "source"):
+        "a model's source decides which keys it needs (study, of, method, seed)",
+    ("models", "toy-narrow-ce", "study"):
+        "a run model names a run its study trains: the other study trains other models",
+    ("models", "toy-narrow-distilled", "study"):
+        "a run model names a run its study trains: the other study trains other models",
     ("models", "toy-narrow-ce", "of"): "the scratch study trains one model, the one named",
     ("models", "toy-narrow-distilled", "of"): "the scratch study trains one model, the one named",
     ("models", "toy-narrow-ce", "seed"): "the scratch study trains one seed, the one named",

@@ -24,7 +24,8 @@ def plan(tmp_path: Path, overlay: str, *, after_config_yaml: bool = True) -> sub
     path = tmp_path / "mine.yaml"
     path.write_text(overlay.replace("{tmp}", str(tmp_path)))
     configs = ["config.yaml", str(path)] if after_config_yaml else [str(path)]
-    return subprocess.run([str(BIN / "snakemake"), "-n", "--configfile", *configs], cwd=REPO, capture_output=True, text=True, timeout=300)
+    return subprocess.run([str(BIN / "snakemake"), "-n", "--configfile", *configs], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
 
 
 def planned(tmp_path: Path, overlay: str) -> str:
@@ -36,7 +37,8 @@ def planned(tmp_path: Path, overlay: str) -> str:
 def write_texts(folder: Path, names: list[str], words: int = ENOUGH_WORDS) -> None:
     folder.mkdir(exist_ok=True)
     for name in names:
-        paragraphs = [f"The {name} paragraph {i} tells of ships, of harbours and of the plain sea." for i in range(words // 14 + 1)]
+        paragraphs = [f"The {name} paragraph {i} tells of ships, of harbours and of the plain sea."
+                      for i in range(words // 14 + 1)]
         (folder / f"{name}.txt").write_text("\n\n".join(paragraphs))
 
 
@@ -60,7 +62,8 @@ families: {packaged: {models: [minilm-l6, smollm2-135m], datasets: [austen, myte
 @pytest.mark.parametrize("files, words, message", [
     ("{tmp}/nothing/*.txt", ENOUGH_WORDS, "config.datasets.mytext.files[0]: '{tmp}/nothing/*.txt' matches no file"),
     ("{tmp}/gone.txt", ENOUGH_WORDS, "config.datasets.mytext.files[0]: file '{tmp}/gone.txt' does not exist"),
-    ("{tmp}/mytext/*.txt", 225, "config.datasets.mytext: holds 225 words, fewer than config.sampling.num_sequences x min_words = 32 x 320"),
+    ("{tmp}/mytext/*.txt", 225,
+     "config.datasets.mytext: holds 225 words, fewer than config.sampling.num_sequences x min_words = 32 x 320"),
 ])
 def test_a_dataset_that_cannot_be_sampled_stops_the_dry_run(tmp_path, files, words, message):
     (tmp_path / "mytext").mkdir()
@@ -69,7 +72,8 @@ def test_a_dataset_that_cannot_be_sampled_stops_the_dry_run(tmp_path, files, wor
 datasets: {{mytext: {{source: files, files: ["{files}"]}}}}
 families: {{packaged: {{models: [minilm-l6], datasets: [mytext], compares_size: false}}}}
 """)
-    assert done.returncode != 0 and message.replace("{tmp}", str(tmp_path)) in done.stdout + done.stderr, done.stdout[-2000:]
+    assert done.returncode != 0 and message.replace("{tmp}", str(tmp_path)) in done.stdout + done.stderr, \
+        done.stdout[-2000:]
 
 
 def test_a_family_ordered_by_size(tmp_path):

@@ -39,7 +39,8 @@ def miniature(tmp_path_factory, repo, stand_in_hub):
     (root / "resources").mkdir()
     (root / "resources" / "debs").symlink_to(repo / "resources" / "debs")
     env = stand_in_hub.env | {"PYTHONPATH": str(root)}
-    planned = subprocess.run([str(BIN / "snakemake"), "-n", *COMMAND], cwd=root, env=env, capture_output=True, text=True)
+    planned = subprocess.run([str(BIN / "snakemake"), "-n", *COMMAND], cwd=root, env=env, capture_output=True,
+                             text=True)
     assert planned.returncode == 0, planned.stderr[-4000:]
     done = subprocess.run([str(BIN / "snakemake"), "--cores", "2", *COMMAND], cwd=root, env=env, capture_output=True,
                           text=True, timeout=3000)
@@ -96,7 +97,8 @@ def test_series_measures_each_olmo_revision_and_handles_pin_them(miniature):
     root, _, _ = miniature
     series = pd.read_csv(root / "results/tables/series/olmo3-7b-pretraining.csv")
     assert series["checkpoint"].tolist() == ["S1-0", "S1-353k", "S2-1k", "Main"]
-    handles = [json.loads((root / f"models/olmo3-7b-pretraining.{label}/handle.json").read_text()) for label in series["checkpoint"]]
+    handles = [json.loads((root / f"models/olmo3-7b-pretraining.{label}/handle.json").read_text())
+               for label in series["checkpoint"]]
     assert len({handle["revision"] for handle in handles}) == 4  # four commits, one per branch
     assert all(re.fullmatch(r"[0-9a-f]{40}", handle["revision"]) for handle in handles)
 

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, repo) -> Path:
     """A copy of the workflow with the tiny config as its config.yaml, run once by Snakemake."""
-    root = copy_workflow(repo, tmp_path_factory.mktemp("project"), (repo / "tests/workflow/configs/tiny.yaml").read_text())
+    root = copy_workflow(repo, tmp_path_factory.mktemp("project"),
+                         (repo / "tests/workflow/configs/tiny.yaml").read_text())
     run(["git", "init", "-q"], root)
     run([str(BIN / "snakemake"), "--cores", "2"], root)
     return root
@@ -156,7 +157,8 @@ def test_midtrain_losses_record_the_auxiliary_term_only_where_used(project):
 
 def test_scores_come_from_the_checkpoint_with_the_lowest_validation_loss(project):
     for seed in (0, 1):
-        record = json.loads((project / f"results/scores/midtrain/toy-wide/dispersion/seed{seed}/selected.json").read_text())
+        record = json.loads(
+            (project / f"results/scores/midtrain/toy-wide/dispersion/seed{seed}/selected.json").read_text())
         run_dir = project / f"runs/midtrain/toy-wide/dispersion/seed{seed}/checkpoints"
         losses = {
             path.name: json.loads((path / "checkpoint.json").read_text())["val_loss"]
@@ -225,7 +227,8 @@ def test_findings_page_states_a_verdict_for_every_claim(project):
     assert distillation["verdict"] == "inconclusive" and "training noise is unmeasured" in distillation["reason"]
     piece = distillation["decisions"][0]["pieces"][0]
     assert piece["piece"] == "distillation: toy-narrow CE vs toy-narrow distilled"
-    assert "share of the gap closed" in piece["text"] and "one run of" in piece["reason"] and "teacher" in piece["reason"]
+    assert ("share of the gap closed" in piece["text"] and "one run of" in piece["reason"]
+            and "teacher" in piece["reason"])
     page = (project / "results/findings.md").read_text()
     assert "Condensation is highest at initialisation" in page and "minimum detectable" in page
 
@@ -292,7 +295,8 @@ def test_dvc_repro_reproduces_and_versions_the_results(project, tmp_path):
                                                   "toy-wide / forget", "toy-wide / dispersion-lam1-tau0.5"}
     assert "toy-wide / dispersion / seed1" in series["midtrain_training_loss"]
     assert series["midtrain_condensation"] == series["midtrain_validation_loss"]
-    assert series["scratch_condensation"] == {"toy-narrow-init / ce", "toy-narrow-init / dispersion", "toy-narrow-init / distill"}
+    assert series["scratch_condensation"] == {"toy-narrow-init / ce", "toy-narrow-init / dispersion",
+                                              "toy-narrow-init / distill"}
     assert (project / "results/report.html").stat().st_size > 100_000  # the stage ends with the HTML report
     run([str(BIN / "dvc"), "push"], project)
     assert any(env_remote.rglob("*")), "nothing was pushed to the local remote"
@@ -318,7 +322,8 @@ def test_a_changed_training_budget_reruns_the_runs_to_the_end(project, tmp_path)
     overlay = tmp_path / "longer.yaml"
     overlay.write_text("scratch: {train: {train_tokens: 6144}}\n")
     run([str(BIN / "snakemake"), "--cores", "2", "--configfile", "config.yaml", str(overlay)], project)
-    summary = json.loads((project / "runs/scratch/toy-narrow-init/dispersion/seed0/final/train_summary.json").read_text())
+    summary = json.loads(
+        (project / "runs/scratch/toy-narrow-init/dispersion/seed0/final/train_summary.json").read_text())
     assert summary["tokens"] == 6144 and summary["config"]["train_tokens"] == 6144
     check = run([str(BIN / "snakemake"), "-n", "--configfile", "config.yaml", str(overlay)], project)
     assert "Nothing to be done" in check.stdout + check.stderr
@@ -332,7 +337,8 @@ def test_lint_finds_nothing_but_the_missing_conda_environments(repo):
 
 
 def test_paper_config_plans_every_observation_job(repo, tmp_path):
-    result = run([str(BIN / "snakemake"), "-n", "--configfile", "configs/paper.yaml", "-d", str(tmp_path), "-s", str(repo / "Snakefile")], repo)
+    result = run([str(BIN / "snakemake"), "-n", "--configfile", "configs/paper.yaml", "-d", str(tmp_path),
+                  "-s", str(repo / "Snakefile")], repo)
     counts = dict(
         line.split() for line in result.stdout.splitlines() if len(line.split()) == 2 and line.split()[1].isdigit()
     )
@@ -403,7 +409,8 @@ def test_slurm_profile_submits_gpu_jobs_and_keeps_downloads_and_quick_rules_loca
     fake_bin, state = tmp_path / "bin", tmp_path / "slurm"
     shutil.copytree(repo / "tests" / "workflow" / "fake_slurm", fake_bin)
     state.mkdir()
-    env = {**stand_in_hub.env, "PATH": f"{fake_bin}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}", "FAKE_SLURM_DIR": str(state)}
+    env = {**stand_in_hub.env, "PATH": f"{fake_bin}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}",
+           "FAKE_SLURM_DIR": str(state)}
     result = subprocess.run(
         [str(BIN / "snakemake"), "--workflow-profile", str(repo / "profiles/slurm"), "--latency-wait", "5",
          "--slurm-init-seconds-before-status-checks", "1", "-j", "4",

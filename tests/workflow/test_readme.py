@@ -66,4 +66,5 @@ def test_shown_snakemake_command_runs_from_the_repository_root(command):
         return
     args = dry_run(args)
     output = run([str(BIN / args[0]), *args[1:]], REPO)
-    assert "This was a dry-run" in output.stdout + output.stderr or "Nothing to be done" in output.stdout + output.stderr
+    assert ("This was a dry-run" in output.stdout + output.stderr
+            or "Nothing to be done" in output.stdout + output.stderr)

@@ -11,7 +11,8 @@ from pathlib import Path
 from condensation.stages import NO_BARS_VARIABLES
 
 BIN = Path(sys.executable).parent
-PROJECT_FILES = ["Snakefile", "rules", "workflow_scripts", "condensation", "report", "dvc.yaml", ".dvc", ".dvcignore", ".gitignore"]
+PROJECT_FILES = ["Snakefile", "rules", "workflow_scripts", "condensation", "report", "dvc.yaml", ".dvc", ".dvcignore",
+                 ".gitignore"]
 
 
 def run(args: list[str], cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
@@ -22,7 +23,8 @@ def run(args: list[str], cwd: Path, timeout: int = 900) -> subprocess.CompletedP
     env["PATH"] = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
     result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     if result.returncode != 0:
-        raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-6000:]}")
+        raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n"
+                             f"{result.stdout[-4000:]}\n{result.stderr[-6000:]}")
     return result
 
 

@@ -10,8 +10,9 @@ it, so no model's distribution is cropped silently.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 from matplotlib.axes import Axes

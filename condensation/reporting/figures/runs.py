@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 import os
 import textwrap
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import matplotlib
 import numpy as np

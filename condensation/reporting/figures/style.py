@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import matplotlib
 import numpy as np

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, NamedTuple, Sequence
+from typing import NamedTuple
 
 import matplotlib
 import numpy as np
@@ -306,7 +307,8 @@ def plot_paired_trend(
         deep_dx = [-0.1, 0.1] if members == 2 else [-0.2, 0.0, 0.2]
         styles = [
             (dict(first, color=RHO_COLOR), dict(first, color=TAU_COLOR), dict(first, color=DEEP_COLOR)),
-            (dict(second, color=RHO_COLOR_LIGHT), dict(second, color=TAU_COLOR_LIGHT), dict(second, color=DEEP_COLOR_LIGHT)),
+            (dict(second, color=RHO_COLOR_LIGHT), dict(second, color=TAU_COLOR_LIGHT),
+             dict(second, color=DEEP_COLOR_LIGHT)),
             (dict(reference, color="0.45"), dict(reference, color="0.65"), dict(reference, color="0.45")),
         ]
         series = [_Series(rows[r], trend_dx[r], styles[r][0], styles[r][1]) for r in range(members)]

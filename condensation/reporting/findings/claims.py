@@ -29,8 +29,8 @@ noise unmeasured; any other model (a published checkpoint) is one given object, 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -108,7 +108,8 @@ def _means(profiles: Profiles, statistic: str) -> str:
 
 
 def _title(statistic: str) -> str:
-    return STATISTICS[statistic].title if statistic in STATISTICS else next(lens.title for lens in LENSES if lens.name == statistic)
+    return (STATISTICS[statistic].title if statistic in STATISTICS
+            else next(lens.title for lens in LENSES if lens.name == statistic))
 
 
 # --------------------------------------------------------------------------------------------
@@ -124,7 +125,8 @@ def size_piece(name: str, profiles: Profiles, design: Design, statistic: str, di
     labels = list(dict.fromkeys(rows["label"]))
     if len(labels) < 2:
         return None
-    positions = {label: math.log10(float(rows.loc[rows["label"] == label, "num_parameters"].iloc[0])) for label in labels}
+    positions = {label: math.log10(float(rows.loc[rows["label"] == label, "num_parameters"].iloc[0]))
+                 for label in labels}
     fixed = [label for label in labels if not rows.loc[rows["label"] == label, "model"].isin(design.drawn).any()]
     panel = profiles.panel(statistic, list(rows["label"]), list(rows["model"]), fixed)
     if np.ptp(list(positions.values())) == 0:
@@ -209,7 +211,8 @@ def pair_pieces(pairs: Mapping[str, tuple[Sequence[str], Profiles]], design: Des
             elif kind == "init":
                 panel = _pair_panel(profiles, members, design, statistic)
                 result = difference(panel, arm_a, arm_b)
-                text = (f"{title}: {_means(profiles.subset(in_a), statistic)} vs {_means(profiles.subset(in_b), statistic)}"
+                text = (f"{title}: {_means(profiles.subset(in_a), statistic)} vs "
+                        f"{_means(profiles.subset(in_b), statistic)}"
                         f" ({_title(statistic)}); {labels[0]} - {labels[1]} {describe(result)}")
                 init.append(Piece(title, text, result, orientation))
     return distill, init
@@ -302,7 +305,8 @@ def estimate_from(row: Mapping, prefix: str = "", suffix: str = "", covers: str 
     per_seed = tuple(float(v) for v in str(seeds).split(";")) if isinstance(seeds, str) and seeds else ()
     se = get("se")
     seeds = get("n_seeds")
-    unmeasured = "" if math.isfinite(se) else f"{int(seeds) if math.isfinite(seeds) else 1} seed(s): training noise unmeasured"
+    unmeasured = ("" if math.isfinite(se)
+                  else f"{int(seeds) if math.isfinite(seeds) else 1} seed(s): training noise unmeasured")
     saturated = row.get(f"{prefix}saturated{suffix}")
     return Estimate(estimate, se, get("dof"), get("seed_se"), get("unit_se"),
                     str(row.get(f"{prefix}covers{suffix}", covers) or covers), per_seed, unmeasured,
@@ -323,7 +327,8 @@ def dispersion_condensation_pieces(effects: Mapping[str, pd.DataFrame], trajecto
         text = (f"{name}, step {int(last['step'])}: {method} {last['mean']:.3f} vs CE {last['reference_mean']:.3f} "
                 f"over {int(last['n_seeds'])} seeds; {method} - CE {describe(result)}")
         collapsed = _collapsed(trajectories.get(name), int(last["step"]), (method, "ce"))
-        notes = (f"{name}: collapsed at step {int(last['step'])} (deeper-layer cosine >= {COLLAPSED}): {collapsed}",) if collapsed else ()
+        notes = ((f"{name}: collapsed at step {int(last['step'])} (deeper-layer cosine >= {COLLAPSED}): "
+                  f"{collapsed}",) if collapsed else ())
         pieces.append(Piece(name, text + (f"; collapsed: {collapsed}" if collapsed else ""), result, -1, notes=notes))
     return pieces
 
@@ -338,7 +343,8 @@ def _collapsed(trajectory: pd.DataFrame | None, step: int, methods: Sequence[str
         runs = at_step[at_step["method"] == method]
         gone = runs[runs["last_half"] >= COLLAPSED]
         if len(gone):
-            parts.append(f"{method} {len(gone)} of {len(runs)} runs (seed {', '.join(str(int(s)) for s in gone['seed'])})")
+            parts.append(f"{method} {len(gone)} of {len(runs)} runs "
+                         f"(seed {', '.join(str(int(s)) for s in gone['seed'])})")
     return "; ".join(parts)
 
 
@@ -348,7 +354,8 @@ def score_pieces(tables: Mapping[str, pd.DataFrame], method: str = "dispersion",
     for name, table in tables.items():
         for row in table[table["method"] == method].to_dict("records"):
             result = estimate_from(row, suffix=f"_vs_{baseline}", covers="seeds and test items")
-            text = (f"{name}, {row['model']}: {method} - CE {describe(result, 2)} points over {int(row['n_seeds'])} seeds "
+            text = (f"{name}, {row['model']}: {method} - CE {describe(result, 2)} points over "
+                    f"{int(row['n_seeds'])} seeds "
                     f"and the counted tasks' items")
             pieces.append(Piece(f"{name}, {row['model']}", text, result, +1))
     return pieces
@@ -386,7 +393,8 @@ SCORES = "The dispersion loss improves downstream scores (Tables 2, 4)"
 
 def all_claims(evidence: Evidence, design: Design) -> list[Verdict]:
     """Each claim, on the deeper-layer cosine and Spearman rho (scores: accuracy)."""
-    by_claim: dict[str, list[Decision]] = {claim: [] for claim in (SIZE, DISTILLATION, INIT_PAIRS, INIT_SERIES, DISPERSION)}
+    by_claim: dict[str, list[Decision]] = {
+        claim: [] for claim in (SIZE, DISTILLATION, INIT_PAIRS, INIT_SERIES, DISPERSION)}
     notes: dict[str, list[str]] = {claim: [] for claim in by_claim}
     for statistic in DECIDING_STATISTICS:
         title = STATISTICS[statistic].title
@@ -424,7 +432,8 @@ def _similarity_notes(evidence: Evidence, kind: str) -> list[str]:
 
     chosen = [name for name, found in evidence.similarity_kinds.items() if found == kind]
     table = evidence.similarity[evidence.similarity["comparison"].isin(chosen)]
-    return [f"closeness to the wider model (shown, not counted): {line}" for line in summarise(table)] if len(table) else []
+    return ([f"closeness to the wider model (shown, not counted): {line}" for line in summarise(table)]
+            if len(table) else [])
 
 
 def claims_under_lenses(evidence: Evidence, design: Design) -> dict[str, list[Verdict]]:
@@ -442,7 +451,8 @@ def claims_under_lenses(evidence: Evidence, design: Design) -> dict[str, list[Ve
             over_statistics(SIZE, [size_claim(evidence.trends, design, lens.name, -sign)]),
             over_statistics(DISTILLATION, [decide(distill, ANY, lens.title)]),
             over_statistics(INIT_PAIRS, [decide(init, ANY, lens.title)]),
-            over_statistics(INIT_SERIES, [decide(series_pieces(evidence.series, design, lens.name, sign), ANY, lens.title)]),
+            over_statistics(INIT_SERIES,
+                            [decide(series_pieces(evidence.series, design, lens.name, sign), ANY, lens.title)]),
         ]
     return under
 

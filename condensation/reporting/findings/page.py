@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from condensation.reporting.statistics.decisions import (
     ALPHA,
@@ -102,12 +103,14 @@ def _lens_table(under_lenses: Mapping[str, Sequence[Verdict]]) -> list[str]:
     claims = [v.claim for v in under_lenses[lenses[0]]]
     lines = ["", "## Each condensation claim under each lens", "",
              "The same claims with each lens of `condensation.lenses` over the same layers in place of the cosine, its",
-             "interval a delete-a-group jackknife over groups of sequences (t with G - 1 degrees of freedom) and over seeds;",
+             "interval a delete-a-group jackknife over groups of sequences (t with G - 1 degrees of freedom) "
+             "and over seeds;",
              "IsoScore* and the effective rank fall as condensation rises, so their predicted signs are flipped. The",
              "evidence behind each cell is in findings.json.", "",
              "| claim | " + " | ".join(lenses) + " |", "|---" * (len(lenses) + 1) + "|"]
     for index, claim in enumerate(claims):
-        lines.append(f"| {claim.split(' (')[0]} | " + " | ".join(under_lenses[lens][index].verdict for lens in lenses) + " |")
+        lines.append(f"| {claim.split(' (')[0]} | "
+                     + " | ".join(under_lenses[lens][index].verdict for lens in lenses) + " |")
     return lines
 
 
@@ -136,5 +139,6 @@ def write_findings(verdicts: Sequence[Verdict], markdown_path: str | os.PathLike
                    tasks: Mapping[str, Any] | None = None) -> None:
     write_text(markdown_path, render(verdicts, under_lenses, tasks))
     write_json(json_path, {"findings": [verdict_json(v) for v in verdicts],
-                           "under_lenses": {lens: [verdict_json(v) for v in found] for lens, found in (under_lenses or {}).items()},
+                           "under_lenses": {lens: [verdict_json(v) for v in found]
+                                            for lens, found in (under_lenses or {}).items()},
                            "tasks": dict(tasks or {})})

@@ -27,8 +27,8 @@ tested at, so a reader sees whether the design could have decided.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Sequence
 
 import numpy as np
 
@@ -104,7 +104,8 @@ def read_equivalence(piece: Piece, level: float = ALPHA) -> Reading:
         return Reading(piece, AGREES, level=level, detectable=detectable)
     if ratio.ci_low > margin:
         return Reading(piece, DISAGREES, level=level, detectable=detectable)
-    return Reading(piece, INCONCLUSIVE, f"the interval holds the {margin:.0%} margin", level=level, detectable=detectable)
+    return Reading(piece, INCONCLUSIVE, f"the interval holds the {margin:.0%} margin", level=level,
+                   detectable=detectable)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -198,7 +199,8 @@ def over_statistics(claim: str, decisions: Sequence[Decision], notes: Sequence[s
     """Every statistic must give the verdict for the claim to take it (an intersection over
     statistics); a claim with no tested statistic cannot be tested."""
     tested = [d for d in decisions if d.verdict != UNTESTED]
-    untestable = [f"{d.statistic} cannot test it ({d.reason})" for d in decisions if d.verdict == UNTESTED and d.readings]
+    untestable = [f"{d.statistic} cannot test it ({d.reason})"
+                  for d in decisions if d.verdict == UNTESTED and d.readings]
     notes = [*notes, *untestable]
     if not tested:
         reason = "; ".join(untestable) or "nothing in this config measures it"

@@ -37,8 +37,8 @@ lenses' stored replicates).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
@@ -317,7 +317,8 @@ def contrast(panel: Panel, coefficients: Mapping[str, float]) -> Estimate:
         se = 0.0
     saturated = ""
     if se == 0 and np.ptp(values[[i for arm in arms for i in indices[arm]]]) == 0:
-        saturated = f"{panel.statistic or 'the statistic'} is {values[indices[arms[0]][0]]:.2f} for every run and resample"
+        saturated = (f"{panel.statistic or 'the statistic'} is {values[indices[arms[0]][0]]:.2f} "
+                     "for every run and resample")
     return Estimate(estimate, se, dof, math.sqrt(seed_var), math.sqrt(unit_var), covers, per_seed,
                     statistic=panel.statistic, saturated=saturated)
 
@@ -330,7 +331,8 @@ def _paired_groups(panel: Panel, arms: list[str], indices: Mapping[str, list[int
         return []
     seeds = [[panel.runs[i].seed for i in indices[arm]] for arm in arms]
     shared = seeds[0]
-    if len(shared) < 2 or len(set(shared)) != len(shared) or any(sorted(map(str, s)) != sorted(map(str, shared)) for s in seeds):
+    if (len(shared) < 2 or len(set(shared)) != len(shared)
+            or any(sorted(map(str, s)) != sorted(map(str, shared)) for s in seeds)):
         return []
     vectors = np.zeros((len(shared), len(panel.runs)))
     for row, seed in enumerate(shared):

@@ -122,7 +122,8 @@ def simulate_difference(effect: float, seeds: int, *, paired: bool = True, noise
 
 
 def simulate_slope(slope_per_decade: float, positions: Sequence[float], seeds: int | Sequence[int], *,
-                   noise: ConditionNoise = ConditionNoise(), robustness: int = 0, draws: int = 2000, seed: int = 0) -> Rates:
+                   noise: ConditionNoise = ConditionNoise(), robustness: int = 0, draws: int = 2000,
+                   seed: int = 0) -> Rates:
     """The size claim: widths at ``positions`` (log10 parameters), ``seeds`` runs each (or per
     width; a width's seeds are not paired with another width's), the slope predicted negative; the
     first text decides, ``robustness`` more texts are measured and shown."""
@@ -257,7 +258,8 @@ def design_table(draws: int = 1500) -> list[tuple[str, Rates, str]]:
         rows.append((f"size: slope over 3 widths, seeds {' / '.join(map(str, seeds))}", null,
                      f"{found.agrees:.0%} at {MEASURED_SIZE_SLOPE:+.2f} per decade"))
     for seeds in (2, 3, 5):
-        rows.append((f"dispersion - CE, condensation, paired, {seeds} seeds", simulate_difference(0.0, seeds, draws=draws),
+        rows.append((f"dispersion - CE, condensation, paired, {seeds} seeds",
+                     simulate_difference(0.0, seeds, draws=draws),
                      f"{simulate_difference(-0.05, seeds, draws=draws // 3).agrees:.0%} at -0.05"))
     at_margin = simulate_gap_share(0.25, 3, draws=draws // 2)
     rows.append(("distillation: share of the gap closed, 3 seeds, at its 25 % margin", at_margin,

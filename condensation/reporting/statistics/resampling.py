@@ -7,8 +7,8 @@ question over runs too (:mod:`condensation.reporting.statistics.panel`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from scipy import stats
@@ -56,7 +56,8 @@ def _as_vector(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
     return vector
 
 
-def _cluster_sums(values: np.ndarray, weights: np.ndarray, clusters: Sequence | np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+def _cluster_sums(values: np.ndarray, weights: np.ndarray,
+                  clusters: Sequence | np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """Per cluster, the sum of weight x value and the sum of weights (each value its own cluster
     when ``clusters`` is None)."""
     if clusters is None:

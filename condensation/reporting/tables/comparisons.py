@@ -32,7 +32,8 @@ were scored on, with the per-item results of their selected checkpoints
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -172,7 +173,7 @@ def holm_column(table: pd.DataFrame, targets: Sequence[str]) -> pd.DataFrame:
     (:func:`condensation.reporting.statistics.holm`) over the table's distinct comparisons, a
     comparison that appears twice (A vs B and B vs A) counted once."""
     keys, values = {}, []
-    for index, row in table.iterrows():
+    for _, row in table.iterrows():
         for target in targets:
             p = row[f"p_vs_{target}"]
             if pd.isna(p):
@@ -242,7 +243,8 @@ def chance_flags(chance: pd.DataFrame) -> dict[str, dict[str, Any]]:
         return None if math.isnan(value) else round(float(value), 4)
 
     return {
-        row.task: {"chance": number(row.chance), "max_distance": number(row.max_distance), "at_chance": bool(row.at_chance)}
+        row.task: {"chance": number(row.chance), "max_distance": number(row.max_distance),
+                   "at_chance": bool(row.at_chance)}
         for row in chance.itertuples(index=False)
     }
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 
@@ -24,7 +24,8 @@ from condensation.runtime.io import write_text
 
 EFFECT_COLUMNS = (
     "method", "step", "metric", "n_seeds", "n_reference_seeds", "mean", "reference_mean", "difference", "se",
-    "dof", "seed_se", "unit_se", "ci_low", "ci_high", "p", "detectable", "per_seed", "std", "reference_std", "saturated",
+    "dof", "seed_se", "unit_se", "ci_low", "ci_high", "p", "detectable", "per_seed", "std", "reference_std",
+    "saturated",
 )
 METRICS = ("last_half", "spearman_rho", "kendall_tau")
 
@@ -50,7 +51,8 @@ def condensation_effects(profiles: Profiles, reference: str = "ce", metrics: Seq
         for method in pd.unique(rows["method"]):
             if method == reference:
                 continue
-            shared = sorted(set(rows.loc[rows["method"] == method, "step"]) & set(rows.loc[rows["method"] == reference, "step"]))
+            shared = sorted(set(rows.loc[rows["method"] == method, "step"])
+                            & set(rows.loc[rows["method"] == reference, "step"]))
             for step in shared:
                 records.append(_effect(profiles, metric, method, reference, step))
     return pd.DataFrame(records, columns=list(EFFECT_COLUMNS))

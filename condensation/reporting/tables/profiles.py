@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -94,7 +94,7 @@ class Profiles:
     lens_values: list[np.ndarray | None]
     lens_jackknife: list[np.ndarray | None]
 
-    def subset(self, mask: Sequence[bool] | np.ndarray) -> "Profiles":
+    def subset(self, mask: Sequence[bool] | np.ndarray) -> Profiles:
         keep = np.flatnonzero(np.asarray(mask, bool))
         return Profiles(self.rows.iloc[keep].reset_index(drop=True), [self.layers[i] for i in keep],
                         [self.lens_values[i] for i in keep], [self.lens_jackknife[i] for i in keep])
@@ -141,7 +141,8 @@ def read_profiles(path: str | os.PathLike) -> Profiles:
         same_lenses = tuple(data["lens_names"]) == LENS_NAMES
         count = len(rows)
         layers = [data[f"layers_{i}"] for i in range(count)]
-        values = [data[f"lens_values_{i}"] if same_lenses and f"lens_values_{i}" in data.files else None for i in range(count)]
+        values = [data[f"lens_values_{i}"] if same_lenses and f"lens_values_{i}" in data.files else None
+                  for i in range(count)]
         jackknife = [data[f"lens_jackknife_{i}"] if values[i] is not None else None for i in range(count)]
     return Profiles(rows, layers, values, jackknife)
 

@@ -19,8 +19,9 @@ call: score files (or a frame) in, table files out. Table 4 lives in
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd

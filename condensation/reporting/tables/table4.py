@@ -10,7 +10,8 @@ read at the step of the checkpoint its scores come from (the lowest validation l
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -132,7 +133,8 @@ def table4_caption(
         f"Models pre-trained from scratch with each loss: downstream {metric} (%) as mean ± sample std over "
         "seeds; best per model in bold. Average: mean over tasks. "
         f"{comparison_caption(targets, n_resamples, SEEDS_VARY, counted)} Condensation of the checkpoint each run's "
-        "scores come from, on text no run trained on, mean ± sample std over seeds: Deep cos is the mean pairwise cosine similarity of tokens in the deeper half "
+        "scores come from, on text no run trained on, mean ± sample std over seeds: "
+        "Deep cos is the mean pairwise cosine similarity of tokens in the deeper half "
         "of the layers (higher: more condensed); Spearman ρ and Kendall τ correlate the layers' mean cosine "
         f"with depth (positive: condensation grows with depth). Scores: {CHECKPOINT_RULE}{note}"
     )

@@ -9,7 +9,6 @@ import pandas as pd
 from condensation.reporting.tables.table_files import to_markdown, write_csv
 from condensation.runtime.io import write_text
 
-
 UNITS = (
     "Each row is one model measured once: its intervals (`_low`, `_high`, 95 %) cover the text sequences only, "
     "not the training runs (the findings page adds those). Rho, tau, last-n: over the layers' mean cosines; "
