@@ -283,6 +283,21 @@ def test_a_statistic_stuck_at_one_is_flagged_not_tested():
     assert reading.verdict == INCONCLUSIVE and "cannot separate" in reading.reason
 
 
+def test_models_of_different_depths_share_one_panel_of_profiles():
+    """A family whose sizes differ in depth (the paper's families do): each run's statistic on its
+    own layers, the same resamples of the sequences for every run; runs on other sequences refused."""
+    rng = np.random.default_rng(8)
+    shallow, deep = rng.normal(size=(12, 4)), rng.normal(size=(12, 7))
+    runs = [Run("small", None, 0.0), Run("large", None, 0.0)]
+    panel = panel_from_profiles(runs, [shallow, deep], deep_half, units="sequences", resamples=200)
+    assert [run.value for run in panel.runs] == pytest.approx([deep_half(shallow.mean(0, keepdims=True))[0],
+                                                                deep_half(deep.mean(0, keepdims=True))[0]])
+    alone = panel_from_profiles(runs[1:], [deep], deep_half, units="sequences", resamples=200)
+    np.testing.assert_allclose(panel.sampling.values[1], alone.sampling.values[0])
+    with pytest.raises(ValueError, match="same units"):
+        panel_from_profiles(runs, [shallow, deep[:10]], deep_half, units="sequences")
+
+
 def test_a_jackknife_over_groups_reads_with_g_minus_1_degrees_of_freedom():
     replicates = np.array([[1.0, 1.2, 0.8, 1.1, 0.9, 1.0]])
     panel = panel_from_replicates([Run("given", None, 1.0)], replicates, kind="jackknife", units="groups of sequences",

@@ -175,12 +175,19 @@ def panel_from_profiles(
 ) -> Panel:
     """A panel of any statistic of the mean over units of a per-unit profile: ``profiles[r]`` is
     ``[units, k]`` (e.g. each sequence's layer means), ``statistic`` maps ``[m, k]`` mean profiles to
-    ``[m]`` values. The units are resampled with replacement, the same resamples for every run."""
-    stacked = _stack(profiles, "profiles", ndim=3)
-    n = stacked.shape[1]
+    ``[m]`` values. The units are resampled with replacement, the same resamples for every run.
+    Runs may differ in ``k`` (a family's models of different depths), not in their units."""
+    arrays = [np.asarray(profile, dtype=float) for profile in profiles]
+    units_per_run = {a.shape[0] if a.ndim == 2 else None for a in arrays}
+    if len(units_per_run) != 1 or None in units_per_run:
+        shapes = sorted({a.shape for a in arrays})
+        raise ValueError(f"profiles: every run must be measured on the same units, got shapes {shapes}")
+    if not all(np.isfinite(a).all() for a in arrays):
+        raise ValueError("profiles: expected finite values")
+    n = arrays[0].shape[0]
     counts = _resample_counts(n, resamples, seed)
     values, replicates = [], []
-    for profile in stacked:
+    for profile in arrays:
         values.append(float(statistic(profile.mean(axis=0, keepdims=True))[0]))
         replicates.append(statistic(counts @ profile / n))
     runs = tuple(Run(run.arm, run.seed, value) for run, value in zip(runs, values))
