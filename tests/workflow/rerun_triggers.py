@@ -72,6 +72,7 @@ ALTERNATIVES: dict[Setting, Any] = {
     ("datasets", "austen-train", "source"): "python_docs",
     ("datasets", "pydocs", "source"): "austen",
     ("datasets", "austen", "exclude"): ["mansfieldpark"],
+    ("datasets", "austen", "documents"): ["persuasion", "emma"],
     ("datasets", "pydocs", "exclude"): ["glossary"],
     ("datasets", "austen-train", "exclude"): ["persuasion", "northangerabbey", "emma"],
     ("families", "packaged", "datasets"): ["pydocs"],
