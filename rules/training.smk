@@ -2,6 +2,39 @@
 # cross-entropy, the dispersion loss, its alternatives and the baselines, over models x methods x
 # seeds; condensation re-measured on every checkpoint; their tables (figures: figures.smk).
 
+from condensation.config.objectives import for_seed
+from condensation.config.plan import run_seed as plan_run_seed
+
+
+def run_seed(wildcards):
+    """A study run's seed (its wildcard), seed_offset included (plan.run_seed)."""
+    return plan_run_seed(config, int(wildcards.seed))
+
+
+def run_method(wildcards):
+    """A run's method spec as the run sees it: a teacher given per seed picked for its seed."""
+    seeds = config[wildcards.study]["seeds"]
+    position = seeds.index(int(wildcards.seed)) if int(wildcards.seed) in seeds else 0
+    return for_seed(STUDY_METHODS[wildcards.study][wildcards.method], position)
+
+
+def teacher_inputs(wildcards):
+    """The teacher's handle, for a run whose method distils (it names the teacher)."""
+    teacher = run_method(wildcards).get("teacher")
+    return {"teacher": fill(path.handle, model=teacher)} if teacher else {}
+
+
+def teacher_argument(wildcards, input):
+    return f"--teacher {input.teacher}" if "teacher" in input.keys() else ""
+
+
+def get_model_run_files(wildcards):
+    runs = model_runs(wildcards)
+    return {
+        "logs": expand_runs(path.study_run.log, wildcards.study, wildcards.model, runs),
+        "geometry": expand_runs(path.checkpoint_geometry, wildcards.study, wildcards.model, runs),
+    }
+
 
 rule pack_study_data:
     input:
@@ -24,6 +57,7 @@ rule pack_study_data:
 
 
 rule plan_study_run:
+    localrule: True
     output:
         path.study_run.plan,
     log:
@@ -62,7 +96,7 @@ rule train_study_run:
         teacher=teacher_argument,
     threads: 1
     resources:
-        **training_resources(lambda wildcards: wildcards.study),
+        **training_resources(config, lambda wildcards: wildcards.study),
         mem_mb=32000,
         runtime=480,
     shell:
@@ -84,20 +118,16 @@ rule measure_checkpoints:
         "logs/benchmarks/measure_checkpoints/{study}/{model}/{method}/seed{seed}.tsv"
     priority: PRIORITY.after_training
     params:
-        sampling=SAMPLING,
-        extraction=EXTRACTION,
-        trend=TREND,
+        **MEASURING,
     threads: 1
     resources:
-        gpu=model_gpus,
-        gpu_model=GPU_MODEL,
-        mem_mb=16000,
-        runtime=60,
+        **gpu_job(60),
     script:
         "../workflow_scripts/measure_checkpoints.py"
 
 
 rule study_tables:
+    localrule: True
     input:
         unpack(get_model_run_files),
     output:
@@ -117,6 +147,7 @@ rule study_tables:
 
 
 rule study_metrics:
+    localrule: True
     input:
         trajectories=lambda wildcards: expand(path.trajectory, study=wildcards.study, model=config[wildcards.study]["models"]),
         losses=lambda wildcards: expand(path.losses, study=wildcards.study, model=config[wildcards.study]["models"]),
