@@ -3,6 +3,10 @@
 
 from condensation.config.plan import score_tables, series_model_name
 
+# The figures of each study model (path.study_figure's {kind}) that the default job draws: rule
+# study_figures' three; a rule that adds one adds its kind (docs/workflow.md, "Adding a figure").
+STUDY_FIGURE_KINDS = ["condensation", "trajectory", "losses"]
+
 # Models whose weights this workflow draws (pre-trained, initialised or trained in a study here):
 # one run of them leaves the training noise unmeasured; any other model is one given checkpoint.
 DRAWN_MODELS = [name for name, spec in MODELS.items() if spec.source in ("pretrain", "init", "run")]
