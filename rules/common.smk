@@ -1,11 +1,12 @@
-# What several rule files share: the validated config and its sections, the path templates,
-# wildcard constraints, job priorities and the input functions of more than one rule file. What
-# one rule file alone uses lives in that file; the targets of the default job are in targets.smk.
+# What several files of rules share: the validated config and its sections, the path templates,
+# wildcard constraints, job priorities and the input functions of more than one rule file. The
+# targets of the default job are in targets.smk.
 # Jobs ask for one CPU thread: their work is on a GPU, or (the embedded default) so small that
-# two one-thread jobs on two cores finish sooner than one two-thread job. A rule that says
-# `localrule: True` runs on the submitting node on a cluster: the downloads (compute nodes often
+# two one-thread jobs on two cores finish sooner than one two-thread job. Rules that carry
+# `localrule: True` run on the submitting node of a cluster: the downloads (compute nodes often
 # have no network; every other job runs with the Hugging Face libraries offline) and quick jobs
-# that only read results.
+# that only read results. Functions stay out of the files with rules (Snakemake's lint), and what
+# one of those alone uses is in rules/functions/<stage>.smk, which that file includes.
 
 import re
 import sys

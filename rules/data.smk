@@ -1,15 +1,8 @@
 # Stage 1: text. Offline corpora from Debian packages or hub datasets fetched into the cache,
 # then seeded samples per dataset.
 
-from condensation.data.corpus import find_deb
 
-# Offline text comes from Debian packages (CORPORA) that tools/fetch_debs.sh downloads.
-DEB_DIR = "resources/debs"
-HUB_DATASETS = [name for name, spec in DATASETS.items() if spec.source == "hub"]
-
-
-def get_deb(wildcards):
-    return str(find_deb(CORPORA[wildcards.corpus].package, DEB_DIR))
+include: "functions/data.smk"
 
 
 rule build_corpus:
