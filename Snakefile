@@ -34,33 +34,8 @@ include: "rules/training.smk"
 include: "rules/evaluation.smk"
 
 
-# On a cluster these run on the submitting node: the downloads (compute nodes often have no
-# network; every other job runs with the Hugging Face libraries offline) and quick jobs that only
-# read results.
-localrules:
-    all,
-    fetch_model,
-    fetch_dataset,
-    fetch_eval_tasks,
-    plan_pretrain,
-    plan_study_run,
-    trend_table,
-    trend_metrics,
-    family_figure,
-    paired_figure,
-    dataset_figure,
-    study_tables,
-    study_figures,
-    study_metrics,
-    series_figure,
-    findings,
-    table4,
-    table2,
-    table3,
-    scores_by_step,
-
-
 rule all:
     default_target: True
+    localrule: True
     input:
         all_targets(),

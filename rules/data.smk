@@ -2,6 +2,9 @@
 # then seeded samples per dataset.
 
 
+include: "functions/data.smk"
+
+
 rule build_corpus:
     input:
         deb=get_deb,
@@ -17,6 +20,7 @@ rule build_corpus:
 
 
 rule fetch_dataset:
+    localrule: True
     output:
         directory(path.hub_dataset),
     log:

@@ -3,9 +3,12 @@
 # and Table 4 (pre-training from scratch).
 
 
+include: "functions/evaluation.smk"
+
+
 rule build_eval_tasks:
     input:
-        texts=lambda wildcards: sorted({file for inputs in TASK_TEXT_INPUTS.values() for files in inputs.values() for file in ([files] if isinstance(files, str) else files)}),
+        texts=task_texts,
     output:
         directory(path.eval_tasks),
     log:
@@ -21,6 +24,7 @@ rule build_eval_tasks:
 
 
 rule fetch_eval_tasks:
+    localrule: True
     output:
         path.hub_tasks,
     log:
@@ -49,10 +53,7 @@ rule evaluate_pretrained:
         settings=EVAL_SETTINGS,
     threads: 1
     resources:
-        gpu=model_gpus,
-        gpu_model=GPU_MODEL,
-        mem_mb=16000,
-        runtime=120,
+        **gpu_job(120),
     script:
         "../workflow_scripts/evaluate.py"
 
@@ -77,10 +78,7 @@ rule evaluate_checkpoint:
         settings=EVAL_SETTINGS,
     threads: 1
     resources:
-        gpu=model_gpus,
-        gpu_model=GPU_MODEL,
-        mem_mb=16000,
-        runtime=120,
+        **gpu_job(120),
     script:
         "../workflow_scripts/evaluate.py"
 
@@ -107,17 +105,12 @@ if config["evaluation"]["checkpoints"] == "all":
 
 
 rule table2:
+    localrule: True
     input:
         scores=score_files("midtrain"),
         item_rows=score_files("midtrain", suffix=SCORE_FILES["item_rows"]),
     output:
-        multiext(fill(path.table, table="table2"), csv=".csv", markdown=".md", latex=".tex"),
-        html=report(
-            fill(path.table, table="table2") + ".html",
-            caption="../report/table2.rst",
-            category="Tables",
-            labels={"table": "Table 2: downstream scores"},
-        ),
+        **score_table("table2", "Table 2: downstream scores"),
         metrics=fill(path.metrics, name="scores.json"),
         plot=fill(path.metrics, name="scores.csv"),
     log:
@@ -125,33 +118,26 @@ rule table2:
     benchmark:
         "logs/benchmarks/table2.tsv"
     params:
-        tasks=list(config["evaluation"]["tasks"]),
+        **SCORED,
         methods=list(config["midtrain"]["methods"]),
         reference=config["evaluation"]["reference"],
-        metric=config["evaluation"]["metric"],
         counted_tasks=config["evaluation"]["counted_tasks"],
     script:
         "../workflow_scripts/score_tables.py"
 
 
 rule table3:
+    localrule: True
     input:
         scores=score_files("midtrain"),
     output:
-        multiext(fill(path.table, table="table3"), csv=".csv", markdown=".md", latex=".tex"),
-        html=report(
-            fill(path.table, table="table3") + ".html",
-            caption="../report/table3.rst",
-            category="Tables",
-            labels={"table": "Table 3: dispersion ablation"},
-        ),
+        **score_table("table3", "Table 3: dispersion ablation"),
     log:
         "logs/table3.log",
     benchmark:
         "logs/benchmarks/table3.tsv"
     params:
-        tasks=list(config["evaluation"]["tasks"]),
-        metric=config["evaluation"]["metric"],
+        **SCORED,
         grid=ablation_grid(config, "midtrain"),
         models=config["midtrain"]["ablation"]["models"] or config["midtrain"]["models"],
     script:
@@ -159,33 +145,28 @@ rule table3:
 
 
 rule table4:
+    localrule: True
     input:
         scores=score_files("scratch"),
         item_rows=score_files("scratch", suffix=SCORE_FILES["item_rows"]),
         trajectories=expand(path.trajectory, study="scratch", model=config["scratch"]["models"]),
     output:
-        multiext(fill(path.table, table="table4"), csv=".csv", markdown=".md", latex=".tex"),
-        html=report(
-            fill(path.table, table="table4") + ".html",
-            caption="../report/table4.rst",
-            category="Tables",
-            labels={"table": "Table 4: pre-training with dispersion"},
-        ),
+        **score_table("table4", "Table 4: pre-training with dispersion"),
     log:
         "logs/table4.log",
     benchmark:
         "logs/benchmarks/table4.tsv"
     params:
-        tasks=list(config["evaluation"]["tasks"]),
+        **SCORED,
         models=config["scratch"]["models"],
         methods=list(config["scratch"]["methods"]),
-        metric=config["evaluation"]["metric"],
         counted_tasks=config["evaluation"]["counted_tasks"],
     script:
         "../workflow_scripts/score_tables.py"
 
 
 rule scores_by_step:
+    localrule: True
     input:
         scores=lambda wildcards: score_files(wildcards.study, study_checkpoints(config, wildcards.study)[1:]),
     output:

@@ -1,41 +1,37 @@
-# Stage 6: the paper's figures, from the geometry of stage 3 and the mid-training runs.
+# Stage 6: the paper's figures, from the geometry of stage 3 and the mid-training runs, and the
+# findings page.
+
+
+include: "functions/figures.smk"
+
+
+# The figures of each study model (path.study_figure's {kind}) that the default job draws: rule
+# study_figures' three; a rule that adds one adds its kind (docs/workflow.md, "Adding a figure").
+STUDY_FIGURE_KINDS = ["condensation", "trajectory", "losses"]
 
 
 rule family_figure:
+    localrule: True
     input:
         unpack(family_geometry),
     output:
-        report(
-            path.family_figure,
-            caption="../report/family.rst",
-            category="Condensation",
-            subcategory="Families",
-            labels={"family": "{family}", "dataset": "{dataset}"},
-        ),
+        in_report(path.family_figure, "family", "Condensation", "Families", family="{family}", dataset="{dataset}"),
     log:
         "logs/family_figure/{family}_{dataset}.log",
     benchmark:
         "logs/benchmarks/family_figure/{family}_{dataset}.tsv"
     params:
-        models=lookup(dpath="families/{family}/models", within=config),
-        compares_size=lookup(dpath="families/{family}/compares_size", within=config),
-        labels=LABELS,
-        trend=TREND,
+        **FAMILY_PARAMS,
     script:
         "../workflow_scripts/family_figure.py"
 
 
 rule paired_figure:
+    localrule: True
     input:
         unpack(pair_geometry),
     output:
-        figure=report(
-            path.paired_figure,
-            caption="../report/paired.rst",
-            category="Condensation",
-            subcategory="Pairs",
-            labels={"pair": "{pair}"},
-        ),
+        figure=in_report(path.paired_figure, "paired", "Condensation", "Pairs", pair="{pair}"),
         csv=f"{path.pair_table}.csv",
         markdown=f"{path.pair_table}.md",
         profiles=f"{path.pair_table}.profiles.npz",
@@ -52,16 +48,11 @@ rule paired_figure:
 
 
 rule dataset_figure:
+    localrule: True
     input:
         geometry=robustness_geometry,
     output:
-        report(
-            path.dataset_figure,
-            caption="../report/datasets.rst",
-            category="Condensation",
-            subcategory="Datasets",
-            labels={"family": "{family}"},
-        ),
+        in_report(path.dataset_figure, "datasets", "Condensation", "Datasets", family="{family}"),
     log:
         "logs/dataset_figure/{family}.log",
     benchmark:
@@ -76,16 +67,11 @@ rule dataset_figure:
 
 
 rule series_figure:
+    localrule: True
     input:
         unpack(series_inputs),
     output:
-        figure=report(
-            path.series_figure,
-            caption="../report/series.rst",
-            category="Condensation",
-            subcategory="Over training",
-            labels={"series": "{series}"},
-        ),
+        figure=in_report(path.series_figure, "series", "Condensation", "Over training", series="{series}"),
         csv=f"{path.series_table}.csv",
         markdown=f"{path.series_table}.md",
         profiles=f"{path.series_table}.profiles.npz",
@@ -103,32 +89,15 @@ rule series_figure:
 
 
 rule study_figures:
+    localrule: True
     input:
         trajectory=path.trajectory,
         losses=path.losses,
         grid=get_figure_row_geometry,
     output:
-        grid=report(
-            fill(path.study_figure, kind="condensation"),
-            caption="../report/study_grid.rst",
-            category="Training studies",
-            subcategory="{study}",
-            labels={"model": "{model}", "figure": "condensation by checkpoint (Fig. 6)"},
-        ),
-        trajectory=report(
-            fill(path.study_figure, kind="trajectory"),
-            caption="../report/study_trajectory.rst",
-            category="Training studies",
-            subcategory="{study}",
-            labels={"model": "{model}", "figure": "depth trend over training"},
-        ),
-        losses=report(
-            fill(path.study_figure, kind="losses"),
-            caption="../report/study_losses.rst",
-            category="Training studies",
-            subcategory="{study}",
-            labels={"model": "{model}", "figure": "losses"},
-        ),
+        grid=study_figure("condensation", "study_grid", "condensation by checkpoint (Fig. 6)"),
+        trajectory=study_figure("trajectory", "study_trajectory", "depth trend over training"),
+        losses=study_figure("losses", "study_losses", "losses"),
     log:
         "logs/study_figures/{study}/{model}.log",
     benchmark:
@@ -143,21 +112,17 @@ rule study_figures:
 
 
 rule findings:
+    localrule: True
     input:
         unpack(findings_score_inputs),
         trend_profiles=[table.replace(".csv", ".profiles.npz") for table in trend_tables()],
         pair_profiles=expand(f"{path.pair_table}.profiles.npz", pair=config["pairs"]),
         series_profiles=expand(f"{path.series_table}.profiles.npz", series=config["series"]),
-        effects=[f"{path.effects}.csv".format(study=s, model=m) for s in studies(config) for m in config[s]["models"]],
-        trajectories=[path.trajectory.format(study=s, model=m) for s in studies(config) for m in config[s]["models"]],
+        effects=every_study_model(f"{path.effects}.csv"),
+        trajectories=every_study_model(path.trajectory),
         similarity=expand(path.similarity_table, comparison=config["similarity"]),
     output:
-        markdown=report(
-            path.findings,
-            caption="../report/findings.rst",
-            category="Findings",
-            labels={"page": "the paper's claims, checked"},
-        ),
+        markdown=in_report(path.findings, "findings", "Findings", page="the paper's claims, checked"),
         json=fill(path.metrics, name="findings.json"),
     log:
         "logs/findings.log",

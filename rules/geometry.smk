@@ -1,6 +1,9 @@
 # Stage 3: per-layer cosine geometry of every (model, dataset), and its trend with depth.
 
 
+include: "functions/geometry.smk"
+
+
 rule extract:
     input:
         handle=path.handle,
@@ -16,15 +19,13 @@ rule extract:
         extraction=EXTRACTION,
     threads: 1
     resources:
-        gpu=model_gpus,
-        gpu_model=GPU_MODEL,
-        mem_mb=16000,
-        runtime=60,
+        **gpu_job(60),
     script:
         "../workflow_scripts/extract.py"
 
 
 rule trend_table:
+    localrule: True
     input:
         unpack(family_geometry),
     output:
@@ -34,15 +35,13 @@ rule trend_table:
     benchmark:
         "logs/benchmarks/trend_table/{family}_{dataset}.tsv"
     params:
-        models=lookup(dpath="families/{family}/models", within=config),
-        compares_size=lookup(dpath="families/{family}/compares_size", within=config),
-        labels=LABELS,
-        trend=TREND,
+        **FAMILY_PARAMS,
     script:
         "../workflow_scripts/trend_table.py"
 
 
 rule trend_metrics:
+    localrule: True
     input:
         tables=trend_tables(),
         geometry=all_geometry(),

@@ -2,6 +2,9 @@
 # controlled MLP-width family are pre-trained here from scratch first.
 
 
+include: "functions/models.smk"
+
+
 rule prepare_tokenizer:
     input:
         unpack(pretrain_tokenizer_inputs),
@@ -41,6 +44,7 @@ rule pack_pretraining_data:
 
 
 rule plan_pretrain:
+    localrule: True
     output:
         path.pretrain_run.plan,
     log:
@@ -75,7 +79,7 @@ rule pretrain:
         launcher=launcher("pretrain"),
     threads: 1
     resources:
-        **training_resources(lambda wildcards: "pretrain"),
+        **training_resources(config, lambda wildcards: "pretrain"),
         mem_mb=8000,
         runtime=240,
     shell:
@@ -96,20 +100,16 @@ rule measure_pretraining:
         "logs/benchmarks/measure_pretraining/{model}/{dataset}.tsv"
     priority: PRIORITY.after_training
     params:
-        sampling=SAMPLING,
-        extraction=EXTRACTION,
-        trend=TREND,
+        **MEASURING,
     threads: 1
     resources:
-        gpu=1,
-        gpu_model=GPU_MODEL,
-        mem_mb=16000,
-        runtime=60,
+        **gpu_job(60, gpu=1),
     script:
         "../workflow_scripts/measure_checkpoints.py"
 
 
 rule fetch_model:
+    localrule: True
     output:
         handle=path.handle,
     log:

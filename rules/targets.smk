@@ -22,10 +22,9 @@ def observation_targets():
 
 
 def study_targets():
-    kinds = ["condensation", "trajectory", "losses"]
     targets = []
     for study in studies(config):
-        targets += expand(path.study_figure, study=study, model=config[study]["models"], kind=kinds)
+        targets += expand(path.study_figure, study=study, model=config[study]["models"], kind=STUDY_FIGURE_KINDS)
         targets += expand(path.metrics, name=[f"{study}.json", f"{study}_training.csv", f"{study}_checkpoints.csv"])
     return targets
 

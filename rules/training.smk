@@ -3,6 +3,9 @@
 # seeds; condensation re-measured on every checkpoint; their tables (figures: figures.smk).
 
 
+include: "functions/training.smk"
+
+
 rule pack_study_data:
     input:
         unpack(lambda wildcards: dataset_inputs(config[wildcards.study]["dataset"])),
@@ -24,6 +27,7 @@ rule pack_study_data:
 
 
 rule plan_study_run:
+    localrule: True
     output:
         path.study_run.plan,
     log:
@@ -62,7 +66,7 @@ rule train_study_run:
         teacher=teacher_argument,
     threads: 1
     resources:
-        **training_resources(lambda wildcards: wildcards.study),
+        **training_resources(config, lambda wildcards: wildcards.study),
         mem_mb=32000,
         runtime=480,
     shell:
@@ -84,20 +88,16 @@ rule measure_checkpoints:
         "logs/benchmarks/measure_checkpoints/{study}/{model}/{method}/seed{seed}.tsv"
     priority: PRIORITY.after_training
     params:
-        sampling=SAMPLING,
-        extraction=EXTRACTION,
-        trend=TREND,
+        **MEASURING,
     threads: 1
     resources:
-        gpu=model_gpus,
-        gpu_model=GPU_MODEL,
-        mem_mb=16000,
-        runtime=60,
+        **gpu_job(60),
     script:
         "../workflow_scripts/measure_checkpoints.py"
 
 
 rule study_tables:
+    localrule: True
     input:
         unpack(get_model_run_files),
     output:
@@ -117,6 +117,7 @@ rule study_tables:
 
 
 rule study_metrics:
+    localrule: True
     input:
         trajectories=lambda wildcards: expand(path.trajectory, study=wildcards.study, model=config[wildcards.study]["models"]),
         losses=lambda wildcards: expand(path.losses, study=wildcards.study, model=config[wildcards.study]["models"]),

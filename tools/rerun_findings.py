@@ -3,10 +3,11 @@
 Set i runs with ``seed_offset = 1000 x i`` (i = 0 .. --sets - 1): every pre-training,
 initialisation and study seed moves by the offset, texts and test items stay (config.schema.yaml,
 ``seed_offset``). Before anything runs, the seeds each set draws are computed the way the workflow
-computes them (``condensation.config.plan.drawn_seeds``, which rules/common.smk calls) and the
-sets must share none. Each set runs in its own copy of the repository's files under --workdir
-(``offset-<N>``, first on PYTHONPATH), so editing the checkout meanwhile changes no run; a second
-call refreshes the copies and Snakemake reruns what the changes shape.
+computes them (``condensation.config.plan.drawn_seeds``, which rules/models.smk and
+rules/training.smk call) and the sets must share none. Each set runs in its own copy of the
+repository's files under --workdir (``offset-<N>``, first on PYTHONPATH), so editing the checkout
+meanwhile changes no run; a second call refreshes the copies and Snakemake reruns what the changes
+shape.
 
 Each set writes ``results/metrics/findings.json``. Every piece of evidence measured in two sets
 (claim, statistic, piece; also under each lens) is compared by

@@ -10,4 +10,6 @@
   datasets   what the file system tells before a run: your files' globs and length, the text of a
              local task, and whether training reads it too (the leak check)
   plan       what a config implies: runs, checkpoints, scored tasks, score tables, GPUs
+  paths      every path the workflow writes, as Snakemake path templates (``path.*``)
+  launch     how a training job starts (accelerate, srun over nodes) and its scheduler resources
 """

@@ -1,8 +1,8 @@
 """A training run over several nodes, under SLURM: one launcher per node.
 
-A run with ``nodes_per_run: N`` is one SLURM job of N nodes (resources: ``rules/common.smk``,
-``training_resources``). Its job step is one ``srun`` that starts this module once on every node
-(``srun_command``); each copy reads where it stands from SLURM's environment and starts
+A run with ``nodes_per_run: N`` is one SLURM job of N nodes (resources:
+``condensation.config.launch.training_resources``). Its job step is one ``srun`` that starts this
+module once on every node (``srun_command``); each copy reads where it stands from SLURM's environment and starts
 accelerate's launcher (torchrun underneath) for the G processes of its node::
 
     srun --nodes=N --ntasks=N --ntasks-per-node=1 --gres=gpu:G --kill-on-bad-exit=1 \\

@@ -1,0 +1,79 @@
+# The input functions and helpers that rules/figures.smk alone uses (Snakemake's lint keeps
+# functions out of a file with rules); what several rule files share is in rules/common.smk.
+
+from condensation.config.plan import score_tables, series_model_name
+
+# Models whose weights this workflow draws (pre-trained, initialised or trained in a study here):
+# one run of them leaves the training noise unmeasured; any other model is one given checkpoint.
+DRAWN_MODELS = [name for name, spec in MODELS.items() if spec.source in ("pretrain", "init", "run")]
+
+
+def series_group(spec):
+    """Which runs the findings page reads together for the Fig. 4 claim: the pre-training runs of
+    one family done here (every width and seed: draws of one procedure), else the series' model."""
+    if spec["model"] in DRAWN_MODELS:
+        for family, members in config["families"].items():
+            if spec["model"] in members["models"]:
+                return f"{family}, pre-trained here"
+    return LABELS[spec["model"]]
+
+
+SERIES_GROUPS = {name: series_group(spec) for name, spec in config["series"].items()}
+
+
+def pair_geometry(wildcards):
+    """The first members, then the second members, then the reference row's (where it has one)."""
+    spec = config["pairs"][wildcards.pair]
+    models = spec["first"] + spec["second"] + spec.get("reference", [])
+    return {
+        "geometry": expand(path.geometry, model=models, dataset=spec["dataset"]),
+        "handles": expand(path.handle, model=models),
+    }
+
+
+def robustness_geometry(wildcards):
+    """Dataset-major: every model of the first dataset, then of the next."""
+    models = config["families"][wildcards.family]["models"]
+    datasets = config["dataset_robustness"][wildcards.family]
+    return expand(path.geometry, dataset=datasets, model=models)
+
+
+def series_inputs(wildcards):
+    """A hub series: the geometry of each revision's model; a pretrain series: its run's
+    checkpoint geometry and checkpoint index."""
+    spec = config["series"][wildcards.series]
+    if MODELS[spec["model"]].source == "pretrain":
+        return {
+            "run_geometry": fill(path.pretrain_geometry, model=spec["model"], dataset=spec["dataset"]),
+            "index": fill(path.pretrain_run.index, model=spec["model"]),
+        }
+    models = [series_model_name(wildcards.series, point["label"]) for point in spec["checkpoints"]]
+    return {"geometry": expand(path.geometry, model=models, dataset=spec["dataset"])}
+
+
+def get_figure_row_geometry(wildcards):
+    """Fig. 6 rows: each row's method in the first seed it was run with."""
+    seeds = {}
+    for method, seed in model_runs(wildcards):
+        seeds.setdefault(method, seed)
+    rows = config[wildcards.study]["figure_rows"]
+    return expand_runs(path.checkpoint_geometry, wildcards.study, wildcards.model, [(m, seeds[m]) for m in rows])
+
+
+def study_figure(kind, caption, figure):
+    """One of a study model's figures (``kind``), in the report under its study."""
+    file = fill(path.study_figure, kind=kind)
+    return in_report(file, caption, "Training studies", "{study}", model="{model}", figure=figure)
+
+
+def every_study_model(template):
+    """``template`` filled for every model of every study that trains."""
+    return [template.format(study=study, model=model) for study in studies(config) for model in config[study]["models"]]
+
+
+def findings_score_inputs(wildcards):
+    """Tables 2 and 4, where the config scores."""
+    if not config["evaluation"]["tasks"]:
+        return {"score_tables": []}
+    tables = [table for table in score_tables(config) if table in ("table2", "table4")]
+    return {"score_tables": expand(f"{path.table}.csv", table=tables)}

@@ -1,0 +1,64 @@
+# The input functions and helpers that rules/models.smk alone uses (Snakemake's lint keeps
+# functions out of a file with rules); what several rule files share is in rules/common.smk.
+
+from condensation.config.plan import model_seed as plan_model_seed
+
+HUB_MODELS = [name for name, spec in MODELS.items() if spec.source == "hub"]
+
+
+def model_seed(wildcards):
+    """The seed a model is pre-trained or initialised with, seed_offset included (plan.model_seed)."""
+    return plan_model_seed(config, wildcards.model)
+
+
+def study_input_models():
+    """The models a study run reads: each study's starting models and every distillation teacher."""
+    # a distillation method names one teacher, or one per seed (a list)
+    named = [method.get("teacher") for methods in STUDY_METHODS.values() for method in methods.values()]
+    teachers = {teacher for entry in named for teacher in (entry if isinstance(entry, list) else [entry])}
+    return ({model for study in studies(config) for model in config[study]["models"]} | teachers) - {None}
+
+
+STUDY_INPUT_MODELS = study_input_models()
+
+
+def pretrain_priority(wildcards):
+    """A pre-training run that study runs start from or distil from before the others."""
+    return PRIORITY.run_input_pretraining if wildcards.model in STUDY_INPUT_MODELS else PRIORITY.training
+
+
+def prepare_model_priority(wildcards):
+    """The handle of a study's starting model or teacher gates its runs; other models wait."""
+    return PRIORITY.training_input if wildcards.model in STUDY_INPUT_MODELS else 0
+
+
+def pretrain_tokenizer_inputs(wildcards):
+    """A model's tokenizer (its handle), or the text a BPE is trained on."""
+    existing = config["pretrain"]["tokenizer"]
+    return {"handle": fill(path.handle, model=existing)} if existing else dataset_inputs(config["pretrain"]["dataset"])
+
+
+def get_model_inputs(wildcards):
+    """What a model's handle is made from: a pre-training run or a study's run, or the tokenizer
+    of an init model."""
+    spec = MODELS[wildcards.model]
+    if spec.source == "pretrain":
+        return {"pretrained": fill(path.pretrain_run.final, model=wildcards.model)}
+    if spec.source == "run":
+        return {"pretrained": fill(path.study_run.final, study=spec.study, model=spec.of, method=spec.method, seed=spec.seed)}
+    if spec.source == "init" and MODELS[spec.of].source == "pretrain":
+        return {"tokenizer": path.tokenizer}
+    if spec.source == "init":  # the architecture and tokenizer of a hub model
+        return {"base": fill(path.handle, model=spec.of)}
+    return {}
+
+
+def get_model_arch(wildcards):
+    """Architecture of a pretrain model, or of the model an init model is the start of."""
+    spec = MODELS[wildcards.model]
+    return MODELS[spec.of].arch if spec.source == "init" else spec.arch
+
+
+def _others(names):
+    """Any model name but these (a rule that makes every other model's handle)."""
+    return _alternatives(set(config["models"]) - set(names))
