@@ -73,6 +73,8 @@ ALTERNATIVES: dict[Setting, Any] = {
     ("datasets", "pydocs", "source"): "austen",
     ("datasets", "austen", "exclude"): ["mansfieldpark"],
     ("datasets", "austen", "documents"): ["persuasion", "emma"],
+    ("datasets", "austen-train", "documents"): ["emma", "mansfieldpark"],
+    ("datasets", "pydocs", "documents"): ["tutorial"],  # a built-in corpus' names are checked by its job, not the plan
     ("datasets", "pydocs", "exclude"): ["glossary"],
     ("datasets", "austen-train", "exclude"): ["persuasion", "northangerabbey", "emma"],
     ("families", "packaged", "datasets"): ["pydocs"],
@@ -116,6 +118,7 @@ ALTERNATIVES: dict[Setting, Any] = {
     ("pairs", "distillation", "dataset"): "pydocs",
     ("scratch", "methods", "distill", "teacher"): "toy-narrow",
     ("evaluation", "limit"): 6,
+    ("evaluation", "counted_tasks"): ["persuasion_next"],
     ("similarity", "midtrain-vs-wide", "methods"): ["dispersion", "ce"],
     ("similarity", "midtrain-vs-wide", "reference"): ["toy-narrow"],
     ("similarity", "midtrain-vs-wide", "dataset"): "pydocs",

@@ -192,7 +192,7 @@ def test_table2_has_every_method_against_the_reference(project):
     assert (others["n_items_vs_dispersion"] == 12 * counted * 2).all()
     assert table["average_mean"].between(0, 100).all()
     text = (project / "results/tables/table2.md").read_text()
-    assert "paired bootstrap over test items" in text and "lowest validation loss" in text
+    assert "paired bootstrap over items" in text and "lowest validation loss" in text
     assert "\\begin{tabular}" in (project / "results/tables/table2.tex").read_text()
     grid = pd.read_csv(project / "results/tables/table3.csv")
     assert sorted(zip(grid["weight"], grid["tau"])) == [(0.5, 1.0), (1.0, 0.5)]
