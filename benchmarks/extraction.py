@@ -185,9 +185,10 @@ def run(args, device: torch.device, dtype: torch.dtype) -> dict:
     ids = torch.randint(vocab, (args.seqs, args.tokens), generator=torch.Generator().manual_seed(args.seed + 1))
 
     variants = {
-        "ours": lambda: measure(fast_model, token_ids=ids, batch_size=args.batch_size, progress=False).statistics,
-        "cosines": lambda: measure(fast_model, token_ids=ids, batch_size=args.batch_size, progress=False,
-                                   lens_tokens=None).statistics,
+        "ours": lambda: measure(fast_model, token_ids=ids, progress=False,
+                                extraction={"batch_size": args.batch_size}).statistics,
+        "cosines": lambda: measure(fast_model, token_ids=ids, progress=False,
+                                   extraction={"batch_size": args.batch_size, "lens_tokens": None}).statistics,
         "reference": lambda: reference_extraction(reference_model, ids),
         "bare": lambda: bare_forward(fast_model, ids, args.batch_size),
     }

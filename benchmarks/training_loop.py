@@ -48,7 +48,7 @@ How to read it:
   none on CPU). MFU is for the precision of the peak you pass: the float32 plain loop on a
   bf16 peak is "useful FLOPs relative to what bf16 could do".
 * ``--aux dispersion`` adds ``weight * losses.auxiliary_loss(hidden_states)`` (every block
-  output) to both loops: ours through ``train(aux_loss=..., TrainConfig(aux_weight=...))``, the
+  output) to both loops: ours through ``train(..., aux_loss=..., aux_weight=...)``, the
   plain loop by adding it to ``out.loss``.
 
     python benchmarks/training_loop.py [--device cpu|cuda] [--preset gpt2-small] [--aux dispersion]
@@ -121,7 +121,6 @@ def run_ours(template: torch.nn.Module, args, device: torch.device, dtype: torch
         checkpoint_every=args.steps + 1,
         val_batches=1,
         mixed_precision="no" if dtype == torch.float32 else "bf16",
-        aux_weight=aux_config.weight if aux_config is not None else 0.0,
         compile=compile_forward,
         tracker=args.tracker,
     )
@@ -130,7 +129,8 @@ def run_ours(template: torch.nn.Module, args, device: torch.device, dtype: torch
     model = copy.deepcopy(template)
     with tempfile.TemporaryDirectory(prefix="bench-train-") as out_dir:
         started = time.perf_counter()
-        result = train(model, blocks, val_blocks, config, Path(out_dir), aux_loss=aux_loss)
+        result = train(model, blocks, val_blocks, config, Path(out_dir), aux_loss=aux_loss,
+                       aux_weight=aux_config.weight if aux_config is not None else None)
         call_s = time.perf_counter() - started
         if result.steps != args.steps:
             raise RuntimeError(f"train() ran {result.steps} steps, expected {args.steps}")

@@ -27,20 +27,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
+import yaml
+from tqdm.auto import tqdm
 
 from condensation import geometry, lenses, models
 from condensation.config.corpora import CORPORA
-from condensation.config.specs import DatasetSpec, SamplingConfig, TrendConfig
-from condensation.runtime.io import write_json
+from condensation.config.specs import DatasetSpec, ExtractionConfig, SamplingConfig, TrendConfig, typed
+from condensation.data import corpus, packing, text
+from condensation.hidden_states import UnsupportedModelError, source_of
+from condensation.runtime.io import atomic_path, manifest_path, write_json
+from condensation.runtime.progress import ProgressLog
 
 if TYPE_CHECKING:
-    import pandas as pd
     import torch
 
 log = logging.getLogger("condensation")
-
-PAPER_TREND = TrendConfig(include_embedding_layer=True, include_diagonal=True)
-"""The paper's conventions (and config.yaml's): layer 0 counts, all T^2 pairs."""
 
 CACHE_ENV_VAR = "CONDENSATION_CACHE"
 """Where converted GGUF models and built corpora are kept between calls (default
@@ -63,7 +65,7 @@ class Measurement:
     name: str
     statistics: geometry.CosineStatistics
     num_parameters: int | None = None
-    trend_config: TrendConfig = PAPER_TREND
+    trend_config: TrendConfig = TrendConfig()
     """Which layers and pairs the trend and the summaries read (the paper's by default)."""
     token_digest: str | None = None
     """SHA-256 of the token ids measured: two measurements with the same digest read the same
@@ -85,8 +87,6 @@ class Measurement:
 
     def to_dataframe(self) -> pd.DataFrame:
         """Per layer: the mean cosine (all pairs, and off the diagonal), then each lens."""
-        import pandas as pd
-
         stats = self.statistics
         depth = np.arange(stats.num_layers)
         frame = pd.DataFrame({"layer": depth, "layer_fraction": depth / max(stats.num_layers - 1, 1),
@@ -105,8 +105,6 @@ class Measurement:
         paths = {"statistics": out_dir / f"{stem}.npz", "layers": out_dir / f"{stem}_layers.csv",
                  "summary": out_dir / f"{stem}_summary.json", "heatmap": out_dir / f"{stem}_heatmap.png"}
         self.statistics.save(paths["statistics"])
-        from condensation.runtime.io import atomic_path
-
         with atomic_path(paths["layers"]) as tmp:
             self.to_dataframe().to_csv(tmp, index=False, float_format="%.6f")
         write_json(paths["summary"], {**_plain(self.summary()), "meta": self.statistics.meta})
@@ -114,7 +112,8 @@ class Measurement:
         return paths
 
     def family_entry(self):
-        from condensation.reporting.figures.trends import FamilyEntry
+        # deferred: the figures import matplotlib, which measuring without drawing does not need
+        from condensation.reporting.figures.trends import FamilyEntry  # noqa: PLC0415
 
         return FamilyEntry(self.name, self.statistics, self.num_parameters, self.trend, self.lens_summary())
 
@@ -126,7 +125,8 @@ class Measurement:
 def plot_family(measurements: Sequence[Measurement], path: str | os.PathLike, title: str = ""):
     """The family figure (Fig. 2 layout) of several measurements, smallest model first as given:
     rho and tau, the deeper half's cosine with its interval, the other lenses, one heatmap each."""
-    from condensation.reporting.figures.trends import plot_family_trend
+    # deferred: the figures import matplotlib, which measuring without drawing does not need
+    from condensation.reporting.figures.trends import plot_family_trend  # noqa: PLC0415
 
     return plot_family_trend([m.family_entry() for m in measurements], path, title=title or "condensation by layer")
 
@@ -172,8 +172,6 @@ def resolve_model(model: str | os.PathLike | models.ModelHandle, name: str | Non
 def sampled_texts(source: str | os.PathLike | Mapping[str, Any], sampling: SamplingConfig) -> list[str]:
     """Sequences sampled as the workflow samples them, from a text file, a built-in corpus name or
     a dataset entry as in config.yaml (``{"source": "files", "files": [...]}``, a hub dataset, ...)."""
-    from condensation.data import text
-
     if isinstance(source, Mapping):
         spec = DatasetSpec.from_config(str(source.get("name", "dataset")),
                                        {k: v for k, v in source.items() if k != "name"})
@@ -202,15 +200,11 @@ def _dataset_dir(spec: DatasetSpec) -> Path | None:
     """Where a built-in corpus or a hub dataset is unpacked (built on first use, then reused)."""
     if spec.source == "files":
         return None
-    from condensation.runtime.io import manifest_path
-
     directory = (cache_dir() / "datasets" / spec.source if spec.source in CORPORA
                  else cache_dir() / "datasets" / spec.dataset)
     if manifest_path(directory).exists():
         return directory
     if spec.source in CORPORA:
-        from condensation.data import corpus
-
         try:
             corpus.build_corpus_dir(spec.source, corpus.find_deb(CORPORA[spec.source].package), directory)
         except (FileNotFoundError, ImportError) as error:
@@ -220,8 +214,6 @@ def _dataset_dir(spec: DatasetSpec) -> Path | None:
                 "folder holding it); anywhere, measure your own text with --texts FILE"
             ) from error
     else:
-        from condensation.data import text
-
         text.fetch_hub_dataset(spec, directory)
     return directory
 
@@ -229,12 +221,8 @@ def _dataset_dir(spec: DatasetSpec) -> Path | None:
 def _progress(total: int, label: str) -> tuple[Callable[[int], object], Callable[[], None]]:
     """A tqdm bar on a terminal, plain progress lines (``ProgressLog``) in a file."""
     if sys.stderr.isatty():
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=total, unit="seq", desc=label, leave=False)
         return bar.update, bar.close
-    from condensation.runtime.progress import ProgressLog
-
     return ProgressLog(total, "seq", every=1, every_seconds=0, label=label).update, lambda: None
 
 
@@ -259,8 +247,6 @@ def _sequences(texts: Any, dataset: Any, sampling: SamplingConfig, meta: dict[st
 def _source_and_tokenizer(model: Any, name: str | None, tokenizer: Any, dtype: str, device: str):
     """Where ``model``'s hidden states come from (loaded first when it is a path or an id), and its
     tokenizer: the one given, else the one it is loaded with or carries (None for a bare model)."""
-    from condensation.hidden_states import UnsupportedModelError, source_of
-
     if isinstance(model, (str, os.PathLike, models.ModelHandle)):
         handle = resolve_model(model, name)
         source = source_of(models.load_model(handle, dtype, device))
@@ -281,16 +267,9 @@ def measure(
     token_ids: torch.Tensor | None = None,
     tokenizer: Any = None,
     name: str | None = None,
-    seq_len: int = 256,
-    num_sequences: int = 32,
-    min_words: int | None = None,
-    sample_seed: int = 0,
-    batch_size: int = 8,
-    dtype: str = "auto",
-    device: str = "auto",
-    lens_tokens: int | None = lenses.SAMPLE_TOKENS,
-    trend: TrendConfig = PAPER_TREND,
-    heatmap_size: int | None = geometry.HEATMAP_SIZE,
+    sampling: SamplingConfig | Mapping[str, Any] = SamplingConfig(),
+    extraction: ExtractionConfig | Mapping[str, Any] = ExtractionConfig(),
+    trend: TrendConfig | Mapping[str, Any] = TrendConfig(),
     meta: Mapping[str, Any] | None = None,
     progress: bool | Callable[[int], object] = True,
 ) -> Measurement:
@@ -300,49 +279,33 @@ def measure(
     or a model object: a Hugging Face model (give its ``tokenizer``), a TransformerLens
     ``HookedTransformer`` or ``TransformerBridge``, an nnsight ``LanguageModel`` (these carry their
     tokenizer), or a callable from token ids ``[B, T]`` to the per-layer hidden states
-    (:mod:`condensation.hidden_states`). ``texts``: a list of strings, each measured as
-    one sequence of its first ``seq_len`` tokens (every one must have that many), or a text file,
-    from which ``num_sequences`` sequences of ``min_words`` words (default ``1.25 * seq_len``) are
-    sampled with ``sample_seed``; ``dataset``: a built-in corpus name or a config-style entry,
-    sampled the same way; ``token_ids``: sequences already tokenised, ``[N, T]``.
-    ``dtype``/``device``: ``auto`` is bf16 on a CUDA GPU, else fp32 on CPU.
-    ``lens_tokens``: tokens per layer the spectral lenses sample (None: cosines only).
-    ``heatmap_size``: the position-wise mean matrix is kept whole up to this ``T`` and averaged over
-    blocks of positions to this size above it (None: whole at any ``T``, memory ``T^2``); every
-    other statistic is exact at any ``T``, in memory linear in ``T``.
+    (:mod:`condensation.hidden_states`). ``texts``: a list of strings, each measured as one sequence
+    of its first ``sampling.seq_len`` tokens (every one must have that many), or a text file, from
+    which sequences are sampled as ``sampling`` says; ``dataset``: a built-in corpus name or a
+    config-style entry, sampled the same way; ``token_ids``: sequences already tokenised, ``[N, T]``.
+    ``sampling``, ``extraction``, ``trend``: the workflow's settings (:mod:`condensation.config.specs`
+    holds each default and its reason), objects or mappings of the fields to change, e.g.
+    ``sampling={"num_sequences": 32}``; by default the paper's: N = 100 sequences of T = 512 tokens.
     """
-    from condensation.hidden_states import UnsupportedModelError
-
+    sampling, extraction = typed(SamplingConfig, sampling), typed(ExtractionConfig, extraction)
     if sum(source is not None for source in (texts, dataset, token_ids)) != 1:
         raise MeasureError("give one of texts (a list of strings or a text file), dataset or token_ids")
-    sampling = SamplingConfig(num_sequences=num_sequences, seq_len=seq_len,
-                              min_words=min_words or max(seq_len, math.ceil(1.25 * seq_len)), seed=sample_seed)
-    source, tokenizer = _source_and_tokenizer(model, name, tokenizer, dtype, device)
+    source, tokenizer = _source_and_tokenizer(model, name, tokenizer, extraction.dtype, extraction.device)
     if tokenizer is None and token_ids is None:
         raise MeasureError(f"a {source.kind} model object needs its tokenizer: measure(model, texts, "
                            "tokenizer=tokenizer), or give token_ids")
-    name = name or source.name
-    meta = dict(meta or {})
-    sequences = [] if token_ids is not None else _sequences(texts, dataset, sampling, meta)
-    seq_len = int(token_ids.shape[-1]) if token_ids is not None else seq_len
-    if source.max_positions is not None and seq_len > source.max_positions:
+    name, meta = name or source.name, dict(meta or {})
+    input_ids = token_ids if token_ids is not None else _token_ids(texts, dataset, tokenizer, sampling, meta)
+    if source.max_positions is not None and input_ids.shape[-1] > source.max_positions:
         raise MeasureError(f"model '{name}' accepts at most {source.max_positions} positions, fewer than "
-                           f"seq_len={seq_len}; lower seq_len")
-    from condensation.data import packing, text
-
-    where = f"{meta.get('dataset', 'texts')}: "
-    try:
-        input_ids = (token_ids if token_ids is not None
-                     else packing.tokenize_exactly(tokenizer, sequences, seq_len, where=where))
-    except text.DatasetError as error:
-        raise MeasureError(str(error)) from error
+                           f"seq_len={input_ids.shape[-1]}; lower seq_len")
     label = f"{name} on {meta.get('dataset', 'texts')}"
     update, close = _progress(len(input_ids), label) if progress is True else (progress or None, lambda: None)
     started = time.perf_counter()
     try:
         stats = geometry.extract_cosine_statistics(
-            source, input_ids, batch_size=batch_size, progress=update, lens_tokens=lens_tokens,
-            heatmap_size=heatmap_size,
+            source, input_ids, batch_size=extraction.batch_size, progress=update, lens_tokens=extraction.lens_tokens,
+            heatmap_size=extraction.heatmap_size,
             meta={**meta, "model": name, "num_parameters": source.num_parameters,
                   "dtype": source.dtype, "device": str(source.device)},
         )
@@ -355,7 +318,17 @@ def measure(
              stats.meta["seconds"])
     ids = input_ids.cpu().numpy().astype(np.int64)
     digest = hashlib.sha256(repr(ids.shape).encode() + ids.tobytes()).hexdigest()
-    return Measurement(name, stats, source.num_parameters, trend, token_digest=digest)
+    return Measurement(name, stats, source.num_parameters, typed(TrendConfig, trend), token_digest=digest)
+
+
+def _token_ids(texts: Any, dataset: Any, tokenizer: Any, sampling: SamplingConfig, meta: dict[str, Any]):
+    """The token ids ``[N, seq_len]`` of the texts to measure (``_sequences``)."""
+    sequences = _sequences(texts, dataset, sampling, meta)
+    try:
+        return packing.tokenize_exactly(tokenizer, sequences, sampling.seq_len,
+                                        where=f"{meta.get('dataset', 'texts')}: ")
+    except text.DatasetError as error:
+        raise MeasureError(str(error)) from error
 
 
 # ---------------------------------------------------------------------------------------------
@@ -383,22 +356,25 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", default="config.yaml", metavar="YAML",
                         help="where --dataset NAME is looked up when it is not a built-in corpus "
                              "(default: config.yaml)")
-    parser.add_argument("--seq-len", type=int, default=256, help="tokens per sequence (default: 256; the paper: 512)")
-    parser.add_argument("--num-sequences", type=int, default=32, help="sequences sampled (default: 32; the paper: 100)")
+    # the defaults are the workflow's and measure()'s: config.specs' dataclasses hold them
+    sampling, extraction = SamplingConfig(), ExtractionConfig()
+    parser.add_argument("--seq-len", type=int, default=sampling.seq_len,
+                        help="tokens per sequence (default: %(default)s, the paper's)")
+    parser.add_argument("--num-sequences", type=int, default=sampling.num_sequences,
+                        help="sequences sampled (default: %(default)s, the paper's)")
     parser.add_argument("--min-words", type=int, default=None,
-                        help="words gathered per sequence before tokenising (default: 1.25 x seq-len)")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
-    parser.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass (default: 8)")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                        help="words gathered per sequence before tokenising (default: 2 x seq-len)")
+    parser.add_argument("--seed", type=int, default=sampling.seed, help="sampling seed (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=extraction.batch_size,
+                        help="sequences per forward pass (default: %(default)s)")
+    parser.add_argument("--dtype", default=extraction.dtype, choices=["auto", "float32", "bfloat16", "float16"],
                         help="weights' dtype (default: auto = bf16 on a CUDA GPU, else float32)")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ... (default: auto)")
-    parser.add_argument("--lens-tokens", type=int, default=lenses.SAMPLE_TOKENS,
-                        help=f"tokens per layer the spectral lenses sample "
-                             f"(default: {lenses.SAMPLE_TOKENS}; 0: cosines only)")
-    parser.add_argument("--heatmap-size", type=int, default=geometry.HEATMAP_SIZE, metavar="CELLS",
-                        help=f"keep the position-wise mean matrix whole up to this seq-len and block-averaged to "
-                        f"CELLS x CELLS above it (default: {geometry.HEATMAP_SIZE}; 0: whole at any length, "
-                        "memory T^2)")
+    parser.add_argument("--device", default=extraction.device, help="auto, cpu, cuda, cuda:1, ... (default: auto)")
+    parser.add_argument("--lens-tokens", type=int, default=extraction.lens_tokens,
+                        help="tokens per layer the spectral lenses sample (default: %(default)s; 0: cosines only)")
+    parser.add_argument("--heatmap-size", type=int, default=extraction.heatmap_size, metavar="CELLS",
+                        help="keep the position-wise mean matrix whole up to this seq-len and block-averaged to "
+                        "CELLS x CELLS above it (default: %(default)s; 0: whole at any length, memory T^2)")
     parser.add_argument("--no-embedding-layer", action="store_true", help="leave layer 0 out of the trend")
     parser.add_argument("--offdiag", action="store_true",
                         help="trend of the off-diagonal mean (i != j) instead of all pairs")
@@ -413,8 +389,6 @@ def _dataset_entry(name: str, config_path: str) -> str | Mapping[str, Any]:
     path = Path(config_path)
     if not path.is_file():
         raise MeasureError(f"--dataset {name}: not a built-in corpus ({', '.join(CORPORA)}) and {path} does not exist")
-    import yaml
-
     entries = (yaml.safe_load(path.read_text()) or {}).get("datasets", {})
     if name not in entries:
         raise MeasureError(f"--dataset {name}: not a built-in corpus ({', '.join(CORPORA)}) nor a dataset in {path} "
@@ -444,18 +418,18 @@ def print_table(measurement: Measurement, stream=sys.stdout) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    sampling = SamplingConfig(num_sequences=args.num_sequences, seq_len=args.seq_len, min_words=args.min_words,
+                              seed=args.seed)
+    extraction = ExtractionConfig(batch_size=args.batch_size, dtype=args.dtype, device=args.device,
+                                  lens_tokens=args.lens_tokens or None, heatmap_size=args.heatmap_size or None)
     trend = TrendConfig(include_embedding_layer=not args.no_embedding_layer, include_diagonal=not args.offdiag)
     try:
         source = ({"texts": args.texts} if args.texts
                   else {"dataset": _dataset_entry(args.dataset or "austen", args.config)})
         measurements = []
         for model in args.models:
-            measurements.append(measure(
-                model, **source, seq_len=args.seq_len, num_sequences=args.num_sequences, min_words=args.min_words,
-                sample_seed=args.seed, batch_size=args.batch_size, dtype=args.dtype, device=args.device,
-                lens_tokens=args.lens_tokens or None, trend=trend, heatmap_size=args.heatmap_size or None,
-            ))
-    except (MeasureError, models.ModelError) as error:
+            measurements.append(measure(model, **source, sampling=sampling, extraction=extraction, trend=trend))
+    except (MeasureError, models.ModelError, ValueError) as error:
         print(f"condensation measure: {error}", file=sys.stderr)
         return 2
     seen: dict[str, int] = {}
@@ -469,10 +443,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         paths = measurement.save(out)
         print(f"wrote {', '.join(str(p) for p in paths.values())}")
     if len(measurements) > 1:
-        import pandas as pd
-
-        from condensation.runtime.io import atomic_path
-
         plot_family(measurements, out / "family.png", title="condensation by layer")
         with atomic_path(out / "summary.csv") as tmp:
             pd.DataFrame([m.summary() for m in measurements]).to_csv(tmp, index=False, float_format="%.6f")

@@ -138,10 +138,6 @@ class TrainConfig:
     active_forgetting). Checkpoints and ``final/`` are the same plain Hugging Face directories
     either way; the resumable state of an fsdp run is sharded (``training.checkpointing``)."""
 
-    aux_weight: float = 0.0
-    """Weight of the auxiliary loss: total = ce + aux_weight * aux. 0 trains on CE alone (the
-    auxiliary callable is then not even called, and hidden states are not requested)."""
-
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(self.betas))  # a config gives a list
         positive = ("train_tokens", "block_size", "micro_batch_size", "grad_accum_steps", "checkpoint_every")
@@ -265,9 +261,8 @@ def plan_run(kind: str, model: str, train: Mapping[str, Any], seed: int, method:
              arch: Mapping[str, int] | None = None, reinitialise: bool = False) -> RunPlan:
     """A run's plan from the config's ``train`` section, its seed and its method spec."""
     settings = resolve_method(method or {"objective": "ce"})
-    config = TrainConfig(**train, seed=seed, aux_weight=settings.aux_weight)
-    return RunPlan(kind=kind, model=model, train=config, method=settings, arch=arch, reinitialise=reinitialise,
-                   provenance=provenance())
+    return RunPlan(kind=kind, model=model, train=TrainConfig(**train, seed=seed), method=settings, arch=arch,
+                   reinitialise=reinitialise, provenance=provenance())
 
 
 def provenance() -> dict[str, Any]:

@@ -2,8 +2,9 @@
 states are extracted, the trend conventions, and one entry of ``datasets`` or ``models``.
 
 The rules pass sections to jobs as plain data (Snakemake compares plain params to decide what to
-rerun); a job turns them into these objects. An entry's defaults come from the schema, the one
-place they are written: :meth:`DatasetSpec.from_config` and :meth:`ModelSpec.from_config` fill
+rerun); a job turns them into these objects. A section's defaults are written once, in its
+dataclass here (the schema is filled from them, see ``SECTIONS``); an entry's defaults come from
+the schema, the one place they are written: :meth:`DatasetSpec.from_config` and :meth:`ModelSpec.from_config` fill
 what an entry leaves out from it, so a library caller may pass a short entry.
 """
 
@@ -17,35 +18,67 @@ from typing import Any, TypeVar
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    num_sequences: int
-    """N sequences per dataset; the paper uses 100."""
-    seq_len: int
-    """T tokens per sequence after tokenisation; the paper uses 512."""
-    min_words: int
-    """Whitespace words gathered per sequence, at least ``seq_len`` so T tokens are guaranteed."""
-    seed: int
+    """How the sequences a model is measured on are drawn from a dataset. The defaults are the
+    paper's; the workflow's schema, ``condensation measure`` and :func:`condensation.measure` all
+    take them from here."""
+
+    num_sequences: int = 100
+    """N sequences per dataset: the paper's population average is over 100."""
+    seq_len: int = 512
+    """T tokens per sequence after tokenisation: the paper's 512."""
+    min_words: int | None = None
+    """Whitespace words gathered per sequence before tokenising. A subword tokenizer gives at
+    least one token per word, so ``min_words >= seq_len`` guarantees T tokens; None: twice
+    ``seq_len`` (the paper's 1024 words for T = 512)."""
+    seed: int = 0
     """Base seed: sequence ``r`` is drawn with ``numpy.random.default_rng([seed, r])``."""
+
+    def __post_init__(self) -> None:
+        if self.num_sequences < 1 or self.seq_len < 2:
+            raise ValueError(f"sampling: num_sequences must be >= 1 and seq_len >= 2, "
+                             f"got {self.num_sequences} and {self.seq_len}")
+        if self.min_words is None:
+            object.__setattr__(self, "min_words", 2 * self.seq_len)
+        elif self.min_words < self.seq_len:
+            raise ValueError(f"sampling: min_words ({self.min_words}) is below seq_len ({self.seq_len}): "
+                             "sequences could come out shorter than seq_len tokens")
 
 
 @dataclass(frozen=True)
 class ExtractionConfig:
-    batch_size: int
-    """Sequences per forward pass; all have T tokens, so batches need no padding."""
-    dtype: str
-    """Model weights' dtype; ``auto`` = bfloat16 on a CUDA device that supports it, else float32."""
-    device: str
-    """``auto`` = CUDA when available."""
+    """How hidden states are extracted and reduced; the same defaults for the workflow and
+    :func:`condensation.measure`."""
+
+    batch_size: int = 8
+    """Sequences per forward pass; all have T tokens, so batches need no padding. 8 x 512 tokens
+    fits a 7B model's activations on one GPU beside its weights."""
+    dtype: str = "auto"
+    """Model weights' dtype: ``auto`` = bfloat16 on a CUDA device that supports it, else float32."""
+    device: str = "auto"
+    """``auto`` = CUDA when available, else the CPU."""
     lens_tokens: int | None = 1024
-    """Tokens per layer the spectral lenses sample (``condensation.lenses.SAMPLE_TOKENS``); None:
-    the cosines alone."""
+    """Tokens per layer the spectral lenses (IsoScore*, effective rank, PC1 share) sample, the same
+    positions for every model: 1024 keeps their eigendecompositions cheap at any N x T; None: the
+    cosines alone."""
+    heatmap_size: int | None = 512
+    """The position-wise mean cosine matrix is kept whole up to this T (the paper's 512 x 512) and
+    averaged over blocks of positions to this size above it, so that a long context costs memory
+    linear in T; None: whole at any T (memory T^2). Every other statistic is exact at any T."""
 
 
 @dataclass(frozen=True)
 class TrendConfig:
-    include_embedding_layer: bool
-    """Correlate layer 0 too (the published figures do)."""
-    include_diagonal: bool
-    """Use the mean over all N^2 pairs (paper) rather than over i != j."""
+    """Which layers and pairs the depth trend reads; the defaults are the paper's conventions."""
+
+    include_embedding_layer: bool = True
+    """Correlate layer 0 (the embedding output) too, as the published figures do; False: the
+    transformer layers 1..L only."""
+    include_diagonal: bool = True
+    """The per-layer mean over all N^2 pairs (the paper's mu) rather than over i != j only."""
+
+
+SECTIONS = {"sampling": SamplingConfig, "extraction": ExtractionConfig, "trend": TrendConfig}
+"""The config's sections that are these dataclasses: the schema takes their defaults from here."""
 
 
 Section = TypeVar("Section", SamplingConfig, ExtractionConfig, TrendConfig)

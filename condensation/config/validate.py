@@ -6,6 +6,7 @@ way everywhere: one message per problem, naming its place in the file.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from importlib import resources
@@ -27,6 +28,7 @@ from condensation.config.plan import (
     study_runs,
 )
 from condensation.config.runs import TrainConfig, dataclass_defaults
+from condensation.config.specs import SECTIONS
 
 
 class ConfigError(ValueError):
@@ -34,23 +36,31 @@ class ConfigError(ValueError):
 
 
 def load_schema() -> dict[str, Any]:
-    """The JSON schema, completed from the code: the training defaults and the objective names
-    (``config.runs``, ``config.objectives``) and the built-in corpora (``config.corpora``) live there only, so
-    the schema and the code cannot disagree."""
+    """The JSON schema, completed from the code: the defaults of the settings dataclasses
+    (``config.specs.SECTIONS``, ``config.runs.TrainConfig``), the objective names
+    (``config.objectives``) and the built-in corpora (``config.corpora``) live there only, so the
+    schema and the code cannot disagree."""
 
     schema = yaml.safe_load(resources.files("condensation").joinpath("config/config.schema.yaml").read_text())
-    train = schema["$defs"]["train"]["properties"]
-    defaults = {k: v for k, v in dataclass_defaults(TrainConfig).items() if k not in ("seed", "aux_weight")}
-    if set(train) != set(defaults):
-        raise ConfigError(f"schema $defs.train and config.runs.TrainConfig disagree on "
-                          f"{sorted(set(train) ^ set(defaults))}")
-    for name, default in defaults.items():
-        train[name]["default"] = list(default) if isinstance(default, tuple) else default
-    _objectives_into(schema["$defs"]["method"]["properties"])
     properties = schema["properties"]
+    _defaults_into(schema["$defs"]["train"], TrainConfig, "$defs.train", leave_out=("seed",))
+    for section, cls in SECTIONS.items():
+        _defaults_into(properties[section], cls, section)
+    _objectives_into(schema["$defs"]["method"]["properties"])
     properties["datasets"]["additionalProperties"]["properties"]["source"]["enum"] = ["hub", *CORPORA, "files"]
     properties["models"]["additionalProperties"]["properties"]["study"]["enum"] = list(STUDIES)
     return schema
+
+
+def _defaults_into(node: dict[str, Any], cls: type, where: str, leave_out: tuple[str, ...] = ()) -> None:
+    """The defaults of settings dataclass ``cls`` into the schema object ``node``, whose
+    properties must be its fields (less ``leave_out``, which the workflow sets per run)."""
+    defaults = {k: v for k, v in dataclass_defaults(cls).items() if k not in leave_out}
+    if set(node["properties"]) != set(defaults):
+        raise ConfigError(f"schema {where} and {cls.__module__}.{cls.__name__} disagree on "
+                          f"{sorted(set(node['properties']) ^ set(defaults))}")
+    for name, default in defaults.items():
+        node["properties"][name]["default"] = list(default) if isinstance(default, tuple) else default
 
 
 def _objectives_into(method: dict[str, Any]) -> None:
@@ -109,7 +119,7 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
         for error in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     ]
     if not problems:
-        problems = _add_series_models(config) or _cross_check(config)
+        problems = _resolve_sections(config) or _add_series_models(config) or _cross_check(config)
     if not problems:  # the file system, once the names all refer to something
         problems = check_datasets(config) + check_local_tasks(config)
     if problems:
@@ -131,6 +141,17 @@ def _overlay_hint(problems: list[str]) -> str:
     return OVERLAY_HINT if lacking else ""
 
 
+def _resolve_sections(config: dict[str, Any]) -> list[str]:
+    """Each section of ``SECTIONS`` as its dataclass resolves it (derived defaults filled in, such
+    as ``min_words``), or the dataclass' objection."""
+    try:
+        for section, cls in SECTIONS.items():
+            config[section] = dataclasses.asdict(cls(**config[section]))
+    except ValueError as error:
+        return [f"config.{error}"]
+    return []
+
+
 def _add_series_models(config: dict[str, Any]) -> list[str]:
     """Add a model entry for every checkpoint of each hub series (``plan.series_models``)."""
     generated = series_models(config)
@@ -149,23 +170,33 @@ def load_config(path: str | Path) -> dict[str, Any]:
 
 
 def _cross_check(config: dict[str, Any]) -> list[str]:
-    """Checks a schema cannot express: names that refer to other entries."""
-    problems: list[str] = []
-    models, datasets = config["models"], config["datasets"]
+    """Checks a schema cannot express: names that refer to other entries, and settings that must
+    agree with each other."""
+    problems = _check_models(config) + _check_families(config) + _check_pairs(config) + _check_pretrain(config)
+    problems += [problem for study in STUDIES for problem in check_study(config, study)]
+    problems += check_series(config)
+    problems += _check_similarity(config)
+    problems += _check_evaluation(config)
+    return problems
 
-    def need(kind: str, names: dict, name: str, where: str) -> None:
-        if name not in names:
-            problems.append(f"{where}: unknown {kind} '{name}' (known: {', '.join(sorted(names))})")
 
+def _unknown(kind: str, names: Mapping[str, Any], name: str, where: str) -> list[str]:
+    """The problem of a reference to ``name`` that is none of ``names`` (no problem if it is)."""
+    return [] if name in names else [f"{where}: unknown {kind} '{name}' (known: {', '.join(sorted(names))})"]
+
+
+def _check_models(config: dict[str, Any]) -> list[str]:
+    """An init model names the model whose architecture it initialises; a run model one run."""
+    models, problems = config["models"], []
     for name, spec in models.items():
         if spec["source"] == "init":
-            need("model", models, spec["of"], f"config.models.{name}.of")
-            if spec["of"] in models and models[spec["of"]]["source"] == "init":
+            problems += _unknown("model", models, spec["of"], f"config.models.{name}.of")
+            of = models.get(spec["of"], {})
+            if of.get("source") == "init":
                 problems.append(
                     f"config.models.{name}.of: '{spec['of']}' is itself an init model; name the model whose "
                     "architecture to initialise (a pretrain model's GPT2 shape, or a hub, local or gguf model's)"
                 )
-            of = models.get(spec["of"], {})
             if "tie_word_embeddings" in spec and of.get("source") == "pretrain":
                 problems.append(
                     f"config.models.{name}.tie_word_embeddings: the init of a pretrain model is that model's own "
@@ -173,11 +204,26 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
                 )
         if spec["source"] == "run":
             problems += _check_run_model(config, name, spec)
+    return problems
+
+
+def _check_families(config: dict[str, Any]) -> list[str]:
+    models, datasets, problems = config["models"], config["datasets"], []
     for family, spec in config["families"].items():
         for model in spec["models"]:
-            need("model", models, model, f"config.families.{family}.models")
+            problems += _unknown("model", models, model, f"config.families.{family}.models")
         for dataset in spec["datasets"]:
-            need("dataset", datasets, dataset, f"config.families.{family}.datasets")
+            problems += _unknown("dataset", datasets, dataset, f"config.families.{family}.datasets")
+    for family, names in config["dataset_robustness"].items():
+        problems += _unknown("family", config["families"], family, "config.dataset_robustness")
+        for dataset in names:
+            problems += _unknown("dataset", datasets, dataset, f"config.dataset_robustness.{family}")
+    return problems
+
+
+def _check_pairs(config: dict[str, Any]) -> list[str]:
+    """A pair compares its lists one to one, with a label per row."""
+    problems = []
     for pair, spec in config["pairs"].items():
         if len(spec["first"]) != len(spec["second"]):
             problems.append(
@@ -196,32 +242,23 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
                 "name first and second" + (" and reference" if reference else " (a third label needs a reference row)")
             )
         for model in spec["first"] + spec["second"] + reference:
-            need("model", models, model, f"config.pairs.{pair}")
-        need("dataset", datasets, spec["dataset"], f"config.pairs.{pair}.dataset")
-    for family, names in config["dataset_robustness"].items():
-        need("family", config["families"], family, "config.dataset_robustness")
-        for dataset in names:
-            need("dataset", datasets, dataset, f"config.dataset_robustness.{family}")
-    if any(spec["source"] == "pretrain" for spec in models.values()):
-        dataset = config["pretrain"]["dataset"]
-        need("dataset", datasets, dataset, "config.pretrain.dataset")
-        if config["pretrain"]["tokenizer"] is not None:
-            need("model", models, config["pretrain"]["tokenizer"], "config.pretrain.tokenizer")
-        for name, spec in models.items():
-            if spec["source"] == "pretrain" and spec["arch"]["n_positions"] < config["pretrain"]["train"]["block_size"]:
-                problems.append(f"config.models.{name}.arch.n_positions is below config.pretrain.train.block_size")
-        problems += check_sharding(config["pretrain"], "config.pretrain")
-    problems += [problem for study in STUDIES for problem in check_study(config, study)]
-    problems += check_series(config)
-    problems += _check_similarity(config)
-    problems += _check_evaluation(config)
-    sampling = config["sampling"]
-    if sampling["min_words"] < sampling["seq_len"]:
-        problems.append(
-            f"config.sampling.min_words ({sampling['min_words']}) is below seq_len ({sampling['seq_len']}): "
-            "sequences could come out shorter than seq_len tokens"
-        )
+            problems += _unknown("model", config["models"], model, f"config.pairs.{pair}")
+        problems += _unknown("dataset", config["datasets"], spec["dataset"], f"config.pairs.{pair}.dataset")
     return problems
+
+
+def _check_pretrain(config: dict[str, Any]) -> list[str]:
+    """Pre-training, when a model is pre-trained here: its dataset, tokenizer and context."""
+    models, section = config["models"], config["pretrain"]
+    if not any(spec["source"] == "pretrain" for spec in models.values()):
+        return []
+    problems = _unknown("dataset", config["datasets"], section["dataset"], "config.pretrain.dataset")
+    if section["tokenizer"] is not None:
+        problems += _unknown("model", models, section["tokenizer"], "config.pretrain.tokenizer")
+    for name, spec in models.items():
+        if spec["source"] == "pretrain" and spec["arch"]["n_positions"] < section["train"]["block_size"]:
+            problems.append(f"config.models.{name}.arch.n_positions is below config.pretrain.train.block_size")
+    return problems + check_sharding(section, "config.pretrain")
 
 
 def _check_similarity(config: dict[str, Any]) -> list[str]:

@@ -40,11 +40,8 @@ def extract(
     from condensation.measurement import measure
 
     texts = text.read_samples(samples_path)
-    measurement = measure(
-        models.ModelHandle.load(handle_path), texts, seq_len=sampling.seq_len, batch_size=extraction.batch_size,
-        dtype=extraction.dtype, device=extraction.device, meta={"dataset": Path(samples_path).stem},
-        lens_tokens=extraction.lens_tokens, heatmap_size=None,  # the paper's whole T x T matrices
-    )
+    measurement = measure(models.ModelHandle.load(handle_path), texts, sampling=sampling, extraction=extraction,
+                          meta={"dataset": Path(samples_path).stem})
     measurement.statistics.save(out_path)
 
 
@@ -157,11 +154,8 @@ def similarity_table(
             location = Path(location)
             handle = models.ModelHandle.load(location) if location.suffix == ".json" else \
                 models.ModelHandle(name=model_name, location=str(location.resolve()))
-            measured[str(location)] = measure(
-                handle, texts, seq_len=sampling.seq_len, batch_size=extraction.batch_size, dtype=extraction.dtype,
-                device=extraction.device, lens_tokens=extraction.lens_tokens, heatmap_size=None, progress=False,
-                meta={"dataset": dataset},
-            )
+            measured[str(location)] = measure(handle, texts, sampling=sampling, extraction=extraction, progress=False,
+                                              meta={"dataset": dataset})
         return measured[str(location)]
 
     comparisons = [

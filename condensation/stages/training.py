@@ -63,6 +63,7 @@ def train_run(
     result = train(
         model, train_blocks, val_blocks, plan.train, Path(plan_path).parent,
         aux_loss=aux_loss, tokenizer=tokenizer, baseline=baseline, teacher=teacher,
+        aux_weight=method.aux_weight if aux_loss is not None or teacher is not None else None,
     )
     log.info("trained %s (%s) with %s: %s", plan.model, plan.kind, plan.method.as_dict(), result)
 
@@ -125,12 +126,8 @@ def measure_checkpoints(
         for entry in run.read_index():
             step = entry["step"]
             handle = models.ModelHandle(name=f"{run.root.name}@{step}", location=str(run.checkpoint(step).resolve()))
-            stats = measure(
-                handle, texts, seq_len=sampling.seq_len, batch_size=extraction.batch_size, dtype=extraction.dtype,
-                device=extraction.device, lens_tokens=extraction.lens_tokens,
-                meta={"dataset": Path(samples_path).stem, "step": step},
-                heatmap_size=None,  # the paper's whole T x T matrices, as the extract rule keeps them
-            ).statistics
+            stats = measure(handle, texts, sampling=sampling, extraction=extraction,
+                            meta={"dataset": Path(samples_path).stem, "step": step}).statistics
             stats.save(tmp / f"{step_name(step)}.npz")
             statistics = geometry.depth_trend(stats, trend)
             rows.append({"step": step, "val_loss": entry["val_loss"], **statistics.as_row()})

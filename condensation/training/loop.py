@@ -174,6 +174,7 @@ def train(
     stop_after_steps: int | None = None,
     baseline: TrainingBaseline | None = None,
     teacher: Teacher | None = None,
+    aux_weight: float | None = None,
 ) -> TrainResult:
     """Train ``model`` (in place) on int64 ``[num_blocks, block_size]`` token blocks.
 
@@ -181,14 +182,18 @@ def train(
     returns at once when ``out_dir/final`` is complete. ``stop_after_steps`` stops (saving a state)
     once the global step reaches that value: a graceful stand-in for a kill, or a time limit.
     ``baseline`` hooks a training baseline into the loop (see ``baselines.TrainingBaseline``);
-    ``teacher`` distils it (``distillation.Teacher``: its term, weighted by ``config.aux_weight``,
-    takes the auxiliary loss's place in the total and the logs).
+    ``teacher`` distils it (``distillation.Teacher``: its term takes the auxiliary loss's place in
+    the total and the logs). ``aux_weight`` weighs what is added to CE, ``aux_loss``'s value or the
+    teacher's term (total = ce + aux_weight * aux; the workflow passes its method's ``weight``); it
+    is given with either, and 0 trains on CE alone (neither is then called, and no hidden states
+    are requested).
     """
     run_dir = RunDir(out_dir)
     if run_dir.is_finished():
         return _result_from_summary(run_dir)
     with library_bars_off_in_files():  # the job log gets our progress lines, not carriage returns
-        trainer = Trainer(model, train_blocks, val_blocks, config, run_dir, aux_loss, tokenizer, baseline, teacher)
+        trainer = Trainer(model, train_blocks, val_blocks, config, run_dir, aux_loss, tokenizer, baseline, teacher,
+                          aux_weight)
         return trainer.run(stop_after_steps)
 
 
@@ -206,14 +211,20 @@ class Trainer:
         tokenizer: Any,
         baseline: TrainingBaseline | None,
         teacher: Teacher | None = None,
+        aux_weight: float | None = None,
     ) -> None:
         if aux_loss is not None and teacher is not None:
-            raise ValueError("train: an auxiliary loss and a teacher both take config.aux_weight; give one of them")
+            raise ValueError("train: an auxiliary loss and a teacher both take the place of the added term; "
+                             "give one of them")
+        if (aux_loss is not None or teacher is not None) != (aux_weight is not None):
+            raise ValueError("train: aux_weight weighs an aux_loss or a teacher's term; give it with one of them, "
+                             "and only then")
         self.config, self.run_dir, self.tokenizer, self.baseline = config, run_dir, tokenizer, baseline
         self.train_blocks = check_blocks(train_blocks, config.block_size, "train_blocks")
         self.val_blocks = check_blocks(val_blocks, config.block_size, "val_blocks")
-        self.aux_loss = aux_loss if config.aux_weight > 0 else None  # None: CE only, no hidden states
-        self.teacher = teacher if config.aux_weight > 0 else None  # weight 0: no teacher forward either
+        self.aux_weight = aux_weight or 0.0
+        self.aux_loss = aux_loss if self.aux_weight > 0 else None  # None: CE only, no hidden states
+        self.teacher = teacher if self.aux_weight > 0 else None  # weight 0: no teacher forward either
         self._prepare(model)
 
     def _prepare(self, model: torch.nn.Module) -> None:
@@ -279,6 +290,7 @@ class Trainer:
             "config": {k: v for k, v in dataclasses.asdict(self.config).items() if k not in RESUMABLE_CHANGES},
             "world_size": self.accelerator.num_processes,
             "train_blocks_shape": list(self.train_blocks.shape),
+            "aux_weight": self.aux_weight,
             "baseline": self.baseline.describe() if self.baseline is not None else None,
             **({"teacher": self.teacher.describe()} if self.teacher is not None else {}),
             "code": {key: code_version()[key] for key in ("version", "source_sha256")},
@@ -299,7 +311,7 @@ class Trainer:
             work=(self.step_tokens, "tok"), done=self.state.step,
         )
         self.tracker.log_params({**dataclasses.asdict(config), "betas": list(config.betas),
-                                 "precision": self.precision})
+                                 "aux_weight": self.aux_weight, "precision": self.precision})
         with self.log, contextlib.closing(self.tracker):
             if main:
                 self._announce()
@@ -345,7 +357,7 @@ class Trainer:
         micro_batches = config.grad_accum_steps * accelerator.num_processes
         ce_mean = ce_sum / micro_batches
         aux_mean = None if self.aux_loss is None and self.teacher is None else aux_sum / micro_batches
-        loss = ce_mean if aux_mean is None else ce_mean + config.aux_weight * aux_mean
+        loss = ce_mean if aux_mean is None else ce_mean + self.aux_weight * aux_mean
         return StepMetrics(
             lr=lr, loss=loss, ce_loss=ce_mean, aux_loss=aux_mean, grad_norm=grad_norm,
             seconds=time.perf_counter() - started,
@@ -375,10 +387,10 @@ class Trainer:
             ce = causal_lm_ce(out.logits, ids)
             if self.teacher is not None:  # the teacher sees the ids, never a baseline's embeddings
                 aux = self.teacher.loss(out.logits, ids, self.autocast)
-                loss = ce + config.aux_weight * aux
+                loss = ce + self.aux_weight * aux
             elif self.aux_loss is not None:
                 aux = self.aux_loss(out.hidden_states)
-                loss = ce + config.aux_weight * aux
+                loss = ce + self.aux_weight * aux
             else:
                 aux, loss = torch.zeros((), device=ce.device), ce
             accelerator.backward(loss / config.grad_accum_steps)
@@ -480,6 +492,7 @@ class Trainer:
             "world_size": self.accelerator.num_processes,
             "mixed_precision": self.precision,
             "config": dataclasses.asdict(self.config),
+            "aux_weight": self.aux_weight,
             "baseline": self.checkpointer.identity["baseline"],
             "teacher": self.checkpointer.identity.get("teacher"),
         }

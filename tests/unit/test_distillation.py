@@ -143,13 +143,14 @@ def test_a_distilled_run_logs_its_term_and_moves_towards_the_teacher(tmp_path):
     """Same tokens, same seed: the distilled student ends closer to its teacher than the CE one."""
     tokenizer = tiny_tokenizer()
     config = TrainConfig(train_tokens=12 * 4 * BLOCK, block_size=BLOCK, micro_batch_size=4, lr=3e-3,
-                         aux_weight=1.0, probe_every=0, tracker="none")
+                         probe_every=0, tracker="none")
     teacher_model = make_model(seed=7)
     teacher = Teacher.matched(teacher_model, tokenizer, tokenizer, DistillationConfig("teacher"))
     distilled = make_model(seed=0)
-    train(distilled, TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path / "distilled", tokenizer=tokenizer, teacher=teacher)
+    train(distilled, TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path / "distilled", tokenizer=tokenizer, teacher=teacher,
+          aux_weight=1.0)
     plain = make_model(seed=0)
-    train(plain, TRAIN_BLOCKS, VAL_BLOCKS, TrainConfig(**{**config.__dict__, "aux_weight": 0.0}), tmp_path / "ce",
+    train(plain, TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path / "ce",
           tokenizer=tokenizer)
 
     rows = read_log(tmp_path / "distilled")[1:]

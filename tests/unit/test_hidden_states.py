@@ -35,7 +35,7 @@ def token_ids():
 
 @pytest.fixture(scope="module")
 def reference(hf_gpt2, token_ids):
-    return measure(hf_gpt2[0], token_ids=token_ids, batch_size=4, progress=False)
+    return measure(hf_gpt2[0], token_ids=token_ids, progress=False, extraction={"batch_size": 4})
 
 
 def assert_same_numbers(result, reference, atol):
@@ -62,16 +62,19 @@ def test_a_callable_returning_hidden_states(hf_gpt2, token_ids, reference):
     def hidden_states(input_ids):
         return model(input_ids, output_hidden_states=True).hidden_states
 
-    assert_same_numbers(measure(hidden_states, token_ids=token_ids, batch_size=4, progress=False), reference, atol=0)
-    stacked = measure(lambda ids: torch.stack(hidden_states(ids)), token_ids=token_ids, batch_size=4, progress=False)
+    assert_same_numbers(measure(hidden_states, token_ids=token_ids, progress=False,
+                                extraction={"batch_size": 4}), reference, atol=0)
+    stacked = measure(lambda ids: torch.stack(hidden_states(ids)), token_ids=token_ids, progress=False,
+                      extraction={"batch_size": 4})
     assert_same_numbers(stacked, reference, atol=0)
 
 
 def test_a_callable_that_returns_something_else_is_named(token_ids):
     with pytest.raises(MeasureError, match=r"hidden states of layer 0 have shape \(4, 40\); expected \[4, 40, d\]"):
-        measure(lambda ids: [ids.float(), ids.float()], token_ids=token_ids, batch_size=4, progress=False)
+        measure(lambda ids: [ids.float(), ids.float()], token_ids=token_ids, progress=False,
+                extraction={"batch_size": 4})
     with pytest.raises(MeasureError, match="returned dict, not per-layer hidden states"):
-        measure(lambda ids: {"h": ids}, token_ids=token_ids, batch_size=4, progress=False)
+        measure(lambda ids: {"h": ids}, token_ids=token_ids, progress=False, extraction={"batch_size": 4})
     with pytest.raises(MeasureError, match="needs its tokenizer"):
         measure(lambda ids: ids, ["some text"], progress=False)
     with pytest.raises(MeasureError, match="TransformerLens HookedTransformer or TransformerBridge, an nnsight"):
@@ -98,7 +101,7 @@ def hooked_transformer(hf_model):
 
 def test_a_transformer_lens_hooked_transformer(hf_gpt2, token_ids, reference):
     model = hooked_transformer(hf_gpt2[0])
-    result = measure(model, token_ids=token_ids, batch_size=4, progress=False)
+    result = measure(model, token_ids=token_ids, progress=False, extraction={"batch_size": 4})
     assert source_of(model).kind == "transformer_lens" and source_of(model).max_positions == CONTEXT
     assert_same_numbers(result, reference, atol=1e-6)  # float32 reordering inside the blocks
 
@@ -111,7 +114,8 @@ def test_a_transformer_lens_bridge(hf_gpt2, token_ids, reference):
     hf_model = copy.deepcopy(hf_gpt2[0])
     bridge = bridge_module.TransformerBridge.boot_transformers(str(hf_gpt2[1]), hf_model=hf_model, device="cpu")
     assert source_of(bridge).kind == "transformer_bridge"
-    assert_same_numbers(measure(bridge, token_ids=token_ids, batch_size=4, progress=False), reference, atol=1e-6)
+    assert_same_numbers(measure(bridge, token_ids=token_ids, progress=False,
+                                extraction={"batch_size": 4}), reference, atol=1e-6)
 
 
 def test_an_nnsight_language_model(hf_gpt2, token_ids, reference, tiny_tokenizer_dir):
@@ -125,4 +129,5 @@ def test_an_nnsight_language_model(hf_gpt2, token_ids, reference, tiny_tokenizer
         model = nnsight.LanguageModel(hf_gpt2[0], tokenizer=AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir)))
     source = source_of(model)
     assert source.kind == "nnsight" and source.tokenizer is not None and source.max_positions == CONTEXT
-    assert_same_numbers(measure(model, token_ids=token_ids, batch_size=4, progress=False), reference, atol=0)
+    assert_same_numbers(measure(model, token_ids=token_ids, progress=False,
+                                extraction={"batch_size": 4}), reference, atol=0)

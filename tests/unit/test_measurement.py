@@ -46,7 +46,8 @@ def test_the_api_gives_the_workflows_arrays(tmp_path, tiny_model_dir, texts):
             sampling={"num_sequences": 10, "seq_len": 24, "min_words": 30, "seed": 0},
             extraction={"batch_size": 4, "dtype": "float32", "device": "cpu", "lens_tokens": 1024})
     workflow = geometry.CosineStatistics.load(tmp_path / "workflow.npz")
-    api = measure(str(tiny_model_dir), texts, seq_len=24, batch_size=4, device="cpu", progress=False)
+    api = measure(str(tiny_model_dir), texts, progress=False, sampling={"seq_len": 24},
+                  extraction={"batch_size": 4, "device": "cpu"})
     paths = api.save(tmp_path / "out")  # the stored arrays (histograms as float32), as the rule stores them
     assert all(path.exists() for path in paths.values())
     assert_same_statistics(geometry.CosineStatistics.load(paths["statistics"]), workflow)
@@ -63,7 +64,7 @@ def test_a_model_object_and_a_text_file(tmp_path, tiny_model_dir, tiny_tokenizer
     corpus.write_text("\n\n".join([SAMPLE_TEXT] * 3))
     model, tokenizer = (AutoModel.from_pretrained(str(tiny_model_dir)),
                         AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir)))
-    result = measure(model, corpus, tokenizer=tokenizer, seq_len=16, num_sequences=6, progress=False)
+    result = measure(model, corpus, tokenizer=tokenizer, progress=False, sampling={"seq_len": 16, "num_sequences": 6})
     assert result.statistics.num_sequences == 6 and result.statistics.meta["dataset"] == "mine"
     assert result.summary()["num_layers"] == 2
     assert set(result.lens_summary()) >= {"isoscore", "isoscore_low", "isoscore_high"}
@@ -73,9 +74,9 @@ def test_bad_input_names_the_problem_and_the_fix(tmp_path, tiny_model_dir, texts
     empty = tmp_path / "empty.txt"
     empty.write_text("  \n")
     with pytest.raises(MeasureError, match="empty.txt is empty"):
-        measure(str(tiny_model_dir), empty, seq_len=16, progress=False)
+        measure(str(tiny_model_dir), empty, progress=False, sampling={"seq_len": 16})
     with pytest.raises(MeasureError, match=r"fewer than seq_len=24.*lower"):
-        measure(str(tiny_model_dir), ["far too short"] * 3, seq_len=24, progress=False)
+        measure(str(tiny_model_dir), ["far too short"] * 3, progress=False, sampling={"seq_len": 24})
     with pytest.raises(MeasureError, match="no such file or directory"):
         measure(str(tmp_path / "missing-model"), texts, progress=False)
     with pytest.raises(MeasureError, match="needs its tokenizer"):
@@ -83,7 +84,7 @@ def test_bad_input_names_the_problem_and_the_fix(tmp_path, tiny_model_dir, texts
 
         measure(AutoModel.from_pretrained(str(tiny_model_dir)), texts)
     with pytest.raises(MeasureError, match="at most 64 positions"):
-        measure(str(tiny_model_dir), texts, seq_len=100, progress=False)
+        measure(str(tiny_model_dir), texts, progress=False, sampling={"seq_len": 100})
 
 
 def command(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -157,8 +158,8 @@ def test_a_long_context_keeps_a_block_averaged_heatmap(tmp_path, tiny_model_dir)
     import torch
 
     ids = torch.randint(0, 100, (4, 60), generator=torch.Generator().manual_seed(0))
-    whole = measure(str(tiny_model_dir), token_ids=ids, heatmap_size=None, progress=False)
-    blocked = measure(str(tiny_model_dir), token_ids=ids, heatmap_size=16, progress=False)
+    whole = measure(str(tiny_model_dir), token_ids=ids, progress=False, extraction={"heatmap_size": None})
+    blocked = measure(str(tiny_model_dir), token_ids=ids, progress=False, extraction={"heatmap_size": 16})
     assert whole.statistics.mean_cosine.shape == (3, 60, 60) and blocked.statistics.mean_cosine.shape == (3, 16, 16)
     assert blocked.statistics.seq_len == 60 and blocked.token_digest == whole.token_digest
     np.testing.assert_array_equal(blocked.statistics.layer_mean, whole.statistics.layer_mean)

@@ -181,11 +181,11 @@ RUN = textwrap.dedent(
     from test_train import TRAIN_BLOCKS, VAL_BLOCKS, make_model, resume_config
     out, sharding, slow = Path(sys.argv[1]), sys.argv[2], sys.argv[3:] == ["slow"]
     aux = functools.partial(auxiliary_loss, config=AuxLossConfig("dispersion", weight=0.5))
-    config = dataclasses.replace(resume_config(), sharding=sharding, aux_weight=0.5)
+    config = dataclasses.replace(resume_config(), sharding=sharding)
     model = make_model()
     if slow:  # so that the parent can kill mid-run; sleeping changes no number
         model.register_forward_pre_hook(lambda *args: time.sleep(0.1))
-    result = train(model, TRAIN_BLOCKS, VAL_BLOCKS, config, out, aux_loss=aux)
+    result = train(model, TRAIN_BLOCKS, VAL_BLOCKS, config, out, aux_loss=aux, aux_weight=0.5)
     state = PartialState()
     report = {{"world": state.num_processes, "steps": result.steps}}
     (out / f"rank{{state.process_index}}.json").write_text(json.dumps(report))

@@ -30,7 +30,7 @@ def test_schema_takes_objective_names_and_training_defaults_from_settings():
     expected = dataclasses.asdict(TrainConfig())
     for key, value in train.items():
         assert value == (list(expected[key]) if isinstance(expected[key], tuple) else expected[key]), key
-    assert set(train) == set(expected) - {"seed", "aux_weight"}
+    assert set(train) == set(expected) - {"seed"}
 
 
 def test_every_option_an_objective_takes_is_a_field_of_its_settings():
@@ -74,7 +74,8 @@ def test_run_plan_round_trips_through_json(tmp_path):
     plan = plan_run("midtrain", "m",
                     {"train_tokens": 1000, "block_size": 8, "micro_batch_size": 2, "betas": [0.9, 0.99]},
                     seed=3, method={"objective": "l2_repel", "weight": 0.2, "norm_weight": 0.05})
-    assert plan.train.seed == 3 and plan.train.aux_weight == 0.2 and plan.train.betas == (0.9, 0.99)
+    assert plan.train.seed == 3 and plan.method.aux_weight == 0.2 and plan.train.betas == (0.9, 0.99)
+    assert "aux_weight" not in plan.to_json()["train"]  # the weight is saved once, as the method's
     plan.save(tmp_path / "run.json")
     again = RunPlan.load(tmp_path / "run.json")
     assert again == plan

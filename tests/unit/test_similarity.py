@@ -79,7 +79,7 @@ def gpt2(inner: int, seed: int):
 @pytest.fixture(scope="module")
 def measured():
     ids = torch.randint(0, 80, (12, 48), generator=torch.Generator().manual_seed(0))
-    return {key: measure(gpt2(inner, seed), token_ids=ids, name=key, batch_size=4, progress=False)
+    return {key: measure(gpt2(inner, seed), token_ids=ids, name=key, progress=False, extraction={"batch_size": 4})
             for key, (inner, seed) in {"narrow": (16, 0), "again": (16, 0), "wide": (128, 1)}.items()}
 
 
@@ -98,11 +98,11 @@ def test_a_model_against_itself_and_against_another(measured):
 
 def test_other_tokens_give_profiles_alone_and_other_texts_an_error(measured):
     ids = torch.randint(0, 80, (12, 48), generator=torch.Generator().manual_seed(5))
-    elsewhere = measure(gpt2(128, 1), token_ids=ids, name="elsewhere", batch_size=4, progress=False)
+    elsewhere = measure(gpt2(128, 1), token_ids=ids, name="elsewhere", progress=False, extraction={"batch_size": 4})
     comparison = similarity.compare(measured["narrow"], elsewhere)
     assert comparison.cka is None and comparison.matched_cka is None
     assert math.isnan(comparison.as_row()["matched_cka"])
-    fewer = measure(gpt2(16, 0), token_ids=ids[:6], name="fewer", batch_size=4, progress=False)
+    fewer = measure(gpt2(16, 0), token_ids=ids[:6], name="fewer", progress=False, extraction={"batch_size": 4})
     with pytest.raises(similarity.SimilarityError, match="not measured on the same texts"):
         similarity.compare(measured["narrow"], fewer)
 
