@@ -1,9 +1,11 @@
 """The settings model: one registry of objectives, one set of training defaults, the run plan."""
 
 import dataclasses
+import inspect
 
 import pytest
 
+from condensation import measurement
 from condensation.config.objectives import (
     OBJECTIVES,
     ActiveForgettingConfig,
@@ -13,6 +15,7 @@ from condensation.config.objectives import (
     resolve_method,
 )
 from condensation.config.runs import RunPlan, TrainConfig, plan_run
+from condensation.config.specs import SECTIONS, ExtractionConfig, SamplingConfig, TrendConfig
 from condensation.config.validate import ConfigError, load_schema, validate_config
 
 MINIMAL = {"datasets": {"austen": {"source": "austen"}}, "models": {"m": {"source": "hub", "id": "gpt2"}}}
@@ -31,6 +34,23 @@ def test_schema_takes_objective_names_and_training_defaults_from_settings():
     for key, value in train.items():
         assert value == (list(expected[key]) if isinstance(expected[key], tuple) else expected[key]), key
     assert set(train) == set(expected) - {"seed"}
+
+
+def test_the_workflow_measure_and_the_command_start_from_the_same_settings():
+    """sampling, extraction and trend: the dataclass is the one home of each default."""
+    config = validate_config(MINIMAL)
+    for section, cls in SECTIONS.items():
+        assert config[section] == dataclasses.asdict(cls()), section
+    assert config["sampling"]["min_words"] == 2 * config["sampling"]["seq_len"] == 1024  # derived, as documented
+    defaults = {name: p.default for name, p in inspect.signature(measurement.measure).parameters.items()}
+    assert (defaults["sampling"], defaults["extraction"], defaults["trend"]) == (
+        SamplingConfig(), ExtractionConfig(), TrendConfig())
+    args = measurement._parser().parse_args(["some-model"])
+    assert (args.seq_len, args.num_sequences, args.seed) == (512, 100, 0)
+    assert (args.batch_size, args.dtype, args.device, args.lens_tokens, args.heatmap_size) == (8, "auto", "auto",
+                                                                                                 1024, 512)
+    with pytest.raises(ConfigError, match=r"config\.sampling: min_words \(100\) is below seq_len \(512\)"):
+        validate_config({**MINIMAL, "sampling": {"min_words": 100}})
 
 
 def test_every_option_an_objective_takes_is_a_field_of_its_settings():
