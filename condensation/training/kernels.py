@@ -64,7 +64,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from condensation.config.objectives import KERNELS
-from condensation.geometry import NORM_EPS, unit_rows
+from condensation.cosine import NORM_EPS, unit_rows
 
 DEFAULT_TILE = 128
 """Rows per tile. Temporaries are a few ``B x tile x T`` blocks; smaller tiles skip more of the
