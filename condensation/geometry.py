@@ -39,6 +39,7 @@ import torch
 from condensation import lenses as lens_module
 from condensation.config.specs import TrendConfig
 from condensation.cosine import unit_rows
+from condensation.hidden_states import source_of
 from condensation.runtime.io import atomic_path, verify_manifest, write_manifest
 
 log = logging.getLogger("condensation")
@@ -325,8 +326,6 @@ def extract_cosine_statistics(
     (or a single sequence) measures the cosines alone. ``heatmap_size``: keep the mean matrix whole
     up to that ``T`` and block-averaged to that size above it (None: always whole).
     """
-    from condensation.hidden_states import source_of
-
     if input_ids.ndim != 2 or input_ids.shape[0] == 0:
         raise ValueError(f"input_ids must be [N, T] with N >= 1, got shape {tuple(input_ids.shape)}")
     source = source_of(model)

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from condensation.config.plan import gpus_needed
 from condensation.runtime.io import (
     atomic_path,
     manifest_path,
@@ -183,8 +184,6 @@ def _auto_class(handle: ModelHandle, causal_lm: bool):
 def _needs_several_gpus(handle: ModelHandle, device: torch.device, dtype: torch.dtype) -> bool:
     """Whether the weights exceed what one of the visible GPUs should hold (plan.gpus_needed)."""
     import torch
-
-    from condensation.config.plan import gpus_needed
 
     if device.type != "cuda" or torch.cuda.device_count() < 2 or not handle.num_parameters:
         return False

@@ -39,6 +39,7 @@ from typing import Mapping
 
 import numpy as np
 
+from condensation.config.corpora import CORPORA
 from condensation.runtime.io import atomic_path, write_manifest
 
 __all__ = [
@@ -448,8 +449,6 @@ def export_documents(documents: Mapping[str, str], out_dir: str | os.PathLike) -
 def build_corpus_dir(source: str, deb_path: str | os.PathLike, out_dir: str | os.PathLike) -> dict[str, str]:
     """A built-in corpus (``config.corpora.CORPORA[source]``) as ``out_dir``: its Debian package
     unpacked into a scratch directory, its texts exported one file each. Returns the documents."""
-    from condensation.config.corpora import CORPORA
-
     with tempfile.TemporaryDirectory() as scratch:
         unpack_deb(deb_path, scratch)
         documents = CORPORA[source].read(scratch)

@@ -24,6 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from condensation import models
 from condensation.config.specs import schema_defaults
 from condensation.evaluation.score_files import (
     item_rows_path,
@@ -191,7 +194,6 @@ def _metric_entry(task: str, metrics: Mapping[str, Any], metric: str) -> tuple[f
 def _preserved_rng_state() -> Iterator[None]:
     """Restore Python's, NumPy's and torch's global RNGs on exit: ``simple_evaluate`` reseeds
     them, which would otherwise change a training run that evaluates along the way."""
-    import numpy as np
     import torch
 
     python_state, numpy_state, torch_state = random.getstate(), np.random.get_state(), torch.get_rng_state()
@@ -544,8 +546,6 @@ def score_checkpoint(
     """
     import lm_eval
     import torch
-
-    from condensation import models
 
     torch.set_num_threads(threads)
     tokenizer = models.load_tokenizer(handle)

@@ -18,6 +18,7 @@ import pandas as pd
 from condensation import geometry, models
 from condensation.config.specs import TrendConfig, typed
 from condensation.runtime.run_dir import RunDir, parse_step
+from condensation.stages.geometry import check_family_sizes
 
 if TYPE_CHECKING:  # matplotlib loads only when a figure is drawn
     from condensation.reporting.figures.runs import Checkpoint
@@ -57,7 +58,6 @@ def family_figure(
     out_path: str | Path, compares_size: bool,
 ) -> None:
     from condensation.reporting.figures.trends import plot_family_trend
-    from condensation.stages.geometry import check_family_sizes
 
     trend = typed(TrendConfig, trend)
     if compares_size:  # the first job that knows the sizes (with the trend table)

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
-from condensation import geometry, models
+from condensation import geometry, models, similarity
 from condensation.config.plan import check_size_order
 from condensation.config.specs import (
     ExtractionConfig,
@@ -18,6 +19,7 @@ from condensation.config.specs import (
     typed,
 )
 from condensation.data import text
+from condensation.measurement import measure
 from condensation.runtime.io import atomic_path, write_json
 
 if TYPE_CHECKING:  # pandas and the table module load in the table stages only, not in extraction jobs
@@ -32,13 +34,9 @@ def extract(
 ) -> None:
     """Cosine statistics of one prepared model on one dataset's samples: :func:`condensation.measure`
     on the sampled texts, saved as the workflow's ``.npz``."""
-    import torch
-
     sampling = typed(SamplingConfig, sampling)
     extraction = typed(ExtractionConfig, extraction)
     torch.set_num_threads(threads)
-    from condensation.measurement import measure
-
     texts = text.read_samples(samples_path)
     measurement = measure(
         models.ModelHandle.load(handle_path), texts, seq_len=sampling.seq_len, batch_size=extraction.batch_size,
@@ -141,11 +139,6 @@ def similarity_table(
     """One ``similarity`` comparison (:func:`condensation.config.plan.similarity_rows`): each row's
     model (a handle, or a study run's final weights) measured on the dataset's samples as the
     extract rule measures it, then compared with its reference (:func:`condensation.similarity.compare`)."""
-    import torch
-
-    from condensation import similarity
-    from condensation.measurement import measure
-
     sampling = typed(SamplingConfig, sampling)
     extraction = typed(ExtractionConfig, extraction)
     torch.set_num_threads(threads)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import random
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -76,8 +77,6 @@ class TrainState:
 def capture_rng_state(device: torch.device) -> dict[str, Any]:
     """This process's RNG states (Python, NumPy, torch, and CUDA on a CUDA device), in types
     ``torch.load(weights_only=True)`` accepts."""
-    import random
-
     import numpy as np
     import torch
 
@@ -94,8 +93,6 @@ def capture_rng_state(device: torch.device) -> dict[str, Any]:
 
 def restore_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
     """Undo ``capture_rng_state``: the RNGs continue exactly where they were captured."""
-    import random
-
     import numpy as np
     import torch
 

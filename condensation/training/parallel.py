@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import safetensors.torch
 import torch
 from accelerate import Accelerator
 
@@ -53,16 +54,12 @@ class Replicated:
 
     def save_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, directory: Path, main: bool):
         """Weights and optimizer into ``directory`` (the main process writes them)."""
-        import safetensors.torch
-
         if main:
             # safetensors' save_model/load_model handle tied weights (GPT-2's wte = lm_head).
             safetensors.torch.save_model(module, str(directory / "model.safetensors"))
             torch.save(optimizer.state_dict(), directory / "optimizer.pt")
 
     def load_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, directory: Path) -> None:
-        import safetensors.torch
-
         safetensors.torch.load_model(module, str(directory / "model.safetensors"))
         optimizer.load_state_dict(torch.load(directory / "optimizer.pt", map_location="cpu", weights_only=True))
 

@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from condensation.geometry import CosineStatistics, TrendStatistics
+from condensation.lenses import LENSES
 from condensation.reporting.figures.heatmaps import (
     Heatmap,
     HeatmapOptions,
@@ -169,8 +170,6 @@ def _lens_panel(ax: Axes, labels: Sequence[str], entries: Sequence[FamilyEntry])
     """Each lens of :mod:`condensation.lenses` per model (models along x), one colour each, with
     its jackknife interval; all lie in [-1, 1]. The legend marks with an arrow which way is more
     condensed."""
-    from condensation.lenses import LENSES
-
     x = _model_axis(ax, labels)
     colors = matplotlib.colormaps["Dark2"].colors
     dx = np.linspace(-0.2, 0.2, len(LENSES))
