@@ -34,8 +34,8 @@ import subprocess
 import tempfile
 import zlib
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
@@ -179,7 +179,9 @@ def read_r_lazyload(prefix: str | os.PathLike) -> dict[str, object]:
     for name, key in index["variables"].items():
         name, offset, length = str(name), int(key[0]), int(key[1])  # rdata's names are np.str_
         if offset < 0 or offset + length > len(rdb):
-            raise ValueError(f"{rdb_path}: record {name!r} at {offset}+{length} lies outside the file ({len(rdb)} bytes)")
+            raise ValueError(
+                f"{rdb_path}: record {name!r} at {offset}+{length} lies outside the file ({len(rdb)} bytes)"
+            )
         objects[name] = _unserialize_r(_decompress_lazyload_blob(rdb[offset : offset + length], compression))
     return objects
 

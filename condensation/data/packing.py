@@ -3,8 +3,9 @@ array, so a corpus of billions of tokens packs and trains on an ordinary node.""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 

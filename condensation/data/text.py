@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -138,7 +139,8 @@ def sample_sequences(rows: list[str], sampling: SamplingConfig) -> list[dict[str
             taken.append(rows[row])
             words += int(word_counts[row])
             row = (row + 1) % len(rows)
-        samples.append({"index": index, "start_row": start, "num_rows": len(taken), "num_words": words, "text": "\n".join(taken)})
+        samples.append({"index": index, "start_row": start, "num_rows": len(taken), "num_words": words,
+                        "text": "\n".join(taken)})
     return samples
 
 
