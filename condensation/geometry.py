@@ -412,9 +412,8 @@ def trend_statistics(
     fraction = np.linspace(0.0, 1.0, means.size) if layer_fraction is None else np.asarray(layer_fraction, float)
     if fraction.shape != means.shape or np.ptp(fraction) == 0:
         raise ValueError(f"layer_fraction must give {means.size} positions, not all equal; got {fraction}")
-    from scipy import (
-        stats,  # here: extraction jobs import this module and never rank (scipy.stats: 1-2 s)
-    )
+    # deferred: extraction jobs import this module and never rank (scipy.stats: 1-2 s)
+    from scipy import stats  # noqa: PLC0415
 
     depth = np.arange(means.size)
     if np.allclose(means, means[0]):
@@ -514,9 +513,8 @@ def lens_summary(stats: CosineStatistics, trend: TrendConfig) -> dict[str, float
     Empty for a file written before the lenses were measured."""
     if stats.lenses is None:
         return {}
-    from scipy import (
-        stats as distributions,  # here: extraction jobs import this module and never test
-    )
+    # deferred: extraction jobs import this module and never test (scipy.stats: 1-2 s)
+    from scipy import stats as distributions  # noqa: PLC0415
 
     layers = deep_layers(stats.num_layers, trend)
     quantile = float(distributions.t.ppf(0.975, max(stats.lenses.jackknife.shape[1] - 1, 1)))

@@ -37,6 +37,8 @@ import torch
 from condensation import lenses
 from condensation.measurement import Measurement, measure
 
+# scipy.stats (1-2 s) and pandas are imported by the functions that use them: extraction jobs
+# import this module (through stages.geometry) and need neither.
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -121,7 +123,8 @@ def jackknife(statistic: Callable[[np.ndarray], float], groups: np.ndarray,
     """``statistic(keep)`` over all sequences and with each group left out (``keep`` a mask over
     ``groups``, the group of each sequence): the estimate and its t interval, cut to the
     statistic's range ``bounds``."""
-    from scipy import stats
+    # deferred: scipy, see the imports
+    from scipy import stats  # noqa: PLC0415
 
     value = float(statistic(np.ones(groups.size, bool)))
     labels = np.unique(groups)
@@ -273,14 +276,16 @@ def compare_models(model: Any, reference: Any, texts: Any = None, **options: Any
 def comparison_table(rows: Sequence[tuple[str, Comparison]], name: str, dataset: str) -> pd.DataFrame:
     """One row per comparison: its group (a method, or a pair's row label), the model, the
     reference and each statistic with its interval over sequence groups."""
-    import pandas as pd
+    # deferred: pandas, see the imports
+    import pandas as pd  # noqa: PLC0415
 
     return pd.DataFrame([{"comparison": name, "dataset": dataset, "group": group, **c.as_row()} for group, c in rows])
 
 
 def _over_runs(values: np.ndarray, bounds: tuple[float, float]) -> Estimate:
     """Mean over runs with a t interval over them, cut to ``bounds`` (NaN bounds for a single run)."""
-    from scipy import stats
+    # deferred: scipy, see the imports
+    from scipy import stats  # noqa: PLC0415
 
     mean = float(values.mean())
     if values.size < 2:
@@ -292,7 +297,8 @@ def _over_runs(values: np.ndarray, bounds: tuple[float, float]) -> Estimate:
 
 def _difference(first: np.ndarray, second: np.ndarray) -> Estimate:
     """second - first, with a Welch t interval over the runs of each."""
-    from scipy import stats
+    # deferred: scipy, see the imports
+    from scipy import stats  # noqa: PLC0415
 
     value = float(second.mean() - first.mean())
     if first.size < 2 or second.size < 2:

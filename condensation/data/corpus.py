@@ -124,8 +124,8 @@ def unpack_deb(deb_path: str | os.PathLike, dest_dir: str | os.PathLike) -> Path
 def _unserialize_r(data: bytes) -> object:
     """Decode one R serialization (gzip/bzip2/xz or uncompressed) with ``rdata``: character
     vectors become NumPy arrays of ``str`` (``None`` for NA), named lists ``dict``."""
-    # Imported here because rdata pulls in xarray, and the Snakefile imports this module.
-    import rdata
+    # deferred: rdata, of the workflow extra, pulls in xarray; measure imports this module without it
+    import rdata  # noqa: PLC0415
 
     # extension=".rds": a bare serialization, which is what lazy-load records are.
     return rdata.conversion.convert(rdata.parser.parse_data(data, extension=".rds"))

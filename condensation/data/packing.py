@@ -18,7 +18,8 @@ if TYPE_CHECKING:  # torch is imported where tokens become tensors, not when the
 
 def tokenize_exactly(tokenizer, texts: list[str], seq_len: int, where: str = "") -> torch.Tensor:
     """Token ids ``[N, seq_len]``: each text cut to exactly ``seq_len`` tokens (special tokens included)."""
-    import torch
+    # deferred: torch is heavy; packing token blocks needs none
+    import torch  # noqa: PLC0415
 
     rows = []
     for index, text in enumerate(texts):

@@ -52,7 +52,8 @@ def trend_rows(
 ) -> pd.DataFrame:
     """One row per model: its name, label, size, then :meth:`~condensation.geometry.TrendStatistics.as_row`
     of its depth trend (rho, tau, last-n means, the last-half interval, the depth slope and its interval)."""
-    import pandas as pd
+    # deferred: not in extraction jobs, see the imports
+    import pandas as pd  # noqa: PLC0415
 
     trend = typed(TrendConfig, trend)
     rows = []
@@ -86,7 +87,8 @@ def trend_table(
     csv_path: str | Path, markdown_path: str | Path, compares_size: bool,
 ) -> None:
     """A family's trend table, and beside it the per-sequence profiles its claims are tested on."""
-    from condensation.reporting.tables import profiles, trend_tables
+    # deferred: not in extraction jobs, see the imports
+    from condensation.reporting.tables import profiles, trend_tables  # noqa: PLC0415
 
     trend = typed(TrendConfig, trend)
     if compares_size:  # the first job that knows the sizes (with the family figure)
@@ -103,7 +105,8 @@ def trend_metrics(
     plot_path: str | Path,
 ) -> None:
     """DVC metrics (rho, tau per family, dataset and model) and a per-layer plot table."""
-    import pandas as pd
+    # deferred: not in extraction jobs, see the imports
+    import pandas as pd  # noqa: PLC0415
 
     metrics: dict[str, Any] = {}
     for csv_path in csv_paths:
