@@ -5,9 +5,10 @@ Folders by stage of the pipeline, in the order the data flows (each folder's doc
               what a config implies (torch-free: the Snakemake planner imports it)
   data/       offline corpora, a dataset's rows and sampled sequences, packed training blocks
   models      one place for loading: hub id, local directory, pkg:// path, GGUF, init, GPT2 shape
-  geometry    the one cosine helper, per-layer cosine statistics reduced on the fly, trend
-              statistics, the condensation probe; lenses: anisotropy, IsoScore*, effective
-              rank, PC1 share from the same pass
+  geometry    per-layer cosine statistics reduced on the fly, trend statistics, the
+              condensation probe; lenses: anisotropy, IsoScore*, effective rank, PC1 share
+              from the same pass; cosine: the one cosine helper (unit rows), which both and
+              the losses normalise through
   hidden_states where a measurement's hidden states come from: Hugging Face, TransformerLens,
               nnsight, or any callable
   measurement ``measure``: one model measured in one call (API and command; the extract rule's
@@ -22,7 +23,9 @@ Folders by stage of the pipeline, in the order the data flows (each folder's doc
   stages/     one function per workflow rule, grouped like rules/*.smk: what the rules call
 
 Imports run down this list and never up (stages -> reporting, evaluation, training -> geometry,
-models, data -> config -> runtime). ``python -m condensation verify`` checks every artifact.
+models, data -> config -> runtime; geometry -> lenses -> cosine), at the top of each module; a
+function imports only a deliberately deferred heavy or optional library, under a ``# deferred:``
+comment (ruff's PLC0415, pyproject.toml). ``python -m condensation verify`` checks every artifact.
 
 Public names (docs/measuring.md, docs/loss.md): ``measure(model, texts)`` (a model's condensation layer by
 layer, through several lenses), and, for adding the auxiliary loss to one's own training loop,

@@ -38,25 +38,11 @@ import torch
 
 from condensation import lenses as lens_module
 from condensation.config.specs import TrendConfig
+from condensation.cosine import unit_rows
+from condensation.hidden_states import source_of
 from condensation.runtime.io import atomic_path, verify_manifest, write_manifest
 
 log = logging.getLogger("condensation")
-
-NORM_EPS = 1e-6
-"""Floor on a token's norm: a zero vector gets cosine 0 with everything, not NaN. The measurements,
-the losses and the loss kernel all normalise through :func:`unit_rows`, so a loss sees the
-cosines the figures report."""
-
-
-def unit_rows(z: torch.Tensor, eps: float = NORM_EPS) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(z / norm, norm, floored)`` along the last dimension: the unit rows, the floored norms
-    ``[..., 1]`` and where the floor applied. The floor is on the squared norm (the square root
-    of a floored square, not a floored norm), whose gradient stays finite at exactly zero, so one
-    form serves the measurements and the losses' backward alike."""
-    sq_norm = z.pow(2).sum(-1, keepdim=True)
-    floored = sq_norm < eps**2  # clamp_min passes the gradient at equality; so does the loss kernel
-    norm = sq_norm.clamp_min(eps**2).sqrt()
-    return z / norm, norm, floored
 
 NUM_BINS = 128
 """Histogram bins over [-1, 1], as in the paper's heatmaps."""
@@ -340,8 +326,6 @@ def extract_cosine_statistics(
     (or a single sequence) measures the cosines alone. ``heatmap_size``: keep the mean matrix whole
     up to that ``T`` and block-averaged to that size above it (None: always whole).
     """
-    from condensation.hidden_states import source_of
-
     if input_ids.ndim != 2 or input_ids.shape[0] == 0:
         raise ValueError(f"input_ids must be [N, T] with N >= 1, got shape {tuple(input_ids.shape)}")
     source = source_of(model)
@@ -428,9 +412,8 @@ def trend_statistics(
     fraction = np.linspace(0.0, 1.0, means.size) if layer_fraction is None else np.asarray(layer_fraction, float)
     if fraction.shape != means.shape or np.ptp(fraction) == 0:
         raise ValueError(f"layer_fraction must give {means.size} positions, not all equal; got {fraction}")
-    from scipy import (
-        stats,  # here: extraction jobs import this module and never rank (scipy.stats: 1-2 s)
-    )
+    # deferred: extraction jobs import this module and never rank (scipy.stats: 1-2 s)
+    from scipy import stats  # noqa: PLC0415
 
     depth = np.arange(means.size)
     if np.allclose(means, means[0]):
@@ -530,9 +513,8 @@ def lens_summary(stats: CosineStatistics, trend: TrendConfig) -> dict[str, float
     Empty for a file written before the lenses were measured."""
     if stats.lenses is None:
         return {}
-    from scipy import (
-        stats as distributions,  # here: extraction jobs import this module and never test
-    )
+    # deferred: extraction jobs import this module and never test (scipy.stats: 1-2 s)
+    from scipy import stats as distributions  # noqa: PLC0415
 
     layers = deep_layers(stats.num_layers, trend)
     quantile = float(distributions.t.ppf(0.975, max(stats.lenses.jackknife.shape[1] - 1, 1)))

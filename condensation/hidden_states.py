@@ -29,10 +29,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
 from condensation.models import max_positions
 
@@ -68,8 +67,6 @@ class HiddenStateSource:
     def __call__(self, input_ids: torch.Tensor) -> Sequence[torch.Tensor]:
         hidden = self.forward(input_ids)
         if not isinstance(hidden, (list, tuple)):
-            import torch
-
             if not (isinstance(hidden, torch.Tensor) and hidden.ndim == 4):
                 raise UnsupportedModelError(f"the {self.kind} model returned {type(hidden).__name__}, not per-layer "
                                             "hidden states (a sequence of [B, T, d] tensors or one [L+1, B, T, d])")
@@ -114,8 +111,6 @@ def source_of(model: Any) -> HiddenStateSource:
 
 
 def _parameter_device(model: Any) -> torch.device:
-    import torch
-
     parameters = getattr(model, "parameters", None)
     first = next(iter(parameters()), None) if callable(parameters) else None
     return first.device if first is not None else torch.device("cpu")

@@ -43,6 +43,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from condensation.cosine import unit_rows
+
 
 @dataclass(frozen=True)
 class Lens:
@@ -227,10 +229,6 @@ class LensAccumulator:
         group = torch.arange(first, first + batch) % self.groups
         in_batch = (self._sample_flat >= first * seq_len) & (self._sample_flat < (first + batch) * seq_len)
         rows = self._sample_flat[in_batch] - first * seq_len
-        from condensation.geometry import (
-            unit_rows,  # geometry imports this module: the one cosine helper
-        )
-
         sums, within, picked = [], [], []
         for hidden in hidden_states:
             unit = unit_rows(hidden.float())[0]

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from condensation.config.plan import gpus_needed
 from condensation.runtime.io import (
     atomic_path,
     manifest_path,
@@ -27,7 +28,9 @@ from condensation.runtime.io import (
     write_manifest,
 )
 
-if TYPE_CHECKING:  # torch is imported where it is used: light jobs (planning, handles) skip its 2 s
+# torch, transformers, huggingface_hub and tokenizers are imported where they are used: light
+# jobs (sampling, handles, the light install's help) import this module and skip their 2 s.
+if TYPE_CHECKING:
     import torch
 
 PACKAGE_SCHEME = "pkg://"
@@ -53,7 +56,8 @@ def resolve_path(path: str) -> Path:
 
 
 def resolve_device(device: str = "auto") -> torch.device:
-    import torch
+    # deferred: heavy, see the imports
+    import torch  # noqa: PLC0415
 
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -64,7 +68,8 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """``auto`` means bfloat16 on a CUDA device that supports it, float32 otherwise."""
-    import torch
+    # deferred: heavy, see the imports
+    import torch  # noqa: PLC0415
 
     if dtype == "auto":
         if device.type == "cuda" and torch.cuda.is_bf16_supported():
@@ -133,7 +138,8 @@ def verify_local(handle: ModelHandle) -> None:
 
 
 def load_tokenizer(handle: ModelHandle):
-    from transformers import AutoTokenizer
+    # deferred: heavy, see the imports
+    from transformers import AutoTokenizer  # noqa: PLC0415
 
     verify_local(handle)
     try:
@@ -167,7 +173,8 @@ def _auto_class(handle: ModelHandle, causal_lm: bool):
     """``AutoModelForCausalLM`` for a model with its head; else ``AutoModel``, the base model,
     unless its remote code maps only the causal LM (Qwen-1): then that, whose outputs carry the
     same hidden states."""
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+    # deferred: heavy, see the imports
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM  # noqa: PLC0415
 
     if causal_lm:
         return AutoModelForCausalLM
@@ -182,9 +189,8 @@ def _auto_class(handle: ModelHandle, causal_lm: bool):
 
 def _needs_several_gpus(handle: ModelHandle, device: torch.device, dtype: torch.dtype) -> bool:
     """Whether the weights exceed what one of the visible GPUs should hold (plan.gpus_needed)."""
-    import torch
-
-    from condensation.config.plan import gpus_needed
+    # deferred: heavy, see the imports
+    import torch  # noqa: PLC0415
 
     if device.type != "cuda" or torch.cuda.device_count() < 2 or not handle.num_parameters:
         return False
@@ -244,8 +250,9 @@ def stored_values(safetensors_file: Path) -> int:
 
 
 def _count_on_meta(handle: ModelHandle) -> int:
-    import torch
-    from transformers import AutoConfig
+    # deferred: heavy, see the imports
+    import torch  # noqa: PLC0415
+    from transformers import AutoConfig  # noqa: PLC0415
 
     config = AutoConfig.from_pretrained(handle.location, **_pretrained_kwargs(handle))
     with torch.device("meta"):
@@ -255,8 +262,9 @@ def _count_on_meta(handle: ModelHandle) -> int:
 
 def prepare_hub(name: str, model_id: str, revision: str | None, trust_remote_code: bool) -> ModelHandle:
     """Download (or find in the cache) a hub model and pin the handle to the commit it resolved to."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (
+    # deferred: heavy, see the imports
+    from huggingface_hub import snapshot_download  # noqa: PLC0415
+    from huggingface_hub.errors import (  # noqa: PLC0415
         HFValidationError,
         RepositoryNotFoundError,
         RevisionNotFoundError,
@@ -295,8 +303,9 @@ def convert_gguf(name: str, gguf_path: str, out_dir: str | Path) -> ModelHandle:
     transformers loads a GGUF into a torch model but refuses to save it again ("quantized with
     gguf"), so the weights are copied into a fresh model built from the same config.
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    # deferred: heavy, see the imports
+    import torch  # noqa: PLC0415
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
 
     path = resolve_path(gguf_path)
     if not path.is_file():
@@ -323,8 +332,9 @@ def convert_gguf(name: str, gguf_path: str, out_dir: str | Path) -> ModelHandle:
 
 def build_gpt2(arch: Mapping[str, int], tokenizer, seed: int):
     """A randomly initialised GPT2 with the given shape; the same seed gives the same weights."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+    # deferred: heavy, see the imports
+    import torch  # noqa: PLC0415
+    from transformers import GPT2Config, GPT2LMHeadModel  # noqa: PLC0415
 
     if arch["n_embd"] % arch["n_head"]:
         raise ModelError(f"n_embd={arch['n_embd']} is not divisible by n_head={arch['n_head']}")
@@ -343,8 +353,9 @@ def build_from_config(handle: ModelHandle, seed: int, tie_word_embeddings: bool 
     weights): the start of a pre-training from scratch. The same seed gives the same weights.
     ``tie_word_embeddings`` ties or unties the input and output embeddings (None: as the
     architecture has them)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    # deferred: heavy, see the imports
+    import torch  # noqa: PLC0415
+    from transformers import AutoConfig, AutoModelForCausalLM  # noqa: PLC0415
 
     config = AutoConfig.from_pretrained(handle.location, **_pretrained_kwargs(handle))
     if tie_word_embeddings is not None:
@@ -372,8 +383,9 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Pa
     GPT-2's own vocabulary is not shipped by any offline package, so the from-scratch models
     use a tokenizer of the same kind trained on their training text.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    # deferred: heavy, see the imports
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
+    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
 
     special = "<|endoftext|>"
     core = Tokenizer(models.BPE())

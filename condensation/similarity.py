@@ -32,14 +32,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from condensation import lenses
+from condensation.measurement import Measurement, measure
 
+# scipy.stats (1-2 s) and pandas are imported by the functions that use them: extraction jobs
+# import this module (through stages.geometry) and need neither.
 if TYPE_CHECKING:
     import pandas as pd
-    import torch
-
-    from condensation.measurement import Measurement
 
 PROFILE_POINTS = 11
 """Relative depths 0, 0.1, ..., 1 at which two layer profiles are compared."""
@@ -122,7 +123,8 @@ def jackknife(statistic: Callable[[np.ndarray], float], groups: np.ndarray,
     """``statistic(keep)`` over all sequences and with each group left out (``keep`` a mask over
     ``groups``, the group of each sequence): the estimate and its t interval, cut to the
     statistic's range ``bounds``."""
-    from scipy import stats
+    # deferred: scipy, see the imports
+    from scipy import stats  # noqa: PLC0415
 
     value = float(statistic(np.ones(groups.size, bool)))
     labels = np.unique(groups)
@@ -157,8 +159,6 @@ def cka_matrix(sample: torch.Tensor, reference: torch.Tensor) -> np.ndarray:
 
 def cka_of_grams(grams_a: torch.Tensor, grams_b: torch.Tensor) -> np.ndarray:
     """:func:`cka_matrix` from the samples' :func:`token_grams`."""
-    import torch
-
     tokens = grams_a.shape[-1]
 
     def centred_inner(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -175,8 +175,6 @@ def _group_terms(a: torch.Tensor, b: torch.Tensor, groups: torch.Tensor) -> tupl
     """What ``<H a H, H b H>`` over any union of token groups is made of (``a``, ``b``: one layer's
     ``[K, K]`` Gram matrices; ``groups``: ``[K, G]`` one-hot): block sums of ``a * b`` ``[G, G]``,
     of the row sums' products ``[G, G, G]``, and of ``a`` and of ``b`` ``[G, G]``."""
-    import torch
-
     rows_a, rows_b = a @ groups, b @ groups  # [K, G]: each token's sums over each group
     return (groups.T @ (a * b) @ groups, torch.einsum("tg,th,tk->ghk", groups, rows_a, rows_b),
             groups.T @ rows_a, groups.T @ rows_b)
@@ -184,8 +182,6 @@ def _group_terms(a: torch.Tensor, b: torch.Tensor, groups: torch.Tensor) -> tupl
 
 def _centred_inner_kept(terms: tuple[torch.Tensor, ...], keep: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
     """``<H a H, H b H>`` over the kept groups (``keep``: ``[G]`` of 0 and 1) from :func:`_group_terms`."""
-    import torch
-
     products, rows, sums_a, sums_b = terms
     n = keep @ sizes
     return (keep @ products @ keep - 2 * torch.einsum("g,h,k,ghk->", keep, keep, keep, rows) / n
@@ -196,8 +192,6 @@ def matched_cka_jackknife(grams_a: torch.Tensor, grams_b: torch.Tensor, pairs: n
                           token_groups: np.ndarray) -> Estimate:
     """The mean CKA over the layer ``pairs`` (``[P, 2]``) with its delete-a-group jackknife over the
     tokens' ``token_groups`` (one pass over each Gram matrix, then each replicate from block sums)."""
-    import torch
-
     labels = np.unique(token_groups)
     onehot = torch.from_numpy((token_groups[:, None] == labels[None, :]).astype(np.float64)).to(grams_a.device)
     sizes = onehot.sum(0)
@@ -269,8 +263,6 @@ def compare_models(model: Any, reference: Any, texts: Any = None, **options: Any
     ``dataset`` or ``token_ids``, ``seq_len``, ...) and compare them. Each model uses its own
     tokenizer (``tokenizer`` and ``reference_tokenizer`` for model objects): with one tokenizer the
     comparison includes CKA, with two the profiles alone."""
-    from condensation.measurement import measure
-
     reference_tokenizer = options.pop("reference_tokenizer", options.get("tokenizer"))
     measured = measure(model, texts, **options)
     return compare(measured, measure(reference, texts, **{**options, "tokenizer": reference_tokenizer}))
@@ -284,14 +276,16 @@ def compare_models(model: Any, reference: Any, texts: Any = None, **options: Any
 def comparison_table(rows: Sequence[tuple[str, Comparison]], name: str, dataset: str) -> pd.DataFrame:
     """One row per comparison: its group (a method, or a pair's row label), the model, the
     reference and each statistic with its interval over sequence groups."""
-    import pandas as pd
+    # deferred: pandas, see the imports
+    import pandas as pd  # noqa: PLC0415
 
     return pd.DataFrame([{"comparison": name, "dataset": dataset, "group": group, **c.as_row()} for group, c in rows])
 
 
 def _over_runs(values: np.ndarray, bounds: tuple[float, float]) -> Estimate:
     """Mean over runs with a t interval over them, cut to ``bounds`` (NaN bounds for a single run)."""
-    from scipy import stats
+    # deferred: scipy, see the imports
+    from scipy import stats  # noqa: PLC0415
 
     mean = float(values.mean())
     if values.size < 2:
@@ -303,7 +297,8 @@ def _over_runs(values: np.ndarray, bounds: tuple[float, float]) -> Estimate:
 
 def _difference(first: np.ndarray, second: np.ndarray) -> Estimate:
     """second - first, with a Welch t interval over the runs of each."""
-    from scipy import stats
+    # deferred: scipy, see the imports
+    from scipy import stats  # noqa: PLC0415
 
     value = float(second.mean() - first.mean())
     if first.size < 2 or second.size < 2:

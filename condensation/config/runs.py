@@ -15,10 +15,12 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any
 
 from condensation.config.objectives import MethodSettings, resolve_method
 from condensation.runtime.io import read_json, write_json
+from condensation.runtime.provenance import code_version
 
 SHARDINGS = ("ddp", "fsdp")
 """The values of ``TrainConfig.sharding``."""
@@ -267,10 +269,6 @@ def plan_run(kind: str, model: str, train: Mapping[str, Any], seed: int, method:
 
 def provenance() -> dict[str, Any]:
     """Versions of the packages that decide a run's numbers, and the code that planned it."""
-    from importlib import metadata
-
-    from condensation.runtime.provenance import code_version
-
     versions = {}
     for package in ("condensation", "torch", "transformers", "accelerate"):
         try:

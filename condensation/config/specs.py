@@ -13,7 +13,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any, TypeVar
+
+import yaml
 
 
 @dataclass(frozen=True)
@@ -91,14 +94,16 @@ def typed(cls: type[Section], value: Section | Mapping[str, Any]) -> Section:
     return value if isinstance(value, cls) else cls(**value)
 
 
+def read_schema() -> dict[str, Any]:
+    """``config.schema.yaml`` as written (``validate.load_schema`` completes it from the code)."""
+    return yaml.safe_load(resources.files("condensation").joinpath("config/config.schema.yaml").read_text())
+
+
 @functools.cache
 def schema_defaults(*keys: str) -> dict[str, Any]:
-    """The defaults the schema gives the properties of the object at ``keys``."""
-    from condensation.config.validate import (
-        load_schema,  # jsonschema only where a spec is built
-    )
-
-    node = load_schema()
+    """The defaults the schema file gives the properties of the object at ``keys`` (an entry of
+    ``datasets`` or ``models``, an ``arch``: defaults written in the file itself)."""
+    node = read_schema()
     for key in keys:
         node = node[key]
     return {key: value["default"] for key, value in node["properties"].items() if "default" in value}

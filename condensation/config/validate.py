@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from condensation.config.plan import (
     study_runs,
 )
 from condensation.config.runs import TrainConfig, dataclass_defaults
-from condensation.config.specs import SECTIONS
+from condensation.config.specs import SECTIONS, read_schema
 
 
 class ConfigError(ValueError):
@@ -41,7 +40,7 @@ def load_schema() -> dict[str, Any]:
     (``config.objectives``) and the built-in corpora (``config.corpora``) live there only, so the
     schema and the code cannot disagree."""
 
-    schema = yaml.safe_load(resources.files("condensation").joinpath("config/config.schema.yaml").read_text())
+    schema = read_schema()
     properties = schema["properties"]
     _defaults_into(schema["$defs"]["train"], TrainConfig, "$defs.train", leave_out=("seed",))
     for section, cls in SECTIONS.items():
@@ -86,7 +85,7 @@ def _validator_class() -> type:
     """A Draft 2020-12 validator that also fills in each property's ``default`` (the jsonschema FAQ
     recipe). jsonschema is imported here, by the workflow's validation only: the light install
     (measuring, the losses) reads the schema's defaults with PyYAML alone."""
-    import jsonschema
+    import jsonschema  # noqa: PLC0415  (deferred: the [workflow] extra, see the docstring)
 
     validator_class = jsonschema.Draft202012Validator
     validate_properties = validator_class.VALIDATORS["properties"]

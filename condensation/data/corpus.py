@@ -34,11 +34,12 @@ import subprocess
 import tempfile
 import zlib
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
+from condensation.config.corpora import CORPORA
 from condensation.runtime.io import atomic_path, write_manifest
 
 __all__ = [
@@ -123,8 +124,8 @@ def unpack_deb(deb_path: str | os.PathLike, dest_dir: str | os.PathLike) -> Path
 def _unserialize_r(data: bytes) -> object:
     """Decode one R serialization (gzip/bzip2/xz or uncompressed) with ``rdata``: character
     vectors become NumPy arrays of ``str`` (``None`` for NA), named lists ``dict``."""
-    # Imported here because rdata pulls in xarray, and the Snakefile imports this module.
-    import rdata
+    # deferred: rdata, of the workflow extra, pulls in xarray; measure imports this module without it
+    import rdata  # noqa: PLC0415
 
     # extension=".rds": a bare serialization, which is what lazy-load records are.
     return rdata.conversion.convert(rdata.parser.parse_data(data, extension=".rds"))
@@ -178,7 +179,9 @@ def read_r_lazyload(prefix: str | os.PathLike) -> dict[str, object]:
     for name, key in index["variables"].items():
         name, offset, length = str(name), int(key[0]), int(key[1])  # rdata's names are np.str_
         if offset < 0 or offset + length > len(rdb):
-            raise ValueError(f"{rdb_path}: record {name!r} at {offset}+{length} lies outside the file ({len(rdb)} bytes)")
+            raise ValueError(
+                f"{rdb_path}: record {name!r} at {offset}+{length} lies outside the file ({len(rdb)} bytes)"
+            )
         objects[name] = _unserialize_r(_decompress_lazyload_blob(rdb[offset : offset + length], compression))
     return objects
 
@@ -448,8 +451,6 @@ def export_documents(documents: Mapping[str, str], out_dir: str | os.PathLike) -
 def build_corpus_dir(source: str, deb_path: str | os.PathLike, out_dir: str | os.PathLike) -> dict[str, str]:
     """A built-in corpus (``config.corpora.CORPORA[source]``) as ``out_dir``: its Debian package
     unpacked into a scratch directory, its texts exported one file each. Returns the documents."""
-    from condensation.config.corpora import CORPORA
-
     with tempfile.TemporaryDirectory() as scratch:
         unpack_deb(deb_path, scratch)
         documents = CORPORA[source].read(scratch)

@@ -3,8 +3,9 @@ array, so a corpus of billions of tokens packs and trains on an ordinary node.""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,7 +18,8 @@ if TYPE_CHECKING:  # torch is imported where tokens become tensors, not when the
 
 def tokenize_exactly(tokenizer, texts: list[str], seq_len: int, where: str = "") -> torch.Tensor:
     """Token ids ``[N, seq_len]``: each text cut to exactly ``seq_len`` tokens (special tokens included)."""
-    import torch
+    # deferred: torch is heavy; packing token blocks needs none
+    import torch  # noqa: PLC0415
 
     rows = []
     for index, text in enumerate(texts):

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -59,7 +60,8 @@ def read_local_documents(spec: DatasetSpec, corpus_dir: str | Path | None) -> di
 def load_hub_dataset(spec: DatasetSpec):
     """The hub dataset's split as an Arrow table (memory-mapped), checked to hold the configured
     text column. Downloads (or reads the Hugging Face cache)."""
-    import datasets  # imported here: loading the library is slow and only hub datasets need it
+    # deferred: datasets, of the workflow extra, is slow; hub datasets only
+    import datasets  # noqa: PLC0415
 
     try:
         table = datasets.load_dataset(spec.path, spec.name, split=spec.split, data_files=spec.data_files)
@@ -91,7 +93,8 @@ def iter_rows(spec: DatasetSpec, corpus_dir: str | Path | None = None, batch_siz
         rows = [p for text in read_local_documents(spec, corpus_dir).values() for p in paragraphs(text)]
         yield from (rows[start : start + batch_size] for start in range(0, len(rows), batch_size))
         return
-    import datasets
+    # deferred: datasets, of the workflow extra, is slow; hub datasets only
+    import datasets  # noqa: PLC0415
 
     if corpus_dir is None:
         raise DatasetError(f"dataset '{spec.dataset}' has not been fetched (no directory given)")
@@ -138,7 +141,8 @@ def sample_sequences(rows: list[str], sampling: SamplingConfig) -> list[dict[str
             taken.append(rows[row])
             words += int(word_counts[row])
             row = (row + 1) % len(rows)
-        samples.append({"index": index, "start_row": start, "num_rows": len(taken), "num_words": words, "text": "\n".join(taken)})
+        samples.append({"index": index, "start_row": start, "num_rows": len(taken), "num_words": words,
+                        "text": "\n".join(taken)})
     return samples
 
 

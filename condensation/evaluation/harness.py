@@ -24,6 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from condensation import models
 from condensation.config.specs import schema_defaults
 from condensation.evaluation.score_files import (
     item_rows_path,
@@ -32,8 +35,10 @@ from condensation.evaluation.score_files import (
 )
 from condensation.runtime.io import write_json
 
+# lm-eval (with sqlitedict, its response cache), of the workflow extra, and torch are imported by
+# the functions that use them: the other evaluation stages (building the offline tasks, picking a
+# score, the tables) import this module through stages.evaluation and need neither.
 if TYPE_CHECKING:
-
     from condensation.models import ModelHandle
 
 __all__ = [
@@ -146,7 +151,8 @@ def _task_manager(include_path: str | Path | Sequence[str | Path] | None, names:
     every group (e.g. the offline tasks, or the built-in directories that
     :func:`fetch_task_data` recorded) only they are indexed. Otherwise the full index is built.
     """
-    from lm_eval.tasks import TaskManager
+    # deferred: lm-eval, see the imports
+    from lm_eval.tasks import TaskManager  # noqa: PLC0415
 
     names = list(names)
     if include_path is not None:
@@ -191,8 +197,8 @@ def _metric_entry(task: str, metrics: Mapping[str, Any], metric: str) -> tuple[f
 def _preserved_rng_state() -> Iterator[None]:
     """Restore Python's, NumPy's and torch's global RNGs on exit: ``simple_evaluate`` reseeds
     them, which would otherwise change a training run that evaluates along the way."""
-    import numpy as np
-    import torch
+    # deferred: torch, see the imports
+    import torch  # noqa: PLC0415
 
     python_state, numpy_state, torch_state = random.getstate(), np.random.get_state(), torch.get_rng_state()
     cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
@@ -223,8 +229,9 @@ def fetch_task_data(names: Sequence[str], out_path: str | Path, include_path: st
     scoring jobs run offline; check every name first. Records each (sub)task's document count,
     and the directories that define the tasks (relative to lm-eval's task root where they lie
     under it), so that scoring jobs index only those (:func:`builtin_task_directories`)."""
-    import lm_eval.tasks
-    from lm_eval.tasks import get_task_dict
+    # deferred: lm-eval, see the imports
+    import lm_eval.tasks  # noqa: PLC0415
+    from lm_eval.tasks import get_task_dict  # noqa: PLC0415
 
     manager = _task_manager(include_path, names)
     counts: dict[str, int] = {}
@@ -248,7 +255,8 @@ def fetch_task_data(names: Sequence[str], out_path: str | Path, include_path: st
 
 def builtin_task_directories(fetched_path: str | Path) -> list[Path]:
     """The task directories a :func:`fetch_task_data` record lists, as paths on this machine."""
-    import lm_eval.tasks
+    # deferred: lm-eval, see the imports
+    import lm_eval.tasks  # noqa: PLC0415
 
     root = Path(lm_eval.tasks.__file__).parent
     return [root / d for d in json.loads(Path(fetched_path).read_text()).get("task_directories", [])]
@@ -308,7 +316,8 @@ def _quiet_hflm_class() -> type:
     an explicit ``disable=False``, which TQDM_DISABLE cannot override, and in a job's log file a
     bar is a run of carriage returns; lm-eval's own log lines still say what runs), answering
     from its ``responses`` cache (a :class:`ResponseCache`, or None) where it can."""
-    from lm_eval.models.huggingface import HFLM
+    # deferred: lm-eval, see the imports
+    from lm_eval.models.huggingface import HFLM  # noqa: PLC0415
 
     def bars_off(requested: bool) -> bool:
         return requested or not sys.stderr.isatty()
@@ -354,7 +363,8 @@ class ResponseCache:
     """At most this much of a killed job's work is lost (computed again by its rerun)."""
 
     def __init__(self, path: Path) -> None:
-        from sqlitedict import SqliteDict
+        # deferred: sqlitedict, see the imports
+        from sqlitedict import SqliteDict  # noqa: PLC0415
 
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
@@ -377,7 +387,8 @@ class ResponseCache:
 
     def add_partial(self, kind: str, request: Any, response: Any) -> None:
         """lm-eval's cache hook: one response, as the model computes it."""
-        from lm_eval.api.model import hash_args
+        # deferred: lm-eval, see the imports
+        from lm_eval.api.model import hash_args  # noqa: PLC0415
 
         self._store[hash_args(kind, request)] = response
         if time.monotonic() - self._committed >= self.COMMIT_SECONDS:
@@ -388,7 +399,8 @@ class ResponseCache:
         """The responses to ``requests``: cached ones from the file, the others from ``compute``
         (whose model reports each to :meth:`add_partial` as it goes); sampled generations are
         never answered from the cache."""
-        from lm_eval.api.model import hash_args
+        # deferred: lm-eval, see the imports
+        from lm_eval.api.model import hash_args  # noqa: PLC0415
 
         keys = [hash_args(kind, request.args) for request in requests]
         stored = set(self._store.keys())
@@ -408,8 +420,9 @@ class ResponseCache:
 
 def _run_groups(lm: Any, by_shots: Mapping[int, list[str]], manager: Any, settings: EvalSettings) -> ScoreRun:
     """One ``simple_evaluate`` call per shot count; the scores, items and outputs of all of them."""
-    import torch
-    from lm_eval import simple_evaluate
+    # deferred: torch and lm-eval, see the imports
+    import torch  # noqa: PLC0415
+    from lm_eval import simple_evaluate  # noqa: PLC0415
 
     run = ScoreRun(scores={}, samples=[], lm_eval=[])
     for shots, names in sorted(by_shots.items()):
@@ -494,7 +507,8 @@ def _sample_rows(out: Mapping[str, Any], name: str) -> list[dict[str, Any]]:
 def _lm_eval_parts(out: Mapping[str, Any], names: Sequence[str], shots: int) -> dict[str, Any]:
     """lm-eval's aggregated output of one call, as plain JSON (sets and NumPy scalars converted,
     functions as their source)."""
-    from lm_eval.utils import handle_non_serializable
+    # deferred: lm-eval, see the imports
+    from lm_eval.utils import handle_non_serializable  # noqa: PLC0415
 
     parts = {key: out[key] for key in LM_EVAL_PARTS if key in out}
     return {"num_fewshot": shots, "tasks": list(names),
@@ -542,10 +556,9 @@ def score_checkpoint(
     offline tasks were built in; None for built-in tasks only). Responses are cached under
     :func:`model_cache_prefix` (``handle``, ``job``, ``cache_dir``).
     """
-    import lm_eval
-    import torch
-
-    from condensation import models
+    # deferred: lm-eval and torch, see the imports
+    import lm_eval  # noqa: PLC0415
+    import torch  # noqa: PLC0415
 
     torch.set_num_threads(threads)
     tokenizer = models.load_tokenizer(handle)

@@ -38,7 +38,8 @@ def write_item_rows(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> None
 def read_item_rows(path: str | Path) -> pd.DataFrame:
     """The per-item rows of a samples file (see :class:`ScoreRun`) as a DataFrame, one row per
     (task, subtask, doc_id, filter), in file order; metric columns are floats."""
-    import pandas as pd
+    # deferred: pandas is heavy; the scoring job only writes rows
+    import pandas as pd  # noqa: PLC0415
 
     with gzip.open(path, "rt", encoding="utf-8") as lines:
         rows = [json.loads(line) for line in lines if line.strip()]

@@ -18,7 +18,8 @@ def load_items(data_file: str, **_lm_eval_metadata):
     lm-eval calls a ``custom_dataset`` with the task's ``metadata`` and ``dataset_kwargs`` as
     keywords; only ``data_file`` (from ``dataset_kwargs``) is used.
     """
-    import datasets
+    # deferred: tasks.py imports this file to copy it; datasets is slow
+    import datasets  # noqa: PLC0415
 
     path = Path(__file__).resolve().parent / data_file
     with path.open(encoding="utf-8") as lines:

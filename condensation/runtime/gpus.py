@@ -12,6 +12,7 @@ runs a command (here a two-process DDP run) on two GPUs of its own.
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import logging
 import os
@@ -53,8 +54,6 @@ def claim_gpus(count: int, total: int | None = None, locks: Path = GPU_LOCKS) ->
 
 
 def _lock(path: Path) -> bool:
-    import fcntl
-
     handle = open(path, "a")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -136,7 +136,8 @@ def library_bars_off_in_files(stream: TextIO | None = None) -> Iterator[None]:
     """Switch off the Hugging Face libraries' tqdm bars while ``stream`` (default: stderr) is not
     a terminal: in a job's log file a bar is a run of carriage returns (a checkpoint save draws
     "Writing model shards", a model load "Loading weights"). A terminal keeps them."""
-    from transformers.utils import logging as hf_logging
+    # deferred: transformers is heavy; runtime/ stays light
+    from transformers.utils import logging as hf_logging  # noqa: PLC0415
 
     stream = sys.stderr if stream is None else stream
     if stream.isatty() or not hf_logging.is_progress_bar_enabled():
@@ -310,7 +311,8 @@ def _row_step(row: str, columns: list[str]) -> float:
 
 @functools.lru_cache(maxsize=1)
 def _live_class() -> type:
-    from dvclive import Live
+    # deferred: dvclive is of the workflow extra; only a run's tracker needs it
+    from dvclive import Live  # noqa: PLC0415
 
     class RunLive(Live):
         """``Live`` without its repository hook: ``Live()`` opens the DVC repository of the working

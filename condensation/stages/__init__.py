@@ -34,7 +34,8 @@ def go_offline() -> None:
     for variable in OFFLINE_VARIABLES:
         os.environ[variable] = "1"
     if "huggingface_hub" in sys.modules:  # already imported: it read the variables at import
-        import huggingface_hub.constants
+        # deferred: only once something imported it (it read the variables at its import)
+        import huggingface_hub.constants  # noqa: PLC0415
 
         huggingface_hub.constants.HF_HUB_OFFLINE = True
 

@@ -80,7 +80,8 @@ def pack_training_data(
     if source.suffix == ".json":
         tokenizer = models.load_tokenizer(models.ModelHandle.load(source))
     else:
-        from transformers import AutoTokenizer
+        # deferred: transformers is heavy; the other data stages need none
+        from transformers import AutoTokenizer  # noqa: PLC0415
 
         tokenizer = AutoTokenizer.from_pretrained(str(source))
     with naming_the_dataset(dataset):

@@ -129,7 +129,8 @@ def table2(
 ) -> None:
     """Table 2 (every method on every mid-trained model, against ``reference``) as CSV, Markdown,
     LaTeX and HTML, and the same scores as DVC metrics and a DVC plot of the averages."""
-    from condensation.reporting.tables import table2
+    # deferred: pandas and scipy, see the imports
+    from condensation.reporting.tables import table2  # noqa: PLC0415
 
     table2.write_table2(
         score_paths=score_paths, tasks=tasks, methods=methods, reference=reference, metric=metric, labels=labels,
@@ -142,7 +143,8 @@ def table3(
     models: Sequence[str], stem: str | Path,
 ) -> None:
     """Table 3: the average score of the dispersion loss over its weight x temperature grid."""
-    from condensation.reporting.tables import table3
+    # deferred: pandas and scipy, see the imports
+    from condensation.reporting.tables import table3  # noqa: PLC0415
 
     table3.write_table3(score_paths=score_paths, tasks=tasks, metric=metric, grid=grid, models=models, stem=stem)
 
@@ -154,7 +156,8 @@ def table4(
 ) -> None:
     """Table 4: models pre-trained from scratch with each method, their scores and condensation
     (``trajectory_paths``: each model's trajectory table, in the order of ``models``)."""
-    from condensation.reporting.tables.table4 import write_table4
+    # deferred: pandas and scipy, see the imports
+    from condensation.reporting.tables.table4 import write_table4  # noqa: PLC0415
 
     write_table4(
         score_paths=score_paths, tasks=tasks, methods=methods, metric=metric, labels=labels,
@@ -164,6 +167,7 @@ def table4(
 
 def scores_by_step(*, score_paths: Sequence[str | Path], metric: str, out_path: str | Path) -> None:
     """Every scored checkpoint: the task scores (percent) over mid-training, mean and std over seeds."""
-    from condensation.reporting.tables import score_tables
+    # deferred: pandas and scipy, see the imports
+    from condensation.reporting.tables import score_tables  # noqa: PLC0415
 
     score_tables.write_scores_by_step(score_paths=score_paths, metric=metric, out_path=out_path)

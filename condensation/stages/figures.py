@@ -17,9 +17,14 @@ import pandas as pd
 
 from condensation import geometry, models
 from condensation.config.specs import TrendConfig, typed
+from condensation.reporting.tables.trend_tables import write_trend_table
 from condensation.runtime.run_dir import RunDir, parse_step
+from condensation.stages.geometry import check_family_sizes
 
-if TYPE_CHECKING:  # matplotlib loads only when a figure is drawn
+# The figure modules (matplotlib) and the findings and profile modules (scipy.stats, 1-2 s) are
+# imported by the stages that use them: the findings stage draws nothing, and the family, dataset
+# and study figures test nothing.
+if TYPE_CHECKING:
     from condensation.reporting.figures.runs import Checkpoint
     from condensation.reporting.figures.trends import FamilyEntry
 
@@ -32,7 +37,8 @@ def _entries(
 ) -> list[FamilyEntry]:
     """One FamilyEntry per model; without ``handle_paths`` the entries carry no size. Replicates
     (models that share a label) are numbered in the figure: "MLP 32 #1", "MLP 32 #2"."""
-    from condensation.reporting.figures.trends import FamilyEntry
+    # deferred: matplotlib, see the imports
+    from condensation.reporting.figures.trends import FamilyEntry  # noqa: PLC0415
 
     handle_paths = [None] * len(model_names) if handle_paths is None else handle_paths
     shown = [labels.get(name, name) for name in model_names]
@@ -56,8 +62,8 @@ def family_figure(
     handle_paths: Sequence[str | Path], labels: Mapping[str, str], trend: TrendConfig | Mapping[str, Any],
     out_path: str | Path, compares_size: bool,
 ) -> None:
-    from condensation.reporting.figures.trends import plot_family_trend
-    from condensation.stages.geometry import check_family_sizes
+    # deferred: matplotlib, see the imports
+    from condensation.reporting.figures.trends import plot_family_trend  # noqa: PLC0415
 
     trend = typed(TrendConfig, trend)
     if compares_size:  # the first job that knows the sizes (with the trend table)
@@ -75,9 +81,9 @@ def paired_figure(
     """Fig. 3 layout, and its numbers as a table (``member`` 0 = first row, 1 = second, 2 = the
     reference row, e.g. a distilled student's teacher). ``geometry_paths`` and ``handle_paths``
     list the first members, then the second members, then the reference members."""
-    from condensation.reporting.figures.trends import plot_paired_trend
-    from condensation.reporting.tables import profiles
-    from condensation.reporting.tables.trend_tables import write_trend_table
+    # deferred: matplotlib and scipy, see the imports
+    from condensation.reporting.figures.trends import plot_paired_trend  # noqa: PLC0415
+    from condensation.reporting.tables import profiles  # noqa: PLC0415
 
     trend = typed(TrendConfig, trend)
     groups = [list(first), list(second)] + ([list(reference)] if reference else [])
@@ -101,7 +107,8 @@ def dataset_figure(
     labels: Mapping[str, str], trend: TrendConfig | Mapping[str, Any], out_path: str | Path,
 ) -> None:
     """``geometry_paths`` is dataset-major: every model of the first dataset, then the next."""
-    from condensation.reporting.figures.trends import plot_dataset_robustness
+    # deferred: matplotlib, see the imports
+    from condensation.reporting.figures.trends import plot_dataset_robustness  # noqa: PLC0415
 
     trend = typed(TrendConfig, trend)
     n = len(model_names)
@@ -121,7 +128,8 @@ def study_figures(
 ) -> None:
     """The paper's Fig. 6 (heatmaps per method and checkpoint), the depth trend over training and
     the losses of ``methods`` (the ablation runs are Table 3's, not these figures')."""
-    from condensation.reporting.figures.runs import (
+    # deferred: matplotlib, see the imports
+    from condensation.reporting.figures.runs import (  # noqa: PLC0415
         plot_condensation_grid,
         plot_loss_curves,
         plot_trajectory,
@@ -150,7 +158,8 @@ def study_figures(
 
 def _checkpoints(directory: str | Path, trend: TrendConfig) -> list[Checkpoint]:
     """Every ``step-*.npz`` of one run's checkpoint geometry, with its depth trend."""
-    from condensation.reporting.figures.runs import Checkpoint
+    # deferred: matplotlib, see the imports
+    from condensation.reporting.figures.runs import Checkpoint  # noqa: PLC0415
 
     checkpoints = []
     for path in sorted(Path(directory).glob("step-*.npz")):
@@ -167,9 +176,9 @@ def series_figure(
     """Fig. 4: one model at successive points of its training (``points``: label and training
     tokens, in order), its depth trend over training beside a heatmap per checkpoint; and the
     numbers as a table."""
-    from condensation.reporting.figures.trends import FamilyEntry, plot_family_trend
-    from condensation.reporting.tables import profiles
-    from condensation.reporting.tables.trend_tables import write_trend_table
+    # deferred: matplotlib and scipy, see the imports
+    from condensation.reporting.figures.trends import FamilyEntry, plot_family_trend  # noqa: PLC0415
+    from condensation.reporting.tables import profiles  # noqa: PLC0415
 
     trend = typed(TrendConfig, trend)
     entries = []
@@ -212,8 +221,9 @@ def findings(
     ``series_groups``: series -> the group of runs read together; ``similarity``: the comparison
     tables of condensation.similarity (``similarity_kinds``: comparison -> "pair" or "study"), shown
     beside the distillation and dispersion claims."""
-    from condensation.reporting.findings import claims, page
-    from condensation.reporting.tables.profiles import read_all
+    # deferred: scipy, see the imports
+    from condensation.reporting.findings import claims, page  # noqa: PLC0415
+    from condensation.reporting.tables.profiles import read_all  # noqa: PLC0415
 
     def study_name(path: str | Path) -> str:
         return f"{Path(path).parts[-3]}, {Path(path).parent.name}"

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
-from condensation import geometry, models
+from condensation import geometry, models, similarity
 from condensation.config.plan import check_size_order
 from condensation.config.specs import (
     ExtractionConfig,
@@ -18,6 +19,7 @@ from condensation.config.specs import (
     typed,
 )
 from condensation.data import text
+from condensation.measurement import measure
 from condensation.runtime.io import atomic_path, write_json
 
 if TYPE_CHECKING:  # pandas and the table module load in the table stages only, not in extraction jobs
@@ -32,13 +34,9 @@ def extract(
 ) -> None:
     """Cosine statistics of one prepared model on one dataset's samples: :func:`condensation.measure`
     on the sampled texts, saved as the workflow's ``.npz``."""
-    import torch
-
     sampling = typed(SamplingConfig, sampling)
     extraction = typed(ExtractionConfig, extraction)
     torch.set_num_threads(threads)
-    from condensation.measurement import measure
-
     texts = text.read_samples(samples_path)
     measurement = measure(models.ModelHandle.load(handle_path), texts, sampling=sampling, extraction=extraction,
                           meta={"dataset": Path(samples_path).stem})
@@ -51,7 +49,8 @@ def trend_rows(
 ) -> pd.DataFrame:
     """One row per model: its name, label, size, then :meth:`~condensation.geometry.TrendStatistics.as_row`
     of its depth trend (rho, tau, last-n means, the last-half interval, the depth slope and its interval)."""
-    import pandas as pd
+    # deferred: not in extraction jobs, see the imports
+    import pandas as pd  # noqa: PLC0415
 
     trend = typed(TrendConfig, trend)
     rows = []
@@ -85,7 +84,8 @@ def trend_table(
     csv_path: str | Path, markdown_path: str | Path, compares_size: bool,
 ) -> None:
     """A family's trend table, and beside it the per-sequence profiles its claims are tested on."""
-    from condensation.reporting.tables import profiles, trend_tables
+    # deferred: not in extraction jobs, see the imports
+    from condensation.reporting.tables import profiles, trend_tables  # noqa: PLC0415
 
     trend = typed(TrendConfig, trend)
     if compares_size:  # the first job that knows the sizes (with the family figure)
@@ -102,7 +102,8 @@ def trend_metrics(
     plot_path: str | Path,
 ) -> None:
     """DVC metrics (rho, tau per family, dataset and model) and a per-layer plot table."""
-    import pandas as pd
+    # deferred: not in extraction jobs, see the imports
+    import pandas as pd  # noqa: PLC0415
 
     metrics: dict[str, Any] = {}
     for csv_path in csv_paths:
@@ -138,11 +139,6 @@ def similarity_table(
     """One ``similarity`` comparison (:func:`condensation.config.plan.similarity_rows`): each row's
     model (a handle, or a study run's final weights) measured on the dataset's samples as the
     extract rule measures it, then compared with its reference (:func:`condensation.similarity.compare`)."""
-    import torch
-
-    from condensation import similarity
-    from condensation.measurement import measure
-
     sampling = typed(SamplingConfig, sampling)
     extraction = typed(ExtractionConfig, extraction)
     torch.set_num_threads(threads)

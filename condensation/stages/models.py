@@ -63,7 +63,8 @@ def prepare_model(
         models.save_model_dir(model, models.load_tokenizer(base), weights_dir)
         handle = models.prepare_local(name, str(weights_dir), base.trust_remote_code)
     elif source == "init":
-        from transformers import AutoTokenizer
+        # deferred: transformers is heavy; other sources need none
+        from transformers import AutoTokenizer  # noqa: PLC0415
 
         tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
         models.save_model_dir(models.build_gpt2(arch, tokenizer, seed), tokenizer, weights_dir)

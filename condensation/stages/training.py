@@ -3,6 +3,7 @@ scratch), condensation on every checkpoint, and their summaries."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -44,13 +45,12 @@ def train_run(
     study's run (the model of ``handle_path``: trained before, or an ``init`` model's random
     weights) with CE, CE + an auxiliary loss, CE with a baseline, or distilled from the teacher
     of ``teacher_handle_path`` (the plan's distillation method names it)."""
-    import functools
+    # deferred: torch and the training modules, see the imports
+    import torch  # noqa: PLC0415
 
-    import torch
-
-    from condensation.training.baselines import make_baseline
-    from condensation.training.loop import train
-    from condensation.training.losses import auxiliary_loss
+    from condensation.training.baselines import make_baseline  # noqa: PLC0415
+    from condensation.training.loop import train  # noqa: PLC0415
+    from condensation.training.losses import auxiliary_loss  # noqa: PLC0415
 
     torch.set_num_threads(threads)
     plan = RunPlan.load(plan_path)
@@ -70,7 +70,7 @@ def train_run(
 
 def _teacher(config: Any, handle_path: str | Path | None, student_tokenizer: Any) -> Any:
     """The frozen teacher of a distillation run, checked against the student's tokenizer."""
-    from condensation.training.distillation import Teacher
+    from condensation.training.distillation import Teacher  # noqa: PLC0415  (deferred: torch, see the imports)
 
     if handle_path is None:
         raise ValueError(f"a distillation run needs its teacher's handle "
@@ -90,7 +90,7 @@ def _teacher(config: Any, handle_path: str | Path | None, student_tokenizer: Any
 def _starting_model(plan: RunPlan, handle_path: str | Path | None, tokenizer_dir: str | Path | None) -> tuple[Any, Any]:
     """The model a run starts from, and its tokenizer."""
     if plan.kind == "pretrain":
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # noqa: PLC0415  (deferred: transformers, see the imports)
 
         tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
         return models.build_gpt2(plan.arch, tokenizer, seed=plan.train.seed), tokenizer
@@ -108,11 +108,12 @@ def measure_checkpoints(
 ) -> None:
     """Condensation of every evaluation checkpoint a run's index lists: one ``step-N.npz`` each
     and ``trajectory.csv`` (step, validation loss, rho, tau, last-n means)."""
-    import pandas as pd
-    import torch
+    # deferred: pandas, torch and the measuring modules, see the imports
+    import pandas as pd  # noqa: PLC0415
+    import torch  # noqa: PLC0415
 
-    from condensation import geometry
-    from condensation.measurement import measure
+    from condensation import geometry  # noqa: PLC0415
+    from condensation.measurement import measure  # noqa: PLC0415
 
     sampling = typed(SamplingConfig, sampling)
     extraction = typed(ExtractionConfig, extraction)
@@ -143,12 +144,11 @@ def study_tables(
     """Collect every (method, seed) run of one model: condensation per checkpoint (and beside it
     each checkpoint's per-sequence profiles), the loss logs, and each method's condensation against
     CE's over seeds and sequences."""
-    import pandas as pd
+    # deferred: pandas and the reporting modules, see the imports
+    import pandas as pd  # noqa: PLC0415
 
-    from condensation.reporting.tables import profiles
-    from condensation.reporting.tables.condensation_effects import (
-        write_condensation_effects,
-    )
+    from condensation.reporting.tables import profiles  # noqa: PLC0415
+    from condensation.reporting.tables.condensation_effects import write_condensation_effects  # noqa: PLC0415
 
     trend = typed(TrendConfig, trend)
     trajectories, losses, keys_of_checkpoints, checkpoint_files = [], [], [], []
@@ -180,7 +180,7 @@ def study_metrics(
     trend and deeper layers' mean cosine, averaged over seeds) and its DVC plot data: training
     cross-entropy per step of every run, and validation loss and condensation per checkpoint of
     every method (mean over seeds); the ``series`` column names the line each row belongs to."""
-    import pandas as pd
+    import pandas as pd  # noqa: PLC0415  (deferred: pandas, see the imports)
 
     metrics: dict[str, Any] = {}
     training, checkpoints = [], []

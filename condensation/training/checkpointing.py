@@ -10,8 +10,9 @@ finished run is set aside (``set_aside/``, kept), and the run starts over.
 Every directory is written under a temporary name and renamed into place (``io.atomic_path``), so
 a killed job never leaves a half-written checkpoint or state under its final name.
 
-Nothing here imports torch at module level, so the workflow can plan with this module; the
-functions that need torch, safetensors or accelerate import them when called.
+Nothing here imports torch, NumPy or accelerate at module level (nor ``training.parallel``, which
+does), so the workflow can plan with this module; the functions that need them import them when
+called.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import random
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -76,10 +78,9 @@ class TrainState:
 def capture_rng_state(device: torch.device) -> dict[str, Any]:
     """This process's RNG states (Python, NumPy, torch, and CUDA on a CUDA device), in types
     ``torch.load(weights_only=True)`` accepts."""
-    import random
-
-    import numpy as np
-    import torch
+    # deferred: see the module docstring
+    import numpy as np  # noqa: PLC0415
+    import torch  # noqa: PLC0415
 
     name, keys, pos, has_gauss, gauss = np.random.get_state()
     state = {
@@ -94,10 +95,9 @@ def capture_rng_state(device: torch.device) -> dict[str, Any]:
 
 def restore_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
     """Undo ``capture_rng_state``: the RNGs continue exactly where they were captured."""
-    import random
-
-    import numpy as np
-    import torch
+    # deferred: see the module docstring
+    import numpy as np  # noqa: PLC0415
+    import torch  # noqa: PLC0415
 
     version, internal, gauss_next = state["python"]
     random.setstate((version, tuple(internal), gauss_next))
@@ -141,7 +141,8 @@ class CheckpointManager:
     def __init__(
         self, run_dir: RunDir, accelerator: Accelerator, identity: Mapping[str, Any], layout: ModelLayout | None = None
     ) -> None:
-        from condensation.training.parallel import Replicated
+        # deferred: see the module docstring
+        from condensation.training.parallel import Replicated  # noqa: PLC0415
 
         self.run_dir = run_dir
         self.accelerator = accelerator
@@ -225,8 +226,9 @@ class CheckpointManager:
         RNG states it cannot restore, which would break exact resume without a word. The other
         ranks contribute their RNG states through a gather (and, when sharded, write their own
         shards); one atomic rename puts it in place."""
-        import torch
-        from accelerate.utils import gather_object
+        # deferred: see the module docstring
+        import torch  # noqa: PLC0415
+        from accelerate.utils import gather_object  # noqa: PLC0415
 
         rng_states = gather_object([capture_rng_state(self.accelerator.device)])  # one entry per rank
         main = self.accelerator.is_main_process
@@ -243,7 +245,8 @@ class CheckpointManager:
     def _written_together(self, path: Path) -> Iterator[Path]:
         """A new directory that every rank may write into, put in place as ``path`` (with its
         manifest) by the main process once all ranks are done: ``io.atomic_path`` for many writers."""
-        from accelerate.utils import broadcast_object_list
+        # deferred: see the module docstring
+        from accelerate.utils import broadcast_object_list  # noqa: PLC0415
 
         main = self.accelerator.is_main_process
         with (atomic_path(path) if main else contextlib.nullcontext()) as tmp:
@@ -261,7 +264,8 @@ class CheckpointManager:
         identity; put back the log as it was at the saved step. Call it after
         ``set_aside_unusable_state``, which also checked the state's manifest (hashing a large
         state a second time here would double its cost)."""
-        import torch
+        # deferred: see the module docstring
+        import torch  # noqa: PLC0415
 
         state_dir = self.run_dir.state
         saved = read_json(state_dir / PROGRESS_NAME)

@@ -56,15 +56,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import math
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+from torch.utils._triton import has_triton
 
 from condensation.config.objectives import KERNELS
-from condensation.geometry import NORM_EPS, unit_rows
+from condensation.cosine import NORM_EPS, unit_rows
 
 DEFAULT_TILE = 128
 """Rows per tile. Temporaries are a few ``B x tile x T`` blocks; smaller tiles skip more of the
@@ -162,8 +164,6 @@ def _compiled_tile_step() -> TileStep:
     differ in ``start`` and in their number of columns, and static shapes would compile every tile
     of every layer shape anew; with symbolic shapes the graphs serve any ``B``, ``T``, ``F``.
     ``fullgraph``: a graph break would split the fused body silently."""
-    import inspect
-
     # a torch.compile argument in recent torch (2.13 has it); older ones have only the global 8
     limit = ({"recompile_limit": MAX_COMPILED_GRAPHS}
              if "recompile_limit" in inspect.signature(torch.compile).parameters else {})
@@ -179,8 +179,6 @@ def tile_step(kernel: str, device: torch.device) -> TileStep:
     if kernel not in KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; allowed: {', '.join(KERNELS)}")
     if kernel == "auto":
-        from torch.utils._triton import has_triton
-
         kernel = "compiled" if device.type == "cuda" and has_triton() else "eager"
     return _compiled_tile_step() if kernel == "compiled" else _tile_step
 

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from condensation.config.objectives import OBJECTIVES, PLACEMENTS, AuxLossConfig
-from condensation.geometry import NORM_EPS, unit_rows
+from condensation.cosine import NORM_EPS, unit_rows
 from condensation.training.kernels import _no_autocast, dispersion_tiled
 
 # ----------------------------------------------------------------------------------------------

@@ -25,8 +25,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import safetensors.torch
 import torch
 from accelerate import Accelerator
+
+# torch.distributed's FSDP and checkpoint modules (0.5 s to import) are imported by the methods of
+# Sharded: only a sharded run needs them.
 
 OptimizerFactory = Callable[[torch.nn.Module], torch.optim.Optimizer]
 
@@ -53,16 +57,12 @@ class Replicated:
 
     def save_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, directory: Path, main: bool):
         """Weights and optimizer into ``directory`` (the main process writes them)."""
-        import safetensors.torch
-
         if main:
             # safetensors' save_model/load_model handle tied weights (GPT-2's wte = lm_head).
             safetensors.torch.save_model(module, str(directory / "model.safetensors"))
             torch.save(optimizer.state_dict(), directory / "optimizer.pt")
 
     def load_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, directory: Path) -> None:
-        import safetensors.torch
-
         safetensors.torch.load_model(module, str(directory / "model.safetensors"))
         optimizer.load_state_dict(torch.load(directory / "optimizer.pt", map_location="cpu", weights_only=True))
 
@@ -77,8 +77,9 @@ class Sharded:
     def prepare(self, accelerator: Accelerator, model: torch.nn.Module, make_optimizer: OptimizerFactory):
         """Shard ``model`` in place (each rank keeps 1/world of every tensor, on its device) and
         build the optimizer over the shards: its moments are sharded alike."""
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
+        # deferred: sharded runs only, see the imports
+        from torch.distributed.device_mesh import init_device_mesh  # noqa: PLC0415
+        from torch.distributed.fsdp import fully_shard  # noqa: PLC0415
 
         if accelerator.num_processes < 2:
             raise ValueError("sharding: fsdp shards over several processes; this run has one (use sharding: ddp)")
@@ -105,7 +106,8 @@ class Sharded:
         """Every tensor whole, on the CPU of the main process (empty elsewhere); all ranks call it.
         Tied weights (GPT-2's wte = lm_head) come back as one tensor under each name, as an
         unsharded model's state dict has them, so that ``save_pretrained`` stores them once."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        # deferred: sharded runs only, see the imports
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict  # noqa: PLC0415
 
         full = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         names: dict[int, list[str]] = {}
@@ -119,15 +121,20 @@ class Sharded:
 
     def save_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, directory: Path, main: bool):
         """Every rank writes its shards of weights and optimizer into ``directory/shards``."""
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+        # deferred: sharded runs only, see the imports
+        import torch.distributed.checkpoint as dcp  # noqa: PLC0415
+        from torch.distributed.checkpoint.state_dict import (  # noqa: PLC0415
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
 
         state = {"model": get_model_state_dict(module), "optimizer": get_optimizer_state_dict(module, optimizer)}
         dcp.save(state, checkpoint_id=directory / self.SHARDS)
 
     def load_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, directory: Path) -> None:
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import (
+        # deferred: sharded runs only, see the imports
+        import torch.distributed.checkpoint as dcp  # noqa: PLC0415
+        from torch.distributed.checkpoint.state_dict import (  # noqa: PLC0415
             get_model_state_dict,
             get_optimizer_state_dict,
             set_model_state_dict,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 import yaml
+from accelerate.commands.config.config_args import default_config_file
 
 
 def resolve_mixed_precision(
@@ -36,11 +37,7 @@ def resolve_mixed_precision(
 
 def _accelerate_mixed_precision(environ: Mapping[str, str], config_file: str | Path | None) -> tuple[str | None, str]:
     """What ``accelerate config`` chose, and where it was read; ``(None, "")`` when it chose nothing."""
-    if config_file is None:
-        from accelerate.commands.config.config_args import (
-            default_config_file as config_file,
-        )
-    config_file = Path(config_file)
+    config_file = Path(default_config_file if config_file is None else config_file)
     exported = environ.get("ACCELERATE_MIXED_PRECISION", "").lower()
     # `accelerate launch` exports "no" when neither a flag nor a config file chose: not a choice.
     if exported and (exported != "no" or config_file.is_file()):

@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from condensation.geometry import CosineStatistics, TrendStatistics
+from condensation.lenses import LENSES
 from condensation.reporting.figures.heatmaps import (
     Heatmap,
     HeatmapOptions,
@@ -169,8 +170,6 @@ def _lens_panel(ax: Axes, labels: Sequence[str], entries: Sequence[FamilyEntry])
     """Each lens of :mod:`condensation.lenses` per model (models along x), one colour each, with
     its jackknife interval; all lie in [-1, 1]. The legend marks with an arrow which way is more
     condensed."""
-    from condensation.lenses import LENSES
-
     x = _model_axis(ax, labels)
     colors = matplotlib.colormaps["Dark2"].colors
     dx = np.linspace(-0.2, 0.2, len(LENSES))
@@ -265,6 +264,33 @@ def plot_family_trend(
         return save(fig, path)
 
 
+def _pair_styles(models: int) -> list[tuple[dict, dict, dict]]:
+    """Each row's (rho, tau, deeper-layers) line styles in :func:`plot_paired_trend`: the first
+    members filled circles in the dark colours, the second open squares in the light ones, a
+    reference row dotted grey triangles."""
+    first = dict(ls="-", marker="o", ms=6.0 if models <= 8 else 4.5, lw=1.5, markeredgewidth=1.3)
+    second = dict(first, marker="s", markerfacecolor="white")
+    reference = dict(first, marker="^", ls=":")
+    return [
+        (dict(first, color=RHO_COLOR), dict(first, color=TAU_COLOR), dict(first, color=DEEP_COLOR)),
+        (dict(second, color=RHO_COLOR_LIGHT), dict(second, color=TAU_COLOR_LIGHT),
+         dict(second, color=DEEP_COLOR_LIGHT)),
+        (dict(reference, color="0.45"), dict(reference, color="0.65"), dict(reference, color="0.45")),
+    ]
+
+
+def _pair_legend(ax: Axes, row_labels: Sequence[str]) -> None:
+    """The legend above the paired trend panel: each row's marker (two rows, or three with a
+    reference) and the dashed line that joins a pair."""
+    handles = [Line2D([], [], color="0.3", marker="o", ls="-", ms=5, label=row_labels[0]),
+               Line2D([], [], color="0.5", marker="s", ls="-", ms=5, markerfacecolor="white", label=row_labels[1])]
+    if len(row_labels) == 3:
+        handles.append(Line2D([], [], color="0.45", marker="^", ls=":", ms=5, label=row_labels[2]))
+    handles.append(Line2D([], [], color="0.55", ls="--", lw=0.9, label="pair"))
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(handles), frameon=False,
+              handlelength=1.8, columnspacing=1.0, borderaxespad=0.2)
+
+
 def plot_paired_trend(
     pairs: Sequence[tuple[FamilyEntry, ...]], path: str | os.PathLike, title: str,
     row_labels: tuple[str, ...] = ("scratch", "distilled"), heatmaps: HeatmapOptions = HeatmapOptions(),
@@ -299,31 +325,17 @@ def plot_paired_trend(
         fig = new_figure(1.75 * (n + 2 * trend_ratio) + 2.0, 2.35 * members + 1.6)
         grid = fig.add_gridspec(members, n + 2, width_ratios=[trend_ratio] * 2 + [1.0] * n)
         ax = fig.add_subplot(grid[:, 0])
-        first = dict(ls="-", marker="o", ms=6.0 if n <= 8 else 4.5, lw=1.5, markeredgewidth=1.3)
-        second = dict(first, marker="s", markerfacecolor="white")
-        reference = dict(first, marker="^", ls=":")
         # x offsets of each row's (rho, tau) points and of its deeper-layers point
         trend_dx = [(-0.21, -0.07), (0.07, 0.21)] if members == 2 else [(-0.3, -0.2), (-0.05, 0.05), (0.2, 0.3)]
         deep_dx = [-0.1, 0.1] if members == 2 else [-0.2, 0.0, 0.2]
-        styles = [
-            (dict(first, color=RHO_COLOR), dict(first, color=TAU_COLOR), dict(first, color=DEEP_COLOR)),
-            (dict(second, color=RHO_COLOR_LIGHT), dict(second, color=TAU_COLOR_LIGHT),
-             dict(second, color=DEEP_COLOR_LIGHT)),
-            (dict(reference, color="0.45"), dict(reference, color="0.65"), dict(reference, color="0.45")),
-        ]
+        styles = _pair_styles(n)
         series = [_Series(rows[r], trend_dx[r], styles[r][0], styles[r][1]) for r in range(members)]
         labels = [e.tick_label for e in rows[0]]
         axes = (ax, _trend_panel(ax, labels, series))
         for k, (first_values, second_values) in enumerate(zip(_values(rows[0]), _values(rows[1]))):
             _join_pairs(axes[k], (series[0].dx[k], series[1].dx[k]), first_values, second_values)
         ax.set_title("depth trend", pad=22)  # room for the legend above the panel
-        handles = [Line2D([], [], color="0.3", marker="o", ls="-", ms=5, label=row_labels[0]),
-                   Line2D([], [], color="0.5", marker="s", ls="-", ms=5, markerfacecolor="white", label=row_labels[1])]
-        if members == 3:
-            handles.append(Line2D([], [], color="0.45", marker="^", ls=":", ms=5, label=row_labels[2]))
-        handles.append(Line2D([], [], color="0.55", ls="--", lw=0.9, label="pair"))
-        ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(handles), frameon=False,
-                  handlelength=1.8, columnspacing=1.0, borderaxespad=0.2)
+        _pair_legend(ax, row_labels)
         deeper = fig.add_subplot(grid[:, 1])
         _deeper_panel(deeper, labels, [_Points(rows[r], deep_dx[r], styles[r][2]) for r in range(members)])
         _join_pairs(deeper, (deep_dx[0], deep_dx[1]), _last_half(rows[0])[0], _last_half(rows[1])[0])

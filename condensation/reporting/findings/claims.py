@@ -52,6 +52,7 @@ from condensation.reporting.statistics.panel import (
     slope,
 )
 from condensation.reporting.tables.profiles import STATISTICS, Profiles
+from condensation.similarity import summarise
 
 DECIDING_STATISTICS = ("last_half", "spearman_rho")
 """The statistics every condensation claim is decided on: the deeper layers' mean cosine (the size
@@ -428,8 +429,6 @@ def _similarity_notes(evidence: Evidence, kind: str) -> list[str]:
     to a wider model's (condensation.similarity), shown beside the claim, not counted in it."""
     if evidence.similarity is None or evidence.similarity.empty:
         return []
-    from condensation.similarity import summarise
-
     chosen = [name for name, found in evidence.similarity_kinds.items() if found == kind]
     table = evidence.similarity[evidence.similarity["comparison"].isin(chosen)]
     return ([f"closeness to the wider model (shown, not counted): {line}" for line in summarise(table)]

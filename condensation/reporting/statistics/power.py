@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.stats import norm
 
 from condensation.reporting.statistics.decisions import (
     AGREES,
@@ -166,8 +167,6 @@ def simulate_scores(effect_points: float, seeds: int, *, noise: ScoreNoise = Sco
     items of several tasks (every task weighing equally); the method answers ``effect_points``
     more of every task's items right (items it got wrong turned right at random). ``pieces``: how
     many such comparisons the claim holds (Holm)."""
-    from scipy.stats import norm
-
     rng = np.random.default_rng(seed)
     tasks, n = len(noise.base_accuracy), noise.items_per_task
     strata = np.repeat(np.arange(tasks), n)

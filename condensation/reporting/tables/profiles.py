@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.stats import rankdata
 
+from condensation import geometry
 from condensation.lenses import LENS_NAMES
 from condensation.reporting.statistics.panel import (
     Panel,
@@ -44,8 +46,6 @@ def deep_half(profiles: np.ndarray) -> np.ndarray:
 def spearman_with_depth(profiles: np.ndarray) -> np.ndarray:
     """Spearman's rho of each row of ``[m, n]`` layer means against the layer index (average
     ranks for ties; NaN for a constant row), as :func:`scipy.stats.spearmanr` gives it."""
-    from scipy.stats import rankdata
-
     ranks = rankdata(profiles, axis=-1)
     depth = np.arange(profiles.shape[-1], dtype=float)
     centred = ranks - ranks.mean(axis=-1, keepdims=True)
@@ -162,8 +162,6 @@ def write_profiles_of(path: str | os.PathLike, rows: Sequence[Mapping], geometry
                       trend) -> None:
     """:func:`write_profiles` of the geometry files (one per row, :class:`~condensation.geometry.CosineStatistics`)
     under the trend conventions ``trend`` (:class:`~condensation.config.specs.TrendConfig`)."""
-    from condensation import geometry
-
     layers, lenses = [], []
     for geometry_path in geometry_paths:
         stats = geometry.CosineStatistics.load(geometry_path)
