@@ -56,10 +56,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
 import math
-import os
-import platform
 import statistics
 import sys
 import time
@@ -68,6 +65,16 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from _common import (
+    add_device_arguments,
+    add_output_arguments,
+    autocast,
+    describe_device,
+    set_up_device,
+    synchronize,
+    time_interleaved,
+    write_report,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
@@ -80,47 +87,12 @@ from condensation.training.losses import (  # noqa: E402
     subsample_tokens,
 )
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 TILED_NAMES = {"eager": "tiled", "compiled": "compiled"}
 """Variant name of the tiled kernel with each tile body (``AuxLossConfig.kernel``)."""
 
 
 # ----------------------------------------------------------------------------------------------
 # measuring
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_interleaved(variants: dict[str, Callable[[], object]], device: torch.device, reps: int,
-                     warmup: int) -> dict[str, dict]:
-    """Median/min wall and median CPU seconds per call, and the first warm-up call's wall time;
-    variants take turns within each rep, in a rotating order, so that slow phases of a shared
-    machine are spread over all of them."""
-    names = list(variants)
-    first: dict[str, float] = {}
-    for _ in range(warmup):
-        for name in names:
-            synchronize(device)
-            start = time.perf_counter()
-            variants[name]()
-            synchronize(device)
-            first.setdefault(name, time.perf_counter() - start)  # a compiled variant compiles here
-    wall: dict[str, list[float]] = {name: [] for name in names}
-    cpu: dict[str, list[float]] = {name: [] for name in names}
-    for rep in range(reps):
-        for name in names[rep % len(names):] + names[: rep % len(names)]:
-            synchronize(device)
-            wall_start, cpu_start = time.perf_counter(), time.process_time()
-            variants[name]()
-            synchronize(device)
-            wall[name].append(time.perf_counter() - wall_start)
-            cpu[name].append(time.process_time() - cpu_start)
-    return {name: {"time_s": statistics.median(wall[name]), "min_s": min(wall[name]),
-                   "cpu_s": statistics.median(cpu[name]), "reps_s": wall[name], "first_s": first.get(name)}
-            for name in names}
 
 
 def memory_of(fn: Callable[[], object], device: torch.device, inputs: list[torch.Tensor]) -> tuple[str, int]:
@@ -152,13 +124,6 @@ def no_autocast(device: torch.device) -> contextlib.AbstractContextManager:
     if torch.amp.is_autocast_available(device.type):
         return torch.autocast(device.type, enabled=False)
     return contextlib.nullcontext()
-
-
-def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:
-    """Mixed precision as in training: autocast to ``dtype``; float32 means none."""
-    if dtype == torch.float32:
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=dtype)
 
 
 def human(nbytes: int) -> str:
@@ -219,8 +184,8 @@ def bench_loss(args, device: torch.device, dtype: torch.dtype) -> dict:
         return loss.detach(), torch.autograd.grad(loss, layers)
 
     # timed first: its warm-up call is each variant's first, and the compiled one compiles there
-    results = time_interleaved({name: (lambda fn=fn: step(fn)) for name, fn in fns.items()}, device, args.reps,
-                               args.warmup)
+    results, _ = time_interleaved({name: (lambda fn=fn: step(fn)) for name, fn in fns.items()}, device, args.reps,
+                                  args.warmup)
     dense_value, dense_grads = step(fns["dense"])
     agreement = {}
     for name in (TILED_NAMES[kernel] for kernel in args.kernels):
@@ -271,7 +236,8 @@ def print_loss(result: dict) -> None:
 # (b) a training step
 
 
-def bench_train(args, device: torch.device, dtype: torch.dtype) -> dict:
+def gpt2_step_inputs(args, device: torch.device) -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.Tensor]:
+    """A random-init GPT2 of the flags' shape in training mode, its AdamW, and one batch of random ids."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
@@ -280,7 +246,11 @@ def bench_train(args, device: torch.device, dtype: torch.dtype) -> dict:
     model = GPT2LMHeadModel(gpt_config).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(args.vocab, (args.batch, args.tokens), generator=torch.Generator().manual_seed(1)).to(device)
-    config = AuxLossConfig("dispersion", tau=args.tau, placement=args.placement)
+    return model, optimizer, ids
+
+
+def step_aux_losses(args, config: AuxLossConfig) -> dict[str, Callable | None]:
+    """Each (b) variant's auxiliary loss on a step's hidden states (``None``: CE only)."""
     subsampled = AuxLossConfig("dispersion", tau=args.tau, placement=args.placement, max_tokens=args.max_tokens)
     gen = torch.Generator().manual_seed(2)
 
@@ -304,6 +274,32 @@ def bench_train(args, device: torch.device, dtype: torch.dtype) -> dict:
     if args.tokens > args.max_tokens:
         aux_losses[f"ce+dense@{args.max_tokens}"] = lambda hidden: mean_over_layers(
             lambda z: dense_layer_loss(z, subsampled, gen), hidden)
+    return aux_losses
+
+
+def time_loss_on_step_hidden(args, model: torch.nn.Module, ids: torch.Tensor, aux_losses: dict[str, Callable | None],
+                             placement: str, device: torch.device, dtype: torch.dtype) -> tuple[dict, int]:
+    """The loss alone on this step's own hidden states (forward + backward, as in (a)): the same
+    work its variant adds to a step, but timed in ~0.1 s reps instead of ~1 s steps, so many more
+    reps fit and the machine's noise, which drowns a 0.1 s overhead in a 1 s step, averages out.
+    Returns the timings and the number of hidden states that get the loss."""
+    with torch.no_grad(), autocast(device, dtype):
+        hidden = [z.detach().requires_grad_(True) for z in model(ids, output_hidden_states=True).hidden_states]
+    with_loss = select_layers(hidden, placement)
+
+    def loss_only(aux):
+        torch.autograd.grad(aux(hidden), with_loss)
+
+    results, _ = time_interleaved({name: (lambda aux=aux: loss_only(aux))
+                                   for name, aux in aux_losses.items() if aux is not None},
+                                  device, args.loss_reps, args.warmup)
+    return results, len(with_loss)
+
+
+def bench_train(args, device: torch.device, dtype: torch.dtype) -> dict:
+    model, optimizer, ids = gpt2_step_inputs(args, device)
+    config = AuxLossConfig("dispersion", tau=args.tau, placement=args.placement)
+    aux_losses = step_aux_losses(args, config)
 
     def forward(aux):
         with autocast(device, dtype):
@@ -323,28 +319,17 @@ def bench_train(args, device: torch.device, dtype: torch.dtype) -> dict:
         forward(aux).backward()
         model.zero_grad(set_to_none=True)
 
-    results = time_interleaved({name: (lambda aux=aux: step(aux)) for name, aux in aux_losses.items()},
-                               device, args.reps, args.warmup)
+    results, _ = time_interleaved({name: (lambda aux=aux: step(aux)) for name, aux in aux_losses.items()},
+                                  device, args.reps, args.warmup)
     params = list(model.parameters())
     for name, aux in aux_losses.items():
         results[name]["memory_kind"], results[name]["memory_bytes"] = memory_of(
             lambda aux=aux: memory_step(aux), device, params)
-    # The loss alone on this step's own hidden states (forward + backward, as in (a)): the same
-    # work its variant adds to a step, but timed in ~0.1 s reps instead of ~1 s steps, so many
-    # more reps fit and the machine's noise, which drowns a 0.1 s overhead in a 1 s step, averages out.
-    with torch.no_grad(), autocast(device, dtype):
-        hidden = [z.detach().requires_grad_(True) for z in model(ids, output_hidden_states=True).hidden_states]
-    with_loss = select_layers(hidden, config.placement)
-
-    def loss_only(aux):
-        torch.autograd.grad(aux(hidden), with_loss)
-
-    loss_results = time_interleaved({name: (lambda aux=aux: loss_only(aux))
-                                     for name, aux in aux_losses.items() if aux is not None},
-                                    device, args.loss_reps, args.warmup)
+    loss_results, layers_with_loss = time_loss_on_step_hidden(args, model, ids, aux_losses, config.placement, device,
+                                                              dtype)
     return {"loss_on_step_hidden": loss_results, "batch": args.batch, "tokens": args.tokens, "n_layer": args.n_layer,
             "n_embd": args.n_embd, "n_head": args.n_head, "vocab": args.vocab, "max_tokens": args.max_tokens,
-            "placement": args.placement, "layers_with_loss": len(with_loss), "variants": results}
+            "placement": args.placement, "layers_with_loss": layers_with_loss, "variants": results}
 
 
 def print_train(result: dict) -> None:
@@ -397,13 +382,11 @@ def print_train(result: dict) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
-def main() -> None:
+def parse_args() -> tuple[argparse.Namespace, torch.device, torch.dtype]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default=None,
-                        help="autocast dtype of the model and dtype of the (a) hidden states; "
-                             "default float32 on CPU, bfloat16 on CUDA")
+    add_device_arguments(parser, "autocast dtype of the model and dtype of the (a) hidden states; "
+                                 "default float32 on CPU, bfloat16 on CUDA")
     parser.add_argument("--reps", type=int, default=15,
                         help="the loss is ~10%% of a default CPU step, "
                              "so its overhead needs many reps to rise above the noise")
@@ -428,27 +411,21 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=2048,
                         help="small, so that on CPU the LM head does not drown the rest "
                              "(makes the loss's share of a step larger than with GPT2's 50257)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU only, torch.set_num_threads; "
-                             "one thread is much steadier on a shared machine (0: torch's default)")
     parser.add_argument("--placement", choices=PLACEMENTS, default="all",
                         help="which block outputs get the loss in (b) (AuxLossConfig.placement); "
                              "the issue's targets: all, and last")
     parser.add_argument("--max-tokens", type=int, default=256,
                         help="positions kept by the subsampled dense variant (only run when --tokens is larger)")
-    parser.add_argument("--json", type=Path, help="also write the results here")
+    add_output_arguments(parser)
     args = parser.parse_args()
     args.kernels = ("eager", "compiled") if args.compiled else ("eager",)
+    device, dtype = set_up_device(parser, args)
+    return args, device, dtype
 
-    device = torch.device(args.device)
-    if device.type == "cpu" and args.threads > 0:
-        torch.set_num_threads(args.threads)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda but no CUDA device is available")
-    dtype = DTYPES[args.dtype or ("bfloat16" if device.type == "cuda" else "float32")]
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else (
-        f"CPU, {torch.get_num_threads()} torch threads, {os.cpu_count()} cores visible, "
-        f"{platform.processor() or platform.machine()}")
+
+def main() -> None:
+    args, device, dtype = parse_args()
+    where = describe_device(device)
     print(f"device: {where}; dtype {str(dtype).removeprefix('torch.')}; torch {torch.__version__}; "
           f"{args.reps} reps after {args.warmup} warm-up, median wall time")
 
@@ -462,11 +439,7 @@ def main() -> None:
         report["train"] = bench_train(args, device, dtype)
         print_train(report["train"])
     report["wall_s"] = time.perf_counter() - started
-    print(f"\ntotal {report['wall_s']:.0f} s")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    write_report(report, args.json)
 
 
 if __name__ == "__main__":

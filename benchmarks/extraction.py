@@ -54,24 +54,26 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
-import os
-import platform
-import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
+from _common import (
+    add_device_arguments,
+    add_output_arguments,
+    describe_device,
+    set_up_device,
+    time_interleaved,
+    write_report,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from condensation.geometry import CosineStatistics  # noqa: E402
 from condensation.measurement import measure  # noqa: E402
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 AGREEMENT_TOLERANCE = 1e-3  # on the per-layer mean cosine, float32 only
 
 
@@ -107,33 +109,7 @@ def bare_forward(model: torch.nn.Module, input_ids: torch.Tensor, batch_size: in
 
 
 # ----------------------------------------------------------------------------------------------
-# measuring
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_interleaved(variants: dict[str, Callable[[], object]], device: torch.device, reps: int,
-                     warmup: int) -> tuple[dict[str, dict], dict[str, object]]:
-    """Median/min wall seconds per call, variants taking turns in a rotating order; also returns
-    what each variant's last warm-up call returned (for the agreement check)."""
-    names = list(variants)
-    returned: dict[str, object] = {}
-    for _ in range(warmup):
-        for name in names:
-            returned[name] = variants[name]()
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for rep in range(reps):
-        for name in names[rep % len(names):] + names[: rep % len(names)]:
-            synchronize(device)
-            start = time.perf_counter()
-            value = variants[name]()
-            synchronize(device)
-            times[name].append(time.perf_counter() - start)
-            returned.setdefault(name, value)  # when there is no warm-up
-    return {name: {"time_s": statistics.median(t), "min_s": min(t), "reps_s": t} for name, t in times.items()}, returned
+# numpy's threads (the reference's BLAS)
 
 
 def limit_numpy_threads(threads: int) -> None:
@@ -192,7 +168,8 @@ def run(args, device: torch.device, dtype: torch.dtype) -> dict:
         "reference": lambda: reference_extraction(reference_model, ids),
         "bare": lambda: bare_forward(fast_model, ids, args.batch_size),
     }
-    timings, returned = time_interleaved(variants, device, args.reps, args.warmup)
+    timed, returned = time_interleaved(variants, device, args.reps, args.warmup, keep_returned=True)
+    timings = {name: {key: row[key] for key in ("time_s", "min_s", "reps_s")} for name, row in timed.items()}
     ours: CosineStatistics = returned["ours"]
     reference_mean: np.ndarray = returned["reference"]
     reference_layer_mean = reference_mean.mean(axis=(-2, -1))
@@ -247,13 +224,11 @@ def print_results(result: dict, device: torch.device) -> None:
     print("  per-layer mean cosine (ours): " + " ".join(f"{value:.3f}" for value in agreement["layer_mean_ours"]))
 
 
-def main() -> None:
+def parse_args() -> tuple[argparse.Namespace, torch.device, torch.dtype]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default=None,
-                        help="dtype of the model for ours and bare; default float32 on CPU, bfloat16 on CUDA "
-                             "(the reference is always float32)")
+    add_device_arguments(parser, "dtype of the model for ours and bare; default float32 on CPU, bfloat16 on CUDA "
+                                 "(the reference is always float32)")
     parser.add_argument("--model",
                         help="a local Hugging Face model directory (AutoModel); "
                              "default: a random-init GPT2 of the shape below")
@@ -267,23 +242,17 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1,
                         help="warm-up calls per variant (their results feed the agreement check)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU only, torch.set_num_threads; "
-                             "one thread is much steadier on a shared machine (0: torch's default)")
-    parser.add_argument("--json", type=Path, help="also write the results here")
+    add_output_arguments(parser)
     args = parser.parse_args()
-
-    device = torch.device(args.device)
+    device, dtype = set_up_device(parser, args)
     if device.type == "cpu" and args.threads > 0:
-        torch.set_num_threads(args.threads)
         limit_numpy_threads(args.threads)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda but no CUDA device is available")
-    dtype = DTYPES[args.dtype or ("bfloat16" if device.type == "cuda" else "float32")]
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else (
-        f"CPU, {torch.get_num_threads()} torch threads, numpy BLAS threads {numpy_threads()}, "
-        f"{os.cpu_count()} cores visible, "
-        f"{platform.processor() or platform.machine()}")
+    return args, device, dtype
+
+
+def main() -> None:
+    args, device, dtype = parse_args()
+    where = describe_device(device, threads=f"numpy BLAS threads {numpy_threads()}, ")
     print(f"device: {where}; ours/bare dtype {str(dtype).removeprefix('torch.')}, reference float32; "
           f"torch {torch.__version__}; "
           f"{args.reps} reps after {args.warmup} warm-up, median wall time")
@@ -294,11 +263,7 @@ def main() -> None:
     report = {"device": where, "dtype": str(dtype), "torch": torch.__version__, "reps": args.reps,
               "warmup": args.warmup, "threads": torch.get_num_threads(), "wall_s": time.perf_counter() - started,
               **result}
-    print(f"\ntotal {report['wall_s']:.0f} s")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    write_report(report, args.json)
     difference = result["agreement"]["layer_mean_max_abs_diff"]
     if dtype == torch.float32 and not difference < AGREEMENT_TOLERANCE:
         sys.exit(f"FAILED: ours and the reference disagree on the per-layer mean cosine by {difference:.2e} "

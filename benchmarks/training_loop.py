@@ -62,14 +62,12 @@ CPU; the default CPU run takes about 1.5 minutes on one thread. ``--preset gpt2-
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import csv
 import functools
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -78,6 +76,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _common import (
+    add_device_arguments,
+    add_output_arguments,
+    autocast,
+    describe_device,
+    rotated,
+    set_up_device,
+    synchronize,
+    write_report,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
@@ -87,18 +95,12 @@ from condensation.runtime.run_dir import SUMMARY_NAME  # noqa: E402
 from condensation.training.loop import train  # noqa: E402
 from condensation.training.losses import auxiliary_loss  # noqa: E402
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 PRESETS = {
     "default": dict(n_layer=4, n_embd=256, n_head=4, vocab=2048, tokens=256, batch=8, steps=12, warmup_steps=2),
     "gpt2-small": dict(n_layer=12, n_embd=768, n_head=12, vocab=50257, tokens=1024, batch=16, steps=30, warmup_steps=5),
 }
 H100_BF16_DENSE_TFLOPS = 989.0
 LR = 1e-3  # pre-training a small model from scratch; the value does not change the step time
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def random_blocks(args, count: int, seed: int) -> np.ndarray:
@@ -154,7 +156,6 @@ def run_plain(template: torch.nn.Module, args, device: torch.device, autocast_dt
     dataset = torch.utils.data.TensorDataset(torch.from_numpy(blocks))
     loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch, shuffle=True, drop_last=True,
                                          generator=torch.Generator().manual_seed(0))
-    use_autocast = autocast_dtype != torch.float32
     batches = iter(loader)
     timed_steps = args.steps - 1 - args.warmup_steps  # as many as ours is timed over
     for step in range(args.warmup_steps + timed_steps):
@@ -163,7 +164,7 @@ def run_plain(template: torch.nn.Module, args, device: torch.device, autocast_dt
             started = time.perf_counter()
         (x,) = next(batches)
         x = x.to(device)
-        with torch.autocast(device.type, dtype=autocast_dtype) if use_autocast else contextlib.nullcontext():
+        with autocast(device, autocast_dtype):
             out = model(input_ids=x, labels=x, output_hidden_states=aux_config is not None)
             loss = out.loss
             if aux_config is not None:
@@ -212,7 +213,7 @@ def bench(args, device: torch.device, dtype: torch.dtype) -> dict:
     names = list(variants)
     runs: dict[str, list[dict]] = {name: [] for name in names}
     for rep in range(args.reps):
-        for name in names[rep % len(names):] + names[: rep % len(names)]:
+        for name in rotated(names, rep):
             runs[name].append(variants[name]())
 
     step_tokens = args.batch * args.tokens
@@ -273,12 +274,11 @@ def print_results(result: dict, device: torch.device, dtype: torch.dtype) -> Non
                   f"train_summary.json tokens_per_s {statistics.median(end_to_end):.0f} (fixed costs included)")
 
 
-def main() -> None:
+def parse_args() -> tuple[argparse.Namespace, torch.device, torch.dtype]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default=None,
-                        help="autocast dtype of ours (and of plain+autocast); default float32 on CPU, bfloat16 on CUDA")
+    add_device_arguments(parser, "autocast dtype of ours (and of plain+autocast); default float32 on CPU, "
+                                 "bfloat16 on CUDA", dtypes=("float32", "bfloat16"))
     parser.add_argument("--preset", choices=tuple(PRESETS), default="default",
                         help="shape and step counts; the flags below override single values")
     for name in ("n_layer", "n_embd", "n_head", "vocab", "tokens", "batch", "steps", "warmup_steps"):
@@ -296,32 +296,25 @@ def main() -> None:
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help=f"peak FLOP/s for MFU, in TFLOP/s; "
                              f"default {H100_BF16_DENSE_TFLOPS:g} (H100 bf16 dense) on CUDA, none on CPU")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU only, torch.set_num_threads; "
-                             "one thread is much steadier on a shared machine (0: torch's default)")
-    parser.add_argument("--json", type=Path, help="also write the results here")
+    add_output_arguments(parser)
     args = parser.parse_args()
     for name, value in PRESETS[args.preset].items():
         if getattr(args, name) is None:
             setattr(args, name, value)
     if args.steps - 1 - args.warmup_steps < 1:
         parser.error("--steps must exceed --warmup-steps by at least 2 (the last step holds the final evaluation)")
-
-    device = torch.device(args.device)
-    if device.type == "cpu" and args.threads > 0:
-        torch.set_num_threads(args.threads)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            parser.error("--device cuda but no CUDA device is available")
-        if args.peak_tflops is None:
-            args.peak_tflops = H100_BF16_DENSE_TFLOPS
-    elif torch.cuda.is_available():
+    device, dtype = set_up_device(parser, args)
+    if device.type == "cuda" and args.peak_tflops is None:
+        args.peak_tflops = H100_BF16_DENSE_TFLOPS
+    elif device.type == "cpu" and torch.cuda.is_available():
         # train() places the model with accelerate, which would pick the GPU
         os.environ["ACCELERATE_USE_CPU"] = "true"
-    dtype = DTYPES[args.dtype or ("bfloat16" if device.type == "cuda" else "float32")]
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else (
-        f"CPU, {torch.get_num_threads()} torch threads, {os.cpu_count()} cores visible, "
-        f"{platform.processor() or platform.machine()}")
+    return args, device, dtype
+
+
+def main() -> None:
+    args, device, dtype = parse_args()
+    where = describe_device(device)
     print(f"device: {where}; ours {str(dtype).removeprefix('torch.')}; torch {torch.__version__}; "
           f"{args.reps} runs of each loop, median of per-run mean step times")
 
@@ -330,11 +323,7 @@ def main() -> None:
     print_results(result, device, dtype)
     report = {"device": where, "dtype": str(dtype), "torch": torch.__version__, "reps": args.reps,
               "threads": torch.get_num_threads(), "wall_s": time.perf_counter() - started, **result}
-    print(f"\ntotal {report['wall_s']:.0f} s")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    write_report(report, args.json)
 
 
 if __name__ == "__main__":

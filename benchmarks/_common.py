@@ -1,0 +1,151 @@
+"""What the benchmark scripts share: the interleaved timing, the device (its flags, its setting up,
+its description), medians, and the JSON report.
+
+The scripts run as ``python benchmarks/NAME.py``, so Python puts this folder first on ``sys.path``
+and they import it as ``_common``. torch is imported inside the functions that need it: the
+scripts that time whole processes (scoring, malloc, Snakemake) do not load it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    import torch
+
+REPO = Path(__file__).resolve().parents[1]
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
+THREADS_HELP = "CPU only, torch.set_num_threads; one thread is much steadier on a shared machine (0: torch's default)"
+T = TypeVar("T")
+
+
+# ----------------------------------------------------------------------------------------------
+# taking turns and timing
+
+
+def rotated(names: Sequence[T], rep: int) -> Sequence[T]:
+    """``names`` starting at the ``rep``-th: variants take turns in a rotating order, so that the
+    slow phases of a shared machine are spread over all of them."""
+    return names[rep % len(names):] + names[: rep % len(names)]
+
+
+def medians(rows: Sequence[Sequence[float]]) -> list[float]:
+    """The median of each column of ``rows`` (one row per rep)."""
+    return [statistics.median(column) for column in zip(*rows)]
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def time_interleaved(variants: dict[str, Callable[[], object]], device: torch.device, reps: int, warmup: int,
+                     keep_returned: bool = False) -> tuple[dict[str, dict], dict[str, object]]:
+    """Median/min wall and median CPU seconds per call, and the first warm-up call's wall time
+    (``time_s``, ``min_s``, ``cpu_s``, ``first_s``; ``reps_s`` the wall time of each rep).
+    ``warmup`` calls of each variant, then ``reps`` reps in which the variants take turns in a
+    rotating order. With ``keep_returned``, also what each variant's last warm-up call returned
+    (its first timed call's without a warm-up); otherwise nothing is kept past its call."""
+    names = list(variants)
+    first: dict[str, float] = {}
+    returned: dict[str, object] = {}
+    for _ in range(warmup):
+        for name in names:
+            synchronize(device)
+            start = time.perf_counter()
+            value = variants[name]()
+            synchronize(device)
+            first.setdefault(name, time.perf_counter() - start)  # a compiled variant compiles here
+            if keep_returned:
+                returned[name] = value
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    for rep in range(reps):
+        for name in rotated(names, rep):
+            synchronize(device)
+            wall_start, cpu_start = time.perf_counter(), time.process_time()
+            value = variants[name]()
+            synchronize(device)
+            wall[name].append(time.perf_counter() - wall_start)
+            cpu[name].append(time.process_time() - cpu_start)
+            if keep_returned:
+                returned.setdefault(name, value)
+    return {name: {"time_s": statistics.median(wall[name]), "min_s": min(wall[name]),
+                   "cpu_s": statistics.median(cpu[name]), "reps_s": wall[name], "first_s": first.get(name)}
+            for name in names}, returned
+
+
+# ----------------------------------------------------------------------------------------------
+# the device
+
+
+def add_device_arguments(parser: argparse.ArgumentParser, dtype_help: str,
+                         dtypes: Sequence[str] = DTYPE_NAMES) -> None:
+    """``--device cpu|cuda`` and ``--dtype`` (default float32 on CPU, bfloat16 on CUDA)."""
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--dtype", choices=tuple(dtypes), default=None, help=dtype_help)
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--threads`` and ``--json``."""
+    parser.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
+    parser.add_argument("--json", type=Path, help="also write the results here")
+
+
+def set_up_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[torch.device, torch.dtype]:
+    """The device and the dtype the flags name; on CPU ``--threads`` torch threads."""
+    import torch
+
+    device = torch.device(args.device)
+    if device.type == "cpu" and args.threads > 0:
+        torch.set_num_threads(args.threads)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda but no CUDA device is available")
+    return device, getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
+
+
+def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:
+    """Mixed precision as in training: autocast to ``dtype``; float32 means none."""
+    import torch
+
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def cpu_cores() -> str:
+    """``N cores visible, <processor>``."""
+    return f"{os.cpu_count()} cores visible, {platform.processor() or platform.machine()}"
+
+
+def describe_device(device: torch.device, threads: str = "") -> str:
+    """The GPU's name, or the CPU's torch threads (then ``threads``, e.g. numpy's) and cores."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU, {torch.get_num_threads()} torch threads, {threads}{cpu_cores()}"
+
+
+# ----------------------------------------------------------------------------------------------
+# the report
+
+
+def write_report(report: dict, path: Path | None) -> None:
+    """Print the run's total wall time (``report["wall_s"]``) and, with ``path``, write ``report`` there as JSON."""
+    print(f"\ntotal {report['wall_s']:.0f} s")
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {path}")
