@@ -172,11 +172,6 @@ class CosineStatistics:
             )
 
 
-HEATMAP_SIZE = 256
-"""Side of the position-wise mean matrix :func:`measure` keeps per layer by default: the full
-``T x T`` matrix up to ``T = 256`` (the workflow's default length), else that matrix averaged over
-blocks of positions down to ``256 x 256``, so that its memory does not grow with ``T``."""
-
 CHUNK_VALUES = 1 << 18
 """Cosines held at once per layer (1 MB in float32): the ``[B, T, T]`` matrices are computed a few
 whole sequences at a time while one sequence's ``T x T`` fits (up to ``T = 512``), and in chunks of

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from condensation.config.specs import ExtractionConfig
 from condensation.cosine import unit_rows
 
 
@@ -68,10 +69,9 @@ LENSES: tuple[Lens, ...] = (
 LENS_NAMES = tuple(lens.name for lens in LENSES)
 BY_NAME = {lens.name: lens for lens in LENSES}
 
-SAMPLE_TOKENS = 1024
-"""Tokens per layer the spectral lenses read: enough that a 576-wide model's spectrum is sampled
-by more tokens than dimensions, few enough that 31 layers' eigendecompositions stay near a second
-on a CPU. Models wider than the sample see IsoScore* lean on its shrinkage (below)."""
+SAMPLE_TOKENS = ExtractionConfig().lens_tokens
+"""Tokens per layer the spectral lenses read (the default and its reason: ``ExtractionConfig``).
+Models wider than the sample see IsoScore* lean on its shrinkage (below)."""
 
 JACKKNIFE_GROUPS = 6
 """Groups of sequences for the delete-a-group jackknife; 6 keeps the spectral lenses' cost (one

@@ -61,8 +61,9 @@ class ExtractionConfig:
     """``auto`` = CUDA when available, else the CPU."""
     lens_tokens: int | None = 1024
     """Tokens per layer the spectral lenses (IsoScore*, effective rank, PC1 share) sample, the same
-    positions for every model: 1024 keeps their eigendecompositions cheap at any N x T; None: the
-    cosines alone."""
+    positions for every model: 1024 is enough that a 576-wide model's spectrum is sampled by more
+    tokens than dimensions, few enough that 31 layers' eigendecompositions stay near a second on a
+    CPU; None: the cosines alone."""
     heatmap_size: int | None = 512
     """The position-wise mean cosine matrix is kept whole up to this T (the paper's 512 x 512) and
     averaged over blocks of positions to this size above it, so that a long context costs memory
