@@ -1,5 +1,5 @@
-"""What the benchmark scripts share: the interleaved timing, the device (its flags, its setting up,
-its description), medians, and the JSON report.
+"""What the benchmark scripts share: taking turns, timing a call or a whole process, medians, the
+device (its flags, its setting up, its description) and the JSON report.
 
 The scripts run as ``python benchmarks/NAME.py``, so Python puts this folder first on ``sys.path``
 and they import it as ``_common``. torch is imported inside the functions that need it: the
@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -41,6 +42,17 @@ def rotated(names: Sequence[T], rep: int) -> Sequence[T]:
 def medians(rows: Sequence[Sequence[float]]) -> list[float]:
     """The median of each column of ``rows`` (one row per rep)."""
     return [statistics.median(column) for column in zip(*rows)]
+
+
+def timed_process(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float, int]:
+    """CPU seconds (user + system), wall seconds and minor page faults of one process (and of what
+    it waits for), its output discarded; exits naming the command if it fails."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    if status != 0:
+        raise SystemExit(f"{' '.join(command)} failed ({status})")
+    return usage.ru_utime + usage.ru_stime, time.perf_counter() - started, usage.ru_minflt
 
 
 def synchronize(device: torch.device) -> None:
@@ -124,9 +136,20 @@ def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractCon
     return torch.autocast(device.type, dtype=dtype)
 
 
+def processor() -> str:
+    return platform.processor() or platform.machine()
+
+
 def cpu_cores() -> str:
     """``N cores visible, <processor>``."""
-    return f"{os.cpu_count()} cores visible, {platform.processor() or platform.machine()}"
+    return f"{os.cpu_count()} cores visible, {processor()}"
+
+
+def job_cpu() -> str:
+    """The CPU of the scripts that time whole jobs (one torch thread each, as the jobs run), with the
+    load average once they are done."""
+    return (f"CPU, {os.cpu_count()} cores visible, one torch thread, {processor()}, "
+            f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
 def describe_device(device: torch.device, threads: str = "") -> str:
