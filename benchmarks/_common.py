@@ -102,11 +102,13 @@ def time_interleaved(variants: dict[str, Callable[[], object]], device: torch.de
 # the device
 
 
-def add_device_arguments(parser: argparse.ArgumentParser, dtype_help: str,
-                         dtypes: Sequence[str] = DTYPE_NAMES) -> None:
-    """``--device cpu|cuda`` and ``--dtype`` (default float32 on CPU, bfloat16 on CUDA)."""
+def device_parser(description: str, dtype_help: str, dtypes: Sequence[str] = DTYPE_NAMES) -> argparse.ArgumentParser:
+    """A parser (defaults shown in ``--help``) with ``--device cpu|cuda`` and ``--dtype`` (default
+    float32 on CPU, bfloat16 on CUDA)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--dtype", choices=tuple(dtypes), default=None, help=dtype_help)
+    return parser
 
 
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -159,6 +161,18 @@ def describe_device(device: torch.device, threads: str = "") -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"CPU, {torch.get_num_threads()} torch threads, {threads}{cpu_cores()}"
+
+
+def announce(device: torch.device, dtype: torch.dtype, precision: str, timing: str, threads: str = "") -> dict:
+    """Print a run's first line: the device (``describe_device``), ``precision`` with ``{}`` the
+    dtype's name, torch's version and ``timing`` (how it times); return the report's first keys:
+    device, dtype, torch."""
+    import torch
+
+    where = describe_device(device, threads)
+    print(f"device: {where}; {precision.format(str(dtype).removeprefix('torch.'))}; torch {torch.__version__}; "
+          f"{timing}")
+    return {"device": where, "dtype": str(dtype), "torch": torch.__version__}
 
 
 # ----------------------------------------------------------------------------------------------
