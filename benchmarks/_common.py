@@ -1,5 +1,5 @@
-"""What the benchmark scripts share: the interleaved timing, the device (its flags, its setting up,
-its description), medians, and the JSON report.
+"""What the benchmark scripts share: taking turns, timing a call or a whole process, medians, the
+device (its flags, its setting up, its description) and the JSON report.
 
 The scripts run as ``python benchmarks/NAME.py``, so Python puts this folder first on ``sys.path``
 and they import it as ``_common``. torch is imported inside the functions that need it: the
@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -41,6 +42,17 @@ def rotated(names: Sequence[T], rep: int) -> Sequence[T]:
 def medians(rows: Sequence[Sequence[float]]) -> list[float]:
     """The median of each column of ``rows`` (one row per rep)."""
     return [statistics.median(column) for column in zip(*rows)]
+
+
+def timed_process(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float, int]:
+    """CPU seconds (user + system), wall seconds and minor page faults of one process (and of what
+    it waits for), its output discarded; exits naming the command if it fails."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    if status != 0:
+        raise SystemExit(f"{' '.join(command)} failed ({status})")
+    return usage.ru_utime + usage.ru_stime, time.perf_counter() - started, usage.ru_minflt
 
 
 def synchronize(device: torch.device) -> None:
@@ -90,11 +102,13 @@ def time_interleaved(variants: dict[str, Callable[[], object]], device: torch.de
 # the device
 
 
-def add_device_arguments(parser: argparse.ArgumentParser, dtype_help: str,
-                         dtypes: Sequence[str] = DTYPE_NAMES) -> None:
-    """``--device cpu|cuda`` and ``--dtype`` (default float32 on CPU, bfloat16 on CUDA)."""
+def device_parser(description: str, dtype_help: str, dtypes: Sequence[str] = DTYPE_NAMES) -> argparse.ArgumentParser:
+    """A parser (defaults shown in ``--help``) with ``--device cpu|cuda`` and ``--dtype`` (default
+    float32 on CPU, bfloat16 on CUDA)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--dtype", choices=tuple(dtypes), default=None, help=dtype_help)
+    return parser
 
 
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -124,9 +138,20 @@ def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractCon
     return torch.autocast(device.type, dtype=dtype)
 
 
+def processor() -> str:
+    return platform.processor() or platform.machine()
+
+
 def cpu_cores() -> str:
     """``N cores visible, <processor>``."""
-    return f"{os.cpu_count()} cores visible, {platform.processor() or platform.machine()}"
+    return f"{os.cpu_count()} cores visible, {processor()}"
+
+
+def job_cpu() -> str:
+    """The CPU of the scripts that time whole jobs (one torch thread each, as the jobs run), with the
+    load average once they are done."""
+    return (f"CPU, {os.cpu_count()} cores visible, one torch thread, {processor()}, "
+            f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
 def describe_device(device: torch.device, threads: str = "") -> str:
@@ -136,6 +161,18 @@ def describe_device(device: torch.device, threads: str = "") -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"CPU, {torch.get_num_threads()} torch threads, {threads}{cpu_cores()}"
+
+
+def announce(device: torch.device, dtype: torch.dtype, precision: str, timing: str, threads: str = "") -> dict:
+    """Print a run's first line: the device (``describe_device``), ``precision`` with ``{}`` the
+    dtype's name, torch's version and ``timing`` (how it times); return the report's first keys:
+    device, dtype, torch."""
+    import torch
+
+    where = describe_device(device, threads)
+    print(f"device: {where}; {precision.format(str(dtype).removeprefix('torch.'))}; torch {torch.__version__}; "
+          f"{timing}")
+    return {"device": where, "dtype": str(dtype), "torch": torch.__version__}
 
 
 # ----------------------------------------------------------------------------------------------

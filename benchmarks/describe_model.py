@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from _common import REPO, cpu_cores
 
 OURS = """
 import json, sys
@@ -69,7 +67,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
     directories = args.directories or default_directories()
-    print(f"device: CPU, {os.cpu_count()} cores visible, {platform.processor() or platform.machine()}")
+    print(f"device: CPU, {cpu_cores()}")
     print(f"{'model directory':<40} {'ours s':>8} {'reference s':>12} {'ratio':>7}  layers, parameters")
     for directory in directories:
         ours, reference = [], []

@@ -66,10 +66,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from _common import (
-    add_device_arguments,
     add_output_arguments,
+    announce,
     autocast,
-    describe_device,
+    device_parser,
     set_up_device,
     synchronize,
     time_interleaved,
@@ -383,10 +383,8 @@ def print_train(result: dict) -> None:
 
 
 def parse_args() -> tuple[argparse.Namespace, torch.device, torch.dtype]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_device_arguments(parser, "autocast dtype of the model and dtype of the (a) hidden states; "
-                                 "default float32 on CPU, bfloat16 on CUDA")
+    parser = device_parser(__doc__.splitlines()[0], "autocast dtype of the model and dtype of the (a) hidden states; "
+                                                    "default float32 on CPU, bfloat16 on CUDA")
     parser.add_argument("--reps", type=int, default=15,
                         help="the loss is ~10%% of a default CPU step, "
                              "so its overhead needs many reps to rise above the noise")
@@ -425,12 +423,8 @@ def parse_args() -> tuple[argparse.Namespace, torch.device, torch.dtype]:
 
 def main() -> None:
     args, device, dtype = parse_args()
-    where = describe_device(device)
-    print(f"device: {where}; dtype {str(dtype).removeprefix('torch.')}; torch {torch.__version__}; "
-          f"{args.reps} reps after {args.warmup} warm-up, median wall time")
-
-    report: dict = {"device": where, "dtype": str(dtype), "torch": torch.__version__, "reps": args.reps,
-                    "warmup": args.warmup}
+    report = announce(device, dtype, "dtype {}", f"{args.reps} reps after {args.warmup} warm-up, median wall time")
+    report |= {"reps": args.reps, "warmup": args.warmup}
     started = time.perf_counter()
     if args.only in (None, "loss"):
         report["loss"] = bench_loss(args, device, dtype)

@@ -61,9 +61,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from _common import (
-    add_device_arguments,
     add_output_arguments,
-    describe_device,
+    announce,
+    device_parser,
     set_up_device,
     time_interleaved,
     write_report,
@@ -225,10 +225,8 @@ def print_results(result: dict, device: torch.device) -> None:
 
 
 def parse_args() -> tuple[argparse.Namespace, torch.device, torch.dtype]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_device_arguments(parser, "dtype of the model for ours and bare; default float32 on CPU, bfloat16 on CUDA "
-                                 "(the reference is always float32)")
+    parser = device_parser(__doc__.splitlines()[0], "dtype of the model for ours and bare; default float32 on CPU, "
+                                                    "bfloat16 on CUDA (the reference is always float32)")
     parser.add_argument("--model",
                         help="a local Hugging Face model directory (AutoModel); "
                              "default: a random-init GPT2 of the shape below")
@@ -252,17 +250,15 @@ def parse_args() -> tuple[argparse.Namespace, torch.device, torch.dtype]:
 
 def main() -> None:
     args, device, dtype = parse_args()
-    where = describe_device(device, threads=f"numpy BLAS threads {numpy_threads()}, ")
-    print(f"device: {where}; ours/bare dtype {str(dtype).removeprefix('torch.')}, reference float32; "
-          f"torch {torch.__version__}; "
-          f"{args.reps} reps after {args.warmup} warm-up, median wall time")
+    report = announce(device, dtype, "ours/bare dtype {}, reference float32",
+                      f"{args.reps} reps after {args.warmup} warm-up, median wall time",
+                      threads=f"numpy BLAS threads {numpy_threads()}, ")
 
     started = time.perf_counter()
     result = run(args, device, dtype)
     print_results(result, device)
-    report = {"device": where, "dtype": str(dtype), "torch": torch.__version__, "reps": args.reps,
-              "warmup": args.warmup, "threads": torch.get_num_threads(), "wall_s": time.perf_counter() - started,
-              **result}
+    report |= {"reps": args.reps, "warmup": args.warmup, "threads": torch.get_num_threads(),
+               "wall_s": time.perf_counter() - started, **result}
     write_report(report, args.json)
     difference = result["agreement"]["layer_mean_max_abs_diff"]
     if dtype == torch.float32 and not difference < AGREEMENT_TOLERANCE:

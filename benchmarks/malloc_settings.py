@@ -18,17 +18,13 @@ import argparse
 import hashlib
 import json
 import os
-import platform
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from condensation.runtime.memory import JOB_MALLOC_SETTINGS
+from _common import REPO, job_cpu, medians, rotated, timed_process
 
-REPO = Path(__file__).resolve().parents[1]
+from condensation.runtime.memory import JOB_MALLOC_SETTINGS
 
 SETTINGS = ("glibc default", "workflow's")
 
@@ -36,16 +32,6 @@ SETTINGS = ("glibc default", "workflow's")
 def environment(setting: str) -> dict[str, str]:
     env = {name: value for name, value in os.environ.items() if name not in JOB_MALLOC_SETTINGS}
     return env | (dict(JOB_MALLOC_SETTINGS) if setting == "workflow's" else {})
-
-
-def measured(command: list[str], env: dict[str, str]) -> tuple[float, float, int]:
-    """CPU seconds, wall seconds and minor page faults of one process (and what it waits for)."""
-    started = time.perf_counter()
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(process.pid, 0)
-    if status != 0:
-        raise SystemExit(f"{' '.join(command)} failed ({status})")
-    return usage.ru_utime + usage.ru_stime, time.perf_counter() - started, usage.ru_minflt
 
 
 def training_command(run: Path, scratch: Path, steps: int) -> tuple[list[str], Path]:
@@ -76,22 +62,19 @@ def main() -> None:
     outputs: dict[tuple[str, str], set[str]] = {}
     with tempfile.TemporaryDirectory(prefix="malloc-settings-") as scratch:
         for rep in range(args.reps):
-            for setting in SETTINGS if rep % 2 == 0 else SETTINGS[::-1]:
+            for setting in rotated(SETTINGS, rep):
                 for job in ("training", "scoring"):
                     make = (training_command(args.run, Path(scratch), args.steps) if job == "training"
                             else scoring_command(args.run, Path(scratch)))
                     command, output = make
-                    results.setdefault((job, setting), []).append(measured(command, environment(setting)))
+                    results.setdefault((job, setting), []).append(timed_process(command, environment(setting)))
                     outputs.setdefault((job, setting), set()).add(hashlib.sha256(output.read_bytes()).hexdigest())
-    print(f"device: CPU, {os.cpu_count()} cores visible, one torch thread, "
-          f"{platform.processor() or platform.machine()}, "
-          f"load average {os.getloadavg()[0]:.1f} at the end; {args.reps} reps, medians; "
-          f"settings {JOB_MALLOC_SETTINGS}")
+    print(f"device: {job_cpu()}; {args.reps} reps, medians; settings {JOB_MALLOC_SETTINGS}")
     for job in ("training", "scoring"):
-        base = [statistics.median(r[i] for r in results[(job, SETTINGS[0])]) for i in range(3)]
+        base = medians(results[(job, SETTINGS[0])])
         what = f"pre-training {args.steps} steps" if job == "training" else "scoring 1200 items"
         for setting in SETTINGS:
-            cpu, wall, faults = (statistics.median(r[i] for r in results[(job, setting)]) for i in range(3))
+            cpu, wall, faults = medians(results[(job, setting)])
             print(f"  {what:<24} {setting:<14} CPU {cpu:6.1f} s (x{cpu / base[0]:.2f})  wall {wall:6.1f} s "
                   f"(x{wall / base[1]:.2f})  minor faults {faults / 1e6:5.2f} M")
     same = all(len(outputs[(job, SETTINGS[0])] | outputs[(job, SETTINGS[1])]) == 1 for job in ("training", "scoring"))

@@ -10,8 +10,6 @@ prints the median of a few runs and the number of jobs.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -19,7 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from _common import REPO, cpu_cores
+
 TARGET_S = 10.0
 
 
@@ -38,7 +37,7 @@ def main() -> None:
             totals = [line.split() for line in done.stdout.splitlines() if line.startswith("total")]
             jobs = int(totals[0][1]) if totals else None
     median = statistics.median(times)
-    print(f"device: CPU, {os.cpu_count()} cores visible, {platform.processor() or platform.machine()}")
+    print(f"device: CPU, {cpu_cores()}")
     print(f"snakemake -n --configfile configs/paper.yaml: {jobs} jobs planned")
     print(f"  wall time median {median:.2f} s over {args.reps} runs (min {min(times):.2f} s, max {max(times):.2f} s)")
     print(f"  target {TARGET_S:.0f} s: {'met' if median < TARGET_S else 'MISSED'} (ratio {median / TARGET_S:.2f})")

@@ -21,15 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import resource
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _common import job_cpu, medians, rotated, timed_process
 
 TASKS = {"persuasion_cloze": 0, "persuasion_next_sentence": 0, "persuasion_word_order": 0, "persuasion_word_choice": 1}
 """config.yaml's tasks and shots (evaluation.tasks, fewshot.default 1)."""
@@ -87,12 +83,8 @@ def timed_child(mode: str, args: argparse.Namespace, scratch: Path, rep: int) ->
     out = scratch / f"{mode}-{rep}.json"
     command = [sys.executable, __file__, "--one", mode, "--run", str(args.run), "--model", args.model,
                "--prefix", str(scratch / "cache" / f"{mode}-{rep}" / "job"), "--out", str(out)]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), out
+    cpu, wall, _ = timed_process(command)
+    return wall, cpu, out
 
 
 def main() -> None:
@@ -115,18 +107,16 @@ def main() -> None:
     results: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="scoring-job-") as scratch:
         for rep in range(args.reps):
-            for mode in MODES[rep % len(MODES):] + MODES[: rep % len(MODES)]:  # rotate the order
+            for mode in rotated(MODES, rep):
                 wall, cpu, out = timed_child(mode, args, Path(scratch), rep)
                 times[mode].append((wall, cpu))
                 results.setdefault(mode, out.read_text())
-    print(f"device: CPU, {os.cpu_count()} cores visible, one torch thread, "
-          f"{platform.processor() or platform.machine()}, "
-          f"load average {os.getloadavg()[0]:.1f} at the end")
+    print(f"device: {job_cpu()}")
     print(f"scoring {args.model} on {sum(1 for _ in TASKS)} tasks ({len(json.loads(results['none']))} items), "
           f"{args.reps} reps, median of each:")
-    reference = [statistics.median(t[i] for t in times["lm-eval"]) for i in (0, 1)]
+    reference = medians(times["lm-eval"])
     for mode in MODES:
-        wall, cpu = (statistics.median(t[i] for t in times[mode]) for i in (0, 1))
+        wall, cpu = medians(times[mode])
         print(f"  {mode:<8} wall {wall:6.1f} s (x{wall / reference[0]:.2f})   "
               f"CPU {cpu:6.1f} s (x{cpu / reference[1]:.2f})")
     same = len(set(results.values())) == 1

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -26,8 +25,8 @@ import time
 from pathlib import Path
 
 import yaml
+from _common import REPO, cpu_cores
 
-REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("default_pipeline", REPO / "benchmarks" / "default_pipeline.py")
 pipeline = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = pipeline
@@ -99,8 +98,7 @@ def main() -> None:
             thread.start()
         for thread in threads:
             thread.join()
-    print(f"device: CPU, {os.cpu_count()} cores visible, {platform.processor() or platform.machine()}; "
-          f"the default's DAG "
+    print(f"device: CPU, {cpu_cores()}; the default's DAG "
           f"replayed with sleeping jobs (x{args.scale} of {args.times}), list-schedule bound {bound:.0f} s")
     for name, settings in variants.items():
         r = reports[name]

@@ -77,10 +77,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from _common import (
-    add_device_arguments,
     add_output_arguments,
+    announce,
     autocast,
-    describe_device,
+    device_parser,
     rotated,
     set_up_device,
     synchronize,
@@ -275,10 +275,8 @@ def print_results(result: dict, device: torch.device, dtype: torch.dtype) -> Non
 
 
 def parse_args() -> tuple[argparse.Namespace, torch.device, torch.dtype]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_device_arguments(parser, "autocast dtype of ours (and of plain+autocast); default float32 on CPU, "
-                                 "bfloat16 on CUDA", dtypes=("float32", "bfloat16"))
+    parser = device_parser(__doc__.splitlines()[0], "autocast dtype of ours (and of plain+autocast); default float32 "
+                                                    "on CPU, bfloat16 on CUDA", dtypes=("float32", "bfloat16"))
     parser.add_argument("--preset", choices=tuple(PRESETS), default="default",
                         help="shape and step counts; the flags below override single values")
     for name in ("n_layer", "n_embd", "n_head", "vocab", "tokens", "batch", "steps", "warmup_steps"):
@@ -314,15 +312,13 @@ def parse_args() -> tuple[argparse.Namespace, torch.device, torch.dtype]:
 
 def main() -> None:
     args, device, dtype = parse_args()
-    where = describe_device(device)
-    print(f"device: {where}; ours {str(dtype).removeprefix('torch.')}; torch {torch.__version__}; "
-          f"{args.reps} runs of each loop, median of per-run mean step times")
+    report = announce(device, dtype, "ours {}", f"{args.reps} runs of each loop, median of per-run mean step times")
 
     started = time.perf_counter()
     result = bench(args, device, dtype)
     print_results(result, device, dtype)
-    report = {"device": where, "dtype": str(dtype), "torch": torch.__version__, "reps": args.reps,
-              "threads": torch.get_num_threads(), "wall_s": time.perf_counter() - started, **result}
+    report |= {"reps": args.reps, "threads": torch.get_num_threads(), "wall_s": time.perf_counter() - started,
+               **result}
     write_report(report, args.json)
 
 
