@@ -8,8 +8,8 @@ its bytes are; otherwise it is *the same but for timings and code version* when 
 where a run records how long it took, when it ran or which code ran it: the ``seconds`` of a
 score record or of a geometry file's metadata, a training summary's ``wall_time_s`` and
 ``tokens_per_s``, a training log's ``elapsed_s``, DVCLive's timing series, a gzip header's date,
-the ``code``/``provenance`` of a plan or manifest and the checksums a manifest keeps (of files
-compared here in their own right). Anything else is a difference, listed; exit status 1 if there
+the ``code``/``provenance`` of a plan or manifest, the function source lm-eval's records keep
+and the checksums a manifest keeps (of files compared here in their own right). Anything else is a difference, listed; exit status 1 if there
 is one. A change that only makes the pipeline faster must leave every file identical or the same
 but for timings and code version.
 """
@@ -30,8 +30,9 @@ import pandas as pd
 TIMING_KEYS = {"seconds", "wall_time_s", "tokens_per_s", "elapsed_s", "train/tokens_per_s", "probe/seconds",
                "timestamp"}
 """Keys and columns that hold how long something took or when (they differ between any two runs)."""
-PROVENANCE_KEYS = {"code", "provenance"}
-"""Keys that name the code that ran (they differ whenever the code does)."""
+PROVENANCE_KEYS = {"code", "provenance", "custom_dataset"}
+"""Keys that name the code that ran (they differ whenever the code does): lm-eval's records keep
+the source text of a task's ``custom_dataset`` function."""
 SKIPPED = ("eval_cache/", ".snakemake/", "/set_aside/")
 """Caches and set-aside states: not results, and SQLite files differ in their page layout."""
 
