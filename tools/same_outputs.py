@@ -9,9 +9,9 @@ where a run records how long it took, when it ran or which code ran it: the ``se
 score record or of a geometry file's metadata, a training summary's ``wall_time_s`` and
 ``tokens_per_s``, a training log's ``elapsed_s``, DVCLive's timing series, a gzip header's date,
 the ``code``/``provenance`` of a plan or manifest, the function source lm-eval's records keep
-and the checksums a manifest keeps (of files compared here in their own right). Anything else is a difference, listed; exit status 1 if there
-is one. A change that only makes the pipeline faster must leave every file identical or the same
-but for timings and code version.
+and the checksums a manifest keeps (of files compared here in their own right). Anything else is
+a difference, listed; exit status 1 if there is one. A change that only makes the pipeline faster
+must leave every file identical or the same but for timings and code version.
 """
 
 from __future__ import annotations
