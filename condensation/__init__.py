@@ -22,10 +22,13 @@ Folders by stage of the pipeline, in the order the data flows (each folder's doc
   runtime/    atomic writes and manifests (and their checker), run directories, progress, GPUs
   stages/     one function per workflow rule, grouped like rules/*.smk: what the rules call
 
-Imports run down this list and never up (stages -> reporting, evaluation, training -> geometry,
-models, data -> config -> runtime; geometry -> lenses -> cosine), at the top of each module; a
-function imports only a deliberately deferred heavy or optional library, under a ``# deferred:``
-comment (ruff's PLC0415, pyproject.toml). ``python -m condensation verify`` checks every artifact.
+Imports point down the pipeline and never back (stages -> reporting, evaluation, training ->
+geometry, models, data -> config -> runtime; geometry -> lenses -> cosine), at the top of each
+module, with no circle; one deferred exception: ``measurement`` draws its figures with
+reporting/figures/ (which reads geometry and lenses alone) when asked to draw. A function imports
+only a deliberately deferred heavy or optional library, under a ``# deferred:`` comment (ruff's
+PLC0415, pyproject.toml); tests/unit/test_code_layout.py checks the direction.
+``python -m condensation verify`` checks every artifact.
 
 Public names (docs/measuring.md, docs/loss.md): ``measure(model, texts)`` (a model's condensation layer by
 layer, through several lenses), and, for adding the auxiliary loss to one's own training loop,
