@@ -225,25 +225,26 @@ class LensAccumulator:
         batch, seq_len = hidden_states[0].shape[:2]
         if seq_len != self.seq_len:
             raise ValueError(f"sequences have {seq_len} tokens; the accumulator was made for {self.seq_len}")
-        first = self._seen
-        group = torch.arange(first, first + batch) % self.groups
+        first, device = self._seen, hidden_states[0].device
         in_batch = (self._sample_flat >= first * seq_len) & (self._sample_flat < (first + batch) * seq_len)
-        rows = self._sample_flat[in_batch] - first * seq_len
+        # the sums stay on the hidden states' device until finalize: no host sync per layer
+        rows = (self._sample_flat[in_batch] - first * seq_len).to(device)
+        one_hot = torch.nn.functional.one_hot(torch.arange(first, first + batch) % self.groups, self.groups)
+        one_hot = one_hot.double().to(device)  # [B, G]
         sums, within, picked = [], [], []
-        for hidden in hidden_states:
+        for hidden in hidden_states:  # a model split over GPUs gives layers on several devices
             unit = unit_rows(hidden.float())[0]
+            local = one_hot.to(unit.device)
             sequence_sum = unit.sum(dim=1).double()  # [B, d]
-            one_hot = torch.nn.functional.one_hot(group.to(unit.device), self.groups).double()  # [B, G]
-            sums.append((one_hot.T @ sequence_sum).cpu())
+            sums.append((local.T @ sequence_sum).to(device))
             per_sequence = torch.stack([sequence_sum.pow(2).sum(-1), unit.pow(2).sum((-2, -1)).double()], dim=-1)
-            within.append((one_hot.T @ per_sequence).cpu())
-            picked.append(unit.reshape(-1, unit.shape[-1])[rows.to(unit.device)].to(hidden_states[0].device))
+            within.append((local.T @ per_sequence).to(device))
+            picked.append(unit.reshape(-1, unit.shape[-1])[rows.to(unit.device)].to(device))
         batch_sums, batch_within = torch.stack(sums), torch.stack(within)
         if self._sums is None:
             width = hidden_states[0].shape[-1]
             self._sums, self._within = batch_sums, batch_within
-            self._sample = torch.empty(len(hidden_states), len(self._sample_flat), width,
-                                       device=hidden_states[0].device)
+            self._sample = torch.empty(len(hidden_states), len(self._sample_flat), width, device=device)
         else:
             self._sums += batch_sums
             self._within += batch_within
@@ -253,6 +254,7 @@ class LensAccumulator:
     def finalize(self) -> LensStatistics:
         if self._seen != self.num_sequences:
             raise ValueError(f"the lenses saw {self._seen} sequences, {self.num_sequences} expected")
+        self._sums, self._within = self._sums.cpu(), self._within.cpu()
         layers, groups, seq_len = self._sums.shape[0], self.groups, self.seq_len
         values = np.full((len(LENSES), layers), np.nan)
         jackknife = np.full((len(LENSES), groups, layers), np.nan)
