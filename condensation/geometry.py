@@ -178,6 +178,12 @@ whole sequences at a time while one sequence's ``T x T`` fits (up to ``T = 512``
 rows of one sequence above that, so that memory grows with ``T``, not ``T^2``. Small chunks stay in
 the processor's cache: at ``T = 2048`` on a CPU they reduce 3x faster than one ``T x T`` matrix."""
 
+DEVICE_CHUNK_VALUES = 1 << 24
+"""Cosines held at once per layer on a GPU (64 MB in float32, about 0.4 GB with the histogram's
+temporaries): a GPU wants few large matrix products, and cache-sized chunks would make it launch
+thousands of small kernels per batch (the first GPU check measured the cosines at 4.6x a bare
+forward pass with ``CHUNK_VALUES``; this size awaits the next)."""
+
 
 def position_blocks(seq_len: int, size: int | None) -> torch.Tensor | None:
     """The block of each of ``seq_len`` positions when the mean matrix is kept at ``size x size``
@@ -194,12 +200,13 @@ class CosineAccumulator:
 
     Memory: the mean matrix's cells (``T x T``, or ``heatmap_size^2`` above that length), one
     diagonal of ``T`` values and a histogram per layer, two numbers per sequence and layer, and
-    one chunk of cosines at a time (:data:`CHUNK_VALUES`): linear in ``T`` and in the number of
+    one chunk of cosines at a time (``chunk_values``; None: :data:`CHUNK_VALUES` on a CPU,
+    :data:`DEVICE_CHUNK_VALUES` on a GPU): linear in ``T`` and in the number of
     sequences once ``T`` exceeds ``heatmap_size``. Every statistic but the mean matrix is exact at
     any length; the mean matrix is exact up to ``heatmap_size`` and block-averaged above it.
     """
 
-    def __init__(self, bins: int = NUM_BINS, heatmap_size: int | None = None, chunk_values: int = CHUNK_VALUES) -> None:
+    def __init__(self, bins: int = NUM_BINS, heatmap_size: int | None = None, chunk_values: int | None = None) -> None:
         position_blocks(1, heatmap_size)  # checks the size
         self.bins, self.heatmap_size, self.chunk_values = bins, heatmap_size, chunk_values
         self.count = 0
@@ -240,10 +247,11 @@ class CosineAccumulator:
         histogram counts ``[bins]`` and each sequence's sums ``[2, B]`` (all pairs, diagonal)."""
         batch, seq_len = hidden.shape[:2]
         z = unit_rows(hidden.float())[0]
+        budget = self.chunk_values or (CHUNK_VALUES if z.device.type == "cpu" else DEVICE_CHUNK_VALUES)
         # whole sequences at a time while one's T x T fits the budget (a batched matmul computes each
         # sequence alone, so the values are those of one call over the batch), else rows of one
-        sequences = max(1, self.chunk_values // seq_len**2)
-        rows = seq_len if sequences > 1 or seq_len**2 <= self.chunk_values else max(1, self.chunk_values // seq_len)
+        sequences = max(1, budget // seq_len**2)
+        rows = seq_len if sequences > 1 or seq_len**2 <= budget else max(1, budget // seq_len)
         cells = seq_len if self._blocks is None else int(self.heatmap_size)
         blocks = None if self._blocks is None else self._blocks.to(z.device)
         cell_sum = torch.zeros(cells, cells, dtype=torch.float64, device=z.device)

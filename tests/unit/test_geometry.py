@@ -9,6 +9,7 @@ import torch
 from condensation.config.specs import TrendConfig
 from condensation.geometry import (
     CHUNK_VALUES,
+    DEVICE_CHUNK_VALUES,
     NUM_BINS,
     CosineAccumulator,
     CosineStatistics,
@@ -65,7 +66,8 @@ def test_zero_vector_gives_zero_cosine_not_nan():
     assert cos[0, 1, 0] == 0.0
 
 
-@pytest.mark.parametrize("chunk_values", [CHUNK_VALUES, 1, 20])  # all rows at once; one row; a few rows
+# the default (by device), every sequence at once (the CPU's and a GPU's budgets), one row, a few rows
+@pytest.mark.parametrize("chunk_values", [None, CHUNK_VALUES, DEVICE_CHUNK_VALUES, 1, 20])
 def test_accumulator_matches_a_direct_numpy_computation(chunk_values):
     """The cosines of a batch come in chunks of rows (memory linear in T): any chunking gives the
     same statistics."""
