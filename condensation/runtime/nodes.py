@@ -111,7 +111,10 @@ def main(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> int:
         )
     command = accelerate_command(place, args.gpus_per_node, sys.executable, script)
     child_env = dict(env) | ({"ACCELERATE_USE_CPU": "true"} if args.gpus_per_node == 0 else {})
-    print(f"node {place.node_rank} of {place.nodes}: {shlex.join(command)}", file=sys.stderr, flush=True)
+    # one write() with its newline: the launchers of all nodes append to one job log (srun merges
+    # their output), and print's separate writes of the text and the newline could interleave
+    sys.stderr.flush()
+    os.write(2, f"node {place.node_rank} of {place.nodes}: {shlex.join(command)}\n".encode())
     return subprocess.call(command, env=child_env)
 
 
