@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import yaml
 from tqdm.auto import tqdm
 
@@ -40,7 +39,11 @@ from condensation.runtime.io import atomic_path, manifest_path, write_json
 from condensation.runtime.progress import ProgressLog
 
 if TYPE_CHECKING:
+    import pandas as pd
     import torch
+
+# pandas is imported where a table is made: the extract rule's jobs measure through this module
+# and write no table, and pandas would add to the start of each of them
 
 log = logging.getLogger("condensation")
 
@@ -87,6 +90,8 @@ class Measurement:
 
     def to_dataframe(self) -> pd.DataFrame:
         """Per layer: the mean cosine (all pairs, and off the diagonal), then each lens."""
+        import pandas as pd  # noqa: PLC0415  (deferred: see the imports)
+
         stats = self.statistics
         depth = np.arange(stats.num_layers)
         frame = pd.DataFrame({"layer": depth, "layer_fraction": depth / max(stats.num_layers - 1, 1),
@@ -443,6 +448,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         paths = measurement.save(out)
         print(f"wrote {', '.join(str(p) for p in paths.values())}")
     if len(measurements) > 1:
+        import pandas as pd  # noqa: PLC0415  (deferred: see the imports)
+
         plot_family(measurements, out / "family.png", title="condensation by layer")
         with atomic_path(out / "summary.csv") as tmp:
             pd.DataFrame([m.summary() for m in measurements]).to_csv(tmp, index=False, float_format="%.6f")
