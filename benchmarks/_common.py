@@ -98,6 +98,34 @@ def time_interleaved(variants: dict[str, Callable[[], object]], device: torch.de
             for name in names}, returned
 
 
+def profile_ops(call: Callable[[], object], device: torch.device, top: int) -> list[dict]:
+    """Where one ``call`` spends its time, by operator: the ``top`` operators by self time on the
+    device (CUDA kernels' time on a GPU, CPU time on a CPU), each with its calls, milliseconds and
+    share of the total: what a ratio alone does not say (which op to remove next)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    synchronize(device)
+    with profile(activities=activities) as recorded:
+        call()
+        synchronize(device)
+    field = "self_cpu_time_total"
+    if device.type == "cuda":  # named self_cuda_time_total before torch 2.4
+        field = "self_device_time_total" if hasattr(recorded.key_averages()[0], "self_device_time_total") else \
+            "self_cuda_time_total"
+    events = [event for event in recorded.key_averages() if getattr(event, field, 0) > 0]
+    total = sum(getattr(event, field) for event in events) or 1.0
+    events.sort(key=lambda event: getattr(event, field), reverse=True)
+    return [{"op": event.key, "calls": event.count, "self_ms": getattr(event, field) / 1e3,
+             "share": getattr(event, field) / total} for event in events[:top]]
+
+
+def print_profile(rows: list[dict], what: str) -> None:
+    print(f"\n  where {what} spends its time (self time by operator, top {len(rows)}):")
+    for row in rows:
+        print(f"    {row['share']:6.1%} {row['self_ms']:9.2f} ms {row['calls']:6d} calls  {row['op'][:70]}")
+
+
 # ----------------------------------------------------------------------------------------------
 # the device
 

@@ -8,7 +8,10 @@ load spike on a shared machine hits all of them alike):
     ``naive`` = the paper's Algorithm 1 (Appendix A) line by line: the cost baseline of the targets,
     ``dense`` = ``losses._dispersion_dense`` (builds the [B, T, T] matrices, autograd keeps them),
     ``tiled`` = ``kernels.dispersion_tiled`` with the eager tile body (``kernel="eager"``),
-    ``compiled`` = the same with the tile body through ``torch.compile`` (``kernel="compiled"``).
+    ``compiled`` = the same with the tile body through ``torch.compile`` (``kernel="compiled"``),
+    with ``--sweep`` also ``compiled@TILE`` (other tile sizes) and ``...+tf32`` (its float32 matrix
+    products on a GPU's TF32 units, ``torch.backends.cuda.matmul.allow_tf32``: no effect on a CPU),
+    the candidates for the all-blocks target, each timed and checked against ``dense``.
 (b) one full training step of a small random-init GPT2 (``GPT2LMHeadModel`` from a config, AdamW):
     ``ce``          cross-entropy only (computed once from the logits, no HF ``labels``),
     ``ce+naive``    + weight * Algorithm 1 on every block output (``output_hidden_states``),
@@ -90,6 +93,10 @@ from condensation.training.losses import (  # noqa: E402
 TILED_NAMES = {"eager": "tiled", "compiled": "compiled"}
 """Variant name of the tiled kernel with each tile body (``AuxLossConfig.kernel``)."""
 
+SWEEP_TILES = (128, 256, 512)
+"""Tile sizes ``--sweep`` tries: on a GPU larger tiles mean fewer launches and larger products,
+at the price of more of the mirrored triangle computed (``(1 + tile / T) / 2`` of a full product)."""
+
 
 # ----------------------------------------------------------------------------------------------
 # measuring
@@ -124,6 +131,20 @@ def no_autocast(device: torch.device) -> contextlib.AbstractContextManager:
     if torch.amp.is_autocast_available(device.type):
         return torch.autocast(device.type, enabled=False)
     return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def tf32_matmuls(enabled: bool):
+    """Float32 matrix products on TF32 units (CUDA only) for the block, restored after. The legacy
+    flag on purpose: with torch 2.9-2.12 a write to the newer ``fp32_precision`` makes inductor fail
+    to compile a ``bmm`` (pytorch/pytorch#166387), and the tile body is compiled."""
+    matmul = torch.backends.cuda.matmul
+    before = matmul.allow_tf32
+    matmul.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        matmul.allow_tf32 = before
 
 
 def human(nbytes: int) -> str:
@@ -177,6 +198,7 @@ def bench_loss(args, device: torch.device, dtype: torch.dtype) -> dict:
         **{TILED_NAMES[kernel]: (lambda z, kernel=kernel: dispersion_tiled(z, config.tau, config.clamp, tile=args.tile,
                                                                           kernel=kernel))
            for kernel in args.kernels},
+        **(sweep_variants(args, config) if args.sweep else {}),
     }
 
     def step(fn):
@@ -188,7 +210,7 @@ def bench_loss(args, device: torch.device, dtype: torch.dtype) -> dict:
                                   args.warmup)
     dense_value, dense_grads = step(fns["dense"])
     agreement = {}
-    for name in (TILED_NAMES[kernel] for kernel in args.kernels):
+    for name in [TILED_NAMES[kernel] for kernel in args.kernels] + [name for name in fns if "@" in name]:
         value, grads = step(fns[name])
         agreement[name] = {"loss_abs_diff": abs(dense_value.item() - value.item()), "grad_max_rel_diff": max(
             ((d.float() - t.float()).abs().max() / d.float().abs().max()).item() for d, t in zip(dense_grads, grads))}
@@ -197,6 +219,18 @@ def bench_loss(args, device: torch.device, dtype: torch.dtype) -> dict:
         results[name]["memory_kind"], results[name]["memory_bytes"] = memory_of(lambda fn=fn: step(fn), device, layers)
     return {"shape": list(shape), "layers": args.loss_layers, "tile": args.tile, "variants": results,
             "agreement": agreement}
+
+
+def sweep_variants(args, config: AuxLossConfig) -> dict[str, Callable]:
+    """``--sweep``: the compiled tile body at each of ``SWEEP_TILES``, with float32 and with TF32
+    products (``compiled`` itself is ``--tile`` in float32)."""
+
+    def tiled(z, tile, tf32):
+        with tf32_matmuls(tf32):
+            return dispersion_tiled(z, config.tau, config.clamp, tile=tile, kernel="compiled")
+
+    return {f"compiled@{tile}{'+tf32' if tf32 else ''}": (lambda z, tile=tile, tf32=tf32: tiled(z, tile, tf32))
+            for tile in SWEEP_TILES for tf32 in (False, True) if tile != args.tile or tf32}
 
 
 def comparisons(variants: dict, prefix: str = "") -> list[tuple[str, str]]:
@@ -219,14 +253,19 @@ def print_loss(result: dict) -> None:
           f"[B={batch}, T={tokens}, F={features}], tile {result['tile']}")
     variants = result["variants"]
     kind = variants["dense"]["memory_kind"]
-    print(f"  {'variant':<9} {'time':>9} {'min':>9} {'cpu':>9} {'first':>9}   {kind}")
+    width = max(9, *map(len, variants))
+    print(f"  {'variant':<{width}} {'time':>9} {'min':>9} {'cpu':>9} {'first':>9}   {kind}")
     for name, row in variants.items():
-        print(f"  {name:<9} {row['time_s']:8.3f}s {row['min_s']:8.3f}s {row['cpu_s']:8.3f}s {row['first_s']:8.3f}s   "
-              f"{human(row['memory_bytes']):>10}")
+        print(f"  {name:<{width}} {row['time_s']:8.3f}s {row['min_s']:8.3f}s {row['cpu_s']:8.3f}s "
+              f"{row['first_s']:8.3f}s   {human(row['memory_bytes']):>10}")
     for slow, fast in comparisons(variants):
         row, fast_row = variants[slow], variants[fast]
         print(f"  {slow} / {fast}: {speedup(row, fast_row)}; memory {human(row['memory_bytes'])} vs "
               f"{human(fast_row['memory_bytes'])} (x{row['memory_bytes'] / max(fast_row['memory_bytes'], 1):.3g})")
+    swept = [name for name in variants if "@" in name]
+    if swept:
+        print("  compiled / each swept variant (> 1: the variant is faster): " + ", ".join(
+            f"{name} x{variants['compiled']['time_s'] / variants[name]['time_s']:.2f}" for name in swept))
     for name, agree in result["agreement"].items():
         print(f"  agreement: |loss dense - {name}| = {agree['loss_abs_diff']:.1e}, "
               f"max relative gradient difference {agree['grad_max_rel_diff']:.1e}")
@@ -393,6 +432,8 @@ def parse_args() -> tuple[argparse.Namespace, torch.device, torch.dtype]:
     parser.add_argument("--compiled", action=argparse.BooleanOptionalAction, default=True,
                         help="also run the tiled kernel with its tile body compiled "
                              "(torch.compile; needs a C++ compiler on CPU, Triton on CUDA)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="(a) also: the compiled tile body at other tile sizes and with TF32 products")
     parser.add_argument("--tau", type=float, default=1.0)
     parser.add_argument("--only", choices=("loss", "train"), help="run only (a) or (b)")
     parser.add_argument("--loss-reps", type=int, default=60,
@@ -417,6 +458,8 @@ def parse_args() -> tuple[argparse.Namespace, torch.device, torch.dtype]:
     add_output_arguments(parser)
     args = parser.parse_args()
     args.kernels = ("eager", "compiled") if args.compiled else ("eager",)
+    if args.sweep and not args.compiled:
+        parser.error("--sweep varies the compiled tile body; drop --no-compiled")
     device, dtype = set_up_device(parser, args)
     return args, device, dtype
 

@@ -64,6 +64,8 @@ from _common import (
     add_output_arguments,
     announce,
     device_parser,
+    print_profile,
+    profile_ops,
     set_up_device,
     time_interleaved,
     write_report,
@@ -72,6 +74,7 @@ from _common import (
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from condensation.geometry import CosineStatistics  # noqa: E402
+from condensation.lenses import LensAccumulator  # noqa: E402
 from condensation.measurement import measure  # noqa: E402
 
 AGREEMENT_TOLERANCE = 1e-3  # on the per-layer mean cosine, float32 only
@@ -106,6 +109,35 @@ def bare_forward(model: torch.nn.Module, input_ids: torch.Tensor, batch_size: in
         for start in range(0, input_ids.shape[0], batch_size):
             model(input_ids=input_ids[start : start + batch_size].to(device), output_hidden_states=True,
                   use_cache=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# the lenses' fixed cost: their eigendecompositions, on the model's device or on the host
+
+
+def lens_finalize(model: torch.nn.Module, input_ids: torch.Tensor, batch_size: int, device: torch.device,
+                  reps: int) -> dict:
+    """``LensAccumulator.finalize`` alone (what ``ours`` pays once per call, whatever N), with the
+    spectra computed on the model's device and on the host, interleaved; and whether they agree.
+    The accumulator is fed once, from the same batched forward pass as ``ours``."""
+    accumulator = LensAccumulator(*input_ids.shape)
+    with torch.inference_mode():
+        for start in range(0, input_ids.shape[0], batch_size):
+            output = model(input_ids=input_ids[start : start + batch_size].to(device), output_hidden_states=True,
+                           use_cache=False)
+            accumulator.update(output.hidden_states)
+
+    def finalize(spectra_device):
+        with torch.inference_mode():
+            return accumulator.finalize(spectra_device=spectra_device)
+
+    placements = {"device": lambda: finalize(None), "host": lambda: finalize("cpu")}
+    timed, returned = time_interleaved(placements, device, reps, 1, keep_returned=True)
+    layers, sample, width = accumulator._sample.shape
+    deep = (layers + 1) // 2
+    return {"placements": {name: {key: row[key] for key in ("time_s", "min_s")} for name, row in timed.items()},
+            "eigendecompositions": layers + deep * accumulator.groups, "matrix": min(sample, width),
+            "max_abs_diff": float(abs(returned["device"].values - returned["host"].values).max())}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -191,8 +223,14 @@ def run(args, device: torch.device, dtype: torch.dtype) -> dict:
         "lenses_cost": timings["ours"]["time_s"] / timings["cosines"]["time_s"],
         "lenses_cost_min": timings["ours"]["min_s"] / timings["cosines"]["min_s"],
     }
-    return {"model": description, "seqs": args.seqs, "tokens": args.tokens, "batch_size": args.batch_size,
-            "hidden_states": ours.num_layers, "variants": timings, "ratios": ratios, "agreement": agreement}
+    finalize = lens_finalize(fast_model, ids, args.batch_size, device, args.reps)
+    ratios["lens_finalize_share"] = finalize["placements"]["device"]["time_s"] / timings["ours"]["time_s"]
+    result = {"model": description, "seqs": args.seqs, "tokens": args.tokens, "batch_size": args.batch_size,
+              "hidden_states": ours.num_layers, "variants": timings, "ratios": ratios, "agreement": agreement,
+              "lens_finalize": finalize}
+    if args.profile:
+        result["profile"] = profile_ops(variants["ours"], device, args.profile)
+    return result
 
 
 def print_results(result: dict, device: torch.device) -> None:
@@ -222,6 +260,14 @@ def print_results(result: dict, device: torch.device) -> None:
           f"{agreement['layer_mean_max_abs_diff']:.1e}, "
           f"mean matrices max |diff| {agreement['mean_matrix_max_abs_diff']:.1e}")
     print("  per-layer mean cosine (ours): " + " ".join(f"{value:.3f}" for value in agreement["layer_mean_ours"]))
+    finalize = result["lens_finalize"]
+    device_s, host_s = (finalize["placements"][name]["time_s"] for name in ("device", "host"))
+    print(f"  the lenses' finalize ({finalize['eigendecompositions']} eigendecompositions of "
+          f"{finalize['matrix']} x {finalize['matrix']}): {device_s:.3f} s with the spectra on the model's device "
+          f"({ratios['lens_finalize_share']:.0%} of ours), {host_s:.3f} s on the host "
+          f"(device / host x{device_s / host_s:.2f}; lenses differ by {finalize['max_abs_diff']:.1e})")
+    if "profile" in result:
+        print_profile(result["profile"], "one call of ours")
 
 
 def parse_args() -> tuple[argparse.Namespace, torch.device, torch.dtype]:
@@ -240,6 +286,8 @@ def parse_args() -> tuple[argparse.Namespace, torch.device, torch.dtype]:
     parser.add_argument("--warmup", type=int, default=1,
                         help="warm-up calls per variant (their results feed the agreement check)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", type=int, default=0, metavar="TOP",
+                        help="also profile one call of ours and print its TOP operators by self time (0: no)")
     add_output_arguments(parser)
     args = parser.parse_args()
     device, dtype = set_up_device(parser, args)

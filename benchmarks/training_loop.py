@@ -81,6 +81,8 @@ from _common import (
     announce,
     autocast,
     device_parser,
+    print_profile,
+    profile_ops,
     rotated,
     set_up_device,
     synchronize,
@@ -226,10 +228,14 @@ def bench(args, device: torch.device, dtype: torch.dtype) -> dict:
                          "tokens_per_s_best": step_tokens / best, "runs": rows}
         if args.peak_tflops:
             results[name]["mfu"] = flops * step_tokens / median / (args.peak_tflops * 1e12)
-    return {"n_layer": args.n_layer, "n_embd": args.n_embd, "n_head": args.n_head, "vocab": args.vocab,
-            "batch": args.batch, "tokens": args.tokens, "steps": args.steps, "warmup_steps": args.warmup_steps,
-            "timed_steps": args.steps - 1 - args.warmup_steps, "aux": args.aux, "params_counted": params,
-            "flops_per_token": flops, "peak_tflops": args.peak_tflops, "variants": results}
+    result = {"n_layer": args.n_layer, "n_embd": args.n_embd, "n_head": args.n_head, "vocab": args.vocab,
+              "batch": args.batch, "tokens": args.tokens, "steps": args.steps, "warmup_steps": args.warmup_steps,
+              "timed_steps": args.steps - 1 - args.warmup_steps, "aux": args.aux, "params_counted": params,
+              "flops_per_token": flops, "peak_tflops": args.peak_tflops, "variants": results}
+    if args.profile:  # one more run of our fastest loop: by far most of its kernels are its steps'
+        mine = "ours+compile" if "ours+compile" in variants else "ours"
+        result["profile_of"], result["profile"] = mine, profile_ops(variants[mine], device, args.profile)
+    return result
 
 
 def print_results(result: dict, device: torch.device, dtype: torch.dtype) -> None:
@@ -272,6 +278,8 @@ def print_results(result: dict, device: torch.device, dtype: torch.dtype) -> Non
             end_to_end = [run["summary_tokens_per_s"] for run in variants[mine]["runs"]]
             print(f"  {mine} end to end: train() call {statistics.median(calls):.2f}s for {result['steps']} steps; "
                   f"train_summary.json tokens_per_s {statistics.median(end_to_end):.0f} (fixed costs included)")
+    if "profile" in result:
+        print_profile(result["profile"], f"a whole run of {result['profile_of']}")
 
 
 def parse_args() -> tuple[argparse.Namespace, torch.device, torch.dtype]:
@@ -291,6 +299,9 @@ def parse_args() -> tuple[argparse.Namespace, torch.device, torch.dtype]:
                         help="ours' per-step metric tracker (TrainConfig.tracker); none where dvclive is not installed")
     parser.add_argument("--reps", type=int, default=3, help="runs of each loop (a fresh model and optimizer each)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", type=int, default=0, metavar="TOP",
+                        help="then profile one more run of ours (ours+compile with --compile) and print its TOP "
+                             "operators by self time (0: no): where the step's time goes, against the MFU target")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help=f"peak FLOP/s for MFU, in TFLOP/s; "
                              f"default {H100_BF16_DENSE_TFLOPS:g} (H100 bf16 dense) on CUDA, none on CPU")

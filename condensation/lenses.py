@@ -25,7 +25,7 @@ do not decide it. ``anisotropy`` and ``within_excess`` are exact over every toke
 sums (memory: one width-sized vector per layer and group). The three spectral lenses read a fixed
 sample of ``sample_tokens`` tokens per layer, the same positions for every layer and model, held
 on the model's device (memory: ``sample_tokens x width`` floats per layer, whatever the number of
-sequences), and are computed once at the end, one batched eigendecomposition per layer.
+sequences), and are computed once at the end, in one batched eigendecomposition for all layers.
 
 Intervals: sequences are dealt into ``groups`` groups (sequence ``n`` into group ``n mod G``) and
 each lens is recomputed with one group left out (a delete-a-group jackknife), which gives the
@@ -146,30 +146,53 @@ def lens_values(eigenvalues: np.ndarray) -> tuple[float, float, float]:
 
 def spectral_lenses(tokens: torch.Tensor, groups: torch.Tensor | None = None) -> np.ndarray:
     """``[3, 1 + G]``: the spectral lenses of the sampled token directions ``[n, d]``, then (with
-    ``groups``, each token's group) of the tokens with each of the ``G`` groups left out.
-
-    Every covariance comes from per-group sums and scatters, so the whole costs one pass over the
-    tokens plus one eigendecomposition per covariance, all of them in one batched call on the
-    tokens' device (on a GPU the batch is a single kernel). A sample narrower than the width goes
-    through each replicate's Gram matrix instead, whose non-zero eigenvalues are the same."""
-    n, d = tokens.shape
+    ``groups``, each token's group ``0 .. G - 1``, on the host) of the tokens with each of the ``G``
+    groups left out. One layer of ``LensAccumulator.finalize``, which batches every layer's
+    eigendecompositions into one call."""
     count = 0 if groups is None else int(groups.max()) + 1
-    if n < d:  # the Gram matrices are the smaller
-        replicates = [tokens] + [tokens[groups != g] for g in range(count)]
-        return np.array([lens_values(covariance_eigenvalues(r)) for r in replicates]).T
-    one_hot = torch.nn.functional.one_hot(groups if count else torch.zeros(n, dtype=torch.long, device=tokens.device),
-                                          max(count, 1)).to(tokens.dtype)
-    sizes, sums = one_hot.sum(0), one_hot.T @ tokens  # [G], [G, d]
-    scatters = torch.stack([tokens[one_hot[:, g] > 0].T @ tokens[one_hot[:, g] > 0] for g in range(one_hot.shape[1])])
-    keep = torch.ones(1 + count, max(count, 1), dtype=tokens.dtype, device=tokens.device)
+    if tokens.shape[0] < tokens.shape[1]:
+        return gram_lenses(tokens, groups, count)
+    return lenses_of_spectra(covariance_spectra(replicate_covariances(tokens, groups, count)), tokens.shape[1])
+
+
+def gram_lenses(tokens: torch.Tensor, groups: torch.Tensor | None, count: int) -> np.ndarray:
+    """``spectral_lenses`` of a sample narrower than the width, through each replicate's Gram
+    matrix (``n x n``, smaller than the ``d x d`` covariance, the same non-zero eigenvalues)."""
+    kept = [torch.nonzero(groups != g).squeeze(1).to(tokens.device) for g in range(count)]  # host-side indices
+    replicates = [tokens] + [tokens[rows] for rows in kept]
+    return np.array([lens_values(covariance_eigenvalues(r)) for r in replicates]).T
+
+
+def replicate_covariances(tokens: torch.Tensor, groups: torch.Tensor | None, count: int) -> torch.Tensor:
+    """``[1 + count, d, d]``: the covariance of the tokens ``[n, d]``, then of the tokens with each
+    group left out, from per-group sums and scatters (one pass over the tokens). ``groups`` (each
+    token's group, on the host) orders the rows by group there, so nothing is read back from a GPU."""
+    n, _ = tokens.shape
+    groups = torch.zeros(n, dtype=torch.long) if groups is None else groups.cpu()
+    columns = max(count, 1)
+    order, sizes = torch.argsort(groups, stable=True), torch.bincount(groups, minlength=columns)
+    by_group = torch.split(tokens[order.to(tokens.device)], sizes.tolist())  # each group's rows, in order
+    one_hot = torch.nn.functional.one_hot(groups.to(tokens.device), columns).to(tokens.dtype)
+    sums = one_hot.T @ tokens  # [G, d]
+    scatters = torch.stack([rows.T @ rows for rows in by_group])
+    keep = torch.ones(1 + count, columns, dtype=tokens.dtype, device=tokens.device)
     if count:
         keep[1:] -= torch.eye(count, dtype=tokens.dtype, device=tokens.device)  # row 1 + g: all but group g
-    kept_n, kept_sum = keep @ sizes, keep @ sums  # [1 + G], [1 + G, d]
+    kept_n, kept_sum = keep @ sizes.to(keep), keep @ sums  # [1 + G], [1 + G, d]
     kept_scatter = torch.einsum("rg,gij->rij", keep, scatters)
-    covariance = ((kept_scatter - kept_sum[:, :, None] * kept_sum[:, None, :] / kept_n[:, None, None])
-                  / (kept_n - 1)[:, None, None])
-    eigenvalues = torch.linalg.eigvalsh(covariance).double().cpu().numpy()
-    return np.array([lens_values(_floored(values, d)) for values in eigenvalues]).T
+    return ((kept_scatter - kept_sum[:, :, None] * kept_sum[:, None, :] / kept_n[:, None, None])
+            / (kept_n - 1)[:, None, None])
+
+
+def covariance_spectra(covariances: torch.Tensor, device: torch.device | str | None = None) -> np.ndarray:
+    """Eigenvalues ``[M, d]`` (float64) of a batch of covariances ``[M, d, d]``, in one call on
+    ``device`` (default: where they are), read back once."""
+    return torch.linalg.eigvalsh(covariances if device is None else covariances.to(device)).double().cpu().numpy()
+
+
+def lenses_of_spectra(spectra: np.ndarray, width: int) -> np.ndarray:
+    """``[3, M]``: (IsoScore*, effective rank share, PC1 share) of each of ``M`` spectra."""
+    return np.array([lens_values(_floored(values, width)) for values in spectra]).T
 
 
 @dataclass
@@ -226,11 +249,13 @@ class LensAccumulator:
         if seq_len != self.seq_len:
             raise ValueError(f"sequences have {seq_len} tokens; the accumulator was made for {self.seq_len}")
         first, device = self._seen, hidden_states[0].device
-        in_batch = (self._sample_flat >= first * seq_len) & (self._sample_flat < (first + batch) * seq_len)
-        # the sums stay on the hidden states' device until finalize: no host sync per layer
-        rows = (self._sample_flat[in_batch] - first * seq_len).to(device)
-        one_hot = torch.nn.functional.one_hot(torch.arange(first, first + batch) % self.groups, self.groups)
-        one_hot = one_hot.double().to(device)  # [B, G]
+        # the sample's positions are sorted, so this batch's are one run of them: a slice, not a
+        # boolean mask (whose indexing reads a count back from a GPU)
+        low, high = np.searchsorted(self._sample_flat.numpy(), [first * seq_len, (first + batch) * seq_len])
+        # everything stays on the hidden states' device until finalize: no host sync per layer
+        rows = (self._sample_flat[low:high] - first * seq_len).to(device)
+        one_hot = torch.nn.functional.one_hot(torch.arange(first, first + batch, device=device) % self.groups,
+                                              self.groups).double()  # [B, G]
         sums, within, picked = [], [], []
         for hidden in hidden_states:  # a model split over GPUs gives layers on several devices
             unit = unit_rows(hidden.float())[0]
@@ -248,10 +273,12 @@ class LensAccumulator:
         else:
             self._sums += batch_sums
             self._within += batch_within
-        self._sample[:, in_batch.to(self._sample.device)] = torch.stack(picked)
+        self._sample[:, low:high] = torch.stack(picked)
         self._seen += batch
 
-    def finalize(self) -> LensStatistics:
+    def finalize(self, spectra_device: torch.device | str | None = None) -> LensStatistics:
+        """The lenses of every sequence seen. ``spectra_device``: where the eigendecompositions
+        run (default: the hidden states' device; benchmarks/extraction.py times the choice)."""
         if self._seen != self.num_sequences:
             raise ValueError(f"the lenses saw {self._seen} sequences, {self.num_sequences} expected")
         self._sums, self._within = self._sums.cpu(), self._within.cpu()
@@ -269,13 +296,36 @@ class LensAccumulator:
             within = ((self_sum - diagonal) / (sequences * seq_len * (seq_len - 1))).numpy()
             target = values if column == 0 else jackknife[:, column - 1]
             target[0], target[1] = anisotropy, within - anisotropy
-        # spectral lenses: every layer once, the deeper half again with each group left out
-        deep = range(layers - (layers + 1) // 2, layers)
-        for layer in range(layers):
-            tokens = self._sample[layer]
-            found = spectral_lenses(tokens, self._sample_group.to(tokens.device) if layer in deep else None)
-            values[2:, layer] = found[:, 0]
-            if layer in deep:
-                jackknife[2:, :, layer] = found[:, 1:]
+        self._spectral_into(values, jackknife, spectra_device)
         return LensStatistics(values, jackknife, int(len(self._sample_flat)), sample=self._sample,
                               sample_sequences=(self._sample_flat // seq_len).numpy())
+
+    def _spectral_into(self, values: np.ndarray, jackknife: np.ndarray,
+                       spectra_device: torch.device | str | None) -> None:
+        """The spectral lenses: every layer once, the deeper half again with each group left out.
+        Every covariance of every layer goes into one batched eigendecomposition (on a GPU each
+        call of its own costs a host round trip and a solver launch); they are held at once,
+        ``d x d`` floats each (GPT2-small: 55 of 768 x 768, 130 MB)."""
+        layers, width = self._sample.shape[0], self._sample.shape[-1]
+        deep = range(layers - (layers + 1) // 2, layers)
+        batched: list[tuple[int, torch.Tensor]] = []
+        for layer in range(layers):
+            groups, count = (self._sample_group, self.groups) if layer in deep else (None, 0)
+            if self._sample.shape[1] < width:  # narrower than the width: the Gram route, per replicate
+                self._store(values, jackknife, layer, gram_lenses(self._sample[layer], groups, count))
+            else:
+                batched.append((layer, replicate_covariances(self._sample[layer], groups, count)))
+        if not batched:
+            return
+        found = lenses_of_spectra(covariance_spectra(torch.cat([c for _, c in batched]), spectra_device), width)
+        first = 0
+        for layer, covariances in batched:
+            self._store(values, jackknife, layer, found[:, first : first + covariances.shape[0]])
+            first += covariances.shape[0]
+
+    @staticmethod
+    def _store(values: np.ndarray, jackknife: np.ndarray, layer: int, found: np.ndarray) -> None:
+        """One layer's ``[3, 1 + G']`` spectral lenses (``G'`` = 0 without its jackknife)."""
+        values[2:, layer] = found[:, 0]
+        if found.shape[1] > 1:
+            jackknife[2:, :, layer] = found[:, 1:]

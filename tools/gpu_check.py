@@ -3,7 +3,7 @@
     bash tools/gpu_device.sh                  # on the lent machine: install the kit, then this (docs/gpu.md)
     python tools/gpu_check.py --cpu           # the rehearsal: every step at toy size on the CPU
     python tools/gpu_check.py --plan          # what each step runs, and its time box
-    python tools/gpu_check.py dispersion      # named steps only (smollm2 runs only when named)
+    python tools/gpu_check.py dispersion      # named steps only, in the order named (smollm2 only when named)
 
 The steps, in order of value; each is stopped at its time box (``--plan`` prints them):
 
@@ -13,12 +13,13 @@ The steps, in order of value; each is stopped at its time box (``--plan`` prints
 ``tests``       ``pytest -m gpu tests/unit/test_gpu.py`` (skipped without CUDA: the rehearsal
                 checks that they are collected).
 ``dispersion``  ``benchmarks/dispersion_loss.py`` at GPT2-small, T = 1024, bf16: the loss on all
-                12 block outputs (eager and compiled tile body, the loss alone too), then on the
-                last only.
+                12 block outputs (eager and compiled tile body; the loss alone too, there also at
+                other tile sizes and with TF32 products: ``--sweep``), then on the last only.
 ``training``    ``benchmarks/training_loop.py --preset gpt2-small --compile``: tokens/s and MFU
-                against a plain Hugging Face loop.
+                against a plain Hugging Face loop, then a profile of one more compiled run.
 ``extraction``  ``benchmarks/extraction.py`` (random-weight GPT2-small): against the one-sequence
-                float32 loop and a bare forward pass.
+                float32 loop and a bare forward pass; what the lenses cost, their eigendecompositions
+                on the GPU and on the host, and a profile of one call (``--profile``).
 ``workflow``    Snakemake on ``tests/workflow/configs/tiny.yaml`` + ``tiny-gpu.yaml`` in a fresh
                 copy of the tree; then the device each measurement recorded and the precision each
                 training run chose.
@@ -125,10 +126,10 @@ DISPERSION = (
     Benchmark(
         "dispersion-all",
         "benchmarks/dispersion_loss.py",
-        f"--device cuda {GPT2_SMALL} --batch 16 --tokens 1024 --loss-batch 16 --loss-tokens 1024 --reps 10 "
+        f"--device cuda {GPT2_SMALL} --batch 16 --tokens 1024 --loss-batch 16 --loss-tokens 1024 --sweep --reps 10 "
         "--loss-reps 30",
-        f"--device cpu {TOY_GPT2} --batch 2 --tokens 64 --loss-batch 2 --loss-tokens 64 --loss-layers 2 --reps 2 "
-        "--loss-reps 2",
+        f"--device cpu {TOY_GPT2} --batch 2 --tokens 64 --loss-batch 2 --loss-tokens 64 --loss-layers 2 --sweep "
+        "--reps 2 --loss-reps 2",
     ),
     Benchmark(
         "dispersion-last",
@@ -141,16 +142,17 @@ TRAINING = (
     Benchmark(
         "training",
         "benchmarks/training_loop.py",
-        "--device cuda --preset gpt2-small --compile --reps 1 --tracker none",
-        f"--device cpu {TOY_GPT2} --tokens 64 --batch 4 --steps 6 --warmup-steps 2 --reps 1 --compile --tracker none",
+        "--device cuda --preset gpt2-small --compile --reps 1 --tracker none --profile 15",
+        f"--device cpu {TOY_GPT2} --tokens 64 --batch 4 --steps 6 --warmup-steps 2 --reps 1 --compile --tracker none "
+        "--profile 5",
     ),
 )
 EXTRACTION = (
     Benchmark(
         "extraction",
         "benchmarks/extraction.py",
-        "--device cuda --seqs 64 --tokens 256 --batch-size 16 --reps 3",
-        "--device cpu --layers 2 --width 64 --heads 2 --seqs 4 --tokens 32 --batch-size 2 --reps 1",
+        "--device cuda --seqs 64 --tokens 256 --batch-size 16 --reps 3 --profile 15",
+        "--device cpu --layers 2 --width 64 --heads 2 --seqs 4 --tokens 32 --batch-size 2 --reps 1 --profile 5",
     ),
 )
 TINY = ("tests/workflow/configs/tiny.yaml", "tests/workflow/configs/tiny-gpu.yaml")
@@ -163,15 +165,16 @@ STEPS: dict[str, Step] = {
         Step("tests", "the tests marked gpu", 90, 300, needs=(*BASE, "pytest", "accelerate", "lm_eval", "datasets")),
         Step(
             "dispersion",
-            "the dispersion loss at GPT2-small, T = 1024: every block output, then the last",
-            120,
+            "the dispersion loss at GPT2-small, T = 1024: every block output (and the loss alone at other "
+            "tiles and with TF32), then the last",
+            160,
             600,
             needs=(*BASE, "condensation.training.kernels"),
             benchmarks=DISPERSION,
         ),
         Step(
             "training",
-            "our training loop against a plain Hugging Face loop, GPT2-small",
+            "our training loop against a plain Hugging Face loop, GPT2-small, then its profile",
             120,
             400,
             needs=(*BASE, "accelerate", "condensation.training.loop"),
@@ -545,12 +548,32 @@ def headline(name: str, report: dict) -> dict[str, Any]:
             numbers[f"{variant} tokens/s"] = row["tokens_per_s"]
             if row.get("mfu") is not None:
                 numbers[f"{variant} MFU"] = row["mfu"]
+        if report.get("profile"):
+            numbers["top ops"] = ", ".join(f"{row['op']} {row['share']:.0%}" for row in report["profile"][:3])
     elif name == "extraction":
         ratios = report.get("ratios", {})
         if "ours_over_reference" in ratios:
             numbers["ours / reference (speed-up)"] = ratios["ours_over_reference"]
         if "bare_over_ours" in ratios:
             numbers["ours time / bare time"] = ratios["bare_over_ours"]
+        numbers |= extraction_breakdown(report)
+    return numbers
+
+
+def extraction_breakdown(report: dict) -> dict[str, Any]:
+    """Where extraction's time goes: the lenses against the cosines alone, the lenses' fixed cost
+    (their eigendecompositions, on the GPU and on the host) and the profile's three largest ops."""
+    numbers: dict[str, Any] = {}
+    ratios, finalize = report.get("ratios", {}), report.get("lens_finalize", {})
+    if "lenses_cost" in ratios:
+        numbers["ours / cosines (the lenses)"] = ratios["lenses_cost"]
+    placements = finalize.get("placements", {})
+    if {"device", "host"} <= placements.keys():
+        numbers["lens finalize, spectra on the model's device s"] = placements["device"]["time_s"]
+        numbers["lens finalize, spectra on the host s"] = placements["host"]["time_s"]
+        numbers["lens finalize / ours"] = ratios.get("lens_finalize_share")
+    if report.get("profile"):
+        numbers["top ops"] = ", ".join(f"{row['op']} {row['share']:.0%}" for row in report["profile"][:3])
     return numbers
 
 
@@ -572,6 +595,11 @@ def dispersion_numbers(report: dict) -> dict[str, Any]:
     loss = report.get("loss", {}).get("variants", {})
     if "tiled" in loss and "compiled" in loss:
         numbers["loss alone: tiled / compiled"] = loss["tiled"]["time_s"] / loss["compiled"]["time_s"]
+    agreement = report.get("loss", {}).get("agreement", {})
+    for name in (name for name in loss if "@" in name and "compiled" in loss):  # --sweep's candidates
+        numbers[f"loss alone: compiled / {name}"] = loss["compiled"]["time_s"] / loss[name]["time_s"]
+        if name in agreement:
+            numbers[f"{name} gradient vs dense (max rel)"] = agreement[name]["grad_max_rel_diff"]
     if "placement" in train:
         numbers["placement"] = train["placement"]
     return numbers
@@ -990,7 +1018,8 @@ def parse_args(argv: list[str] | None) -> tuple[Context, list[str], bool]:
     unknown = [name for name in [*args.steps, *boxes] if name not in STEPS]
     if unknown:
         parser.error(f"unknown step(s) {', '.join(unknown)}; the steps: {', '.join(STEPS)}")
-    chosen = [name for name, step in STEPS.items() if (name in args.steps if args.steps else not step.optional)]
+    # named steps run in the order named (lease 2 runs smollm2 first, then what time is left for)
+    chosen = list(dict.fromkeys(args.steps)) or [name for name, step in STEPS.items() if not step.optional]
     deadline = time.monotonic() + args.deadline if args.deadline else None
     ctx = Context(out=args.out.resolve(), work=args.work.resolve(), cpu=args.cpu, boxes=boxes, deadline=deadline)
     return ctx, ["env", *(name for name in chosen if name != "env")], args.plan

@@ -61,7 +61,7 @@ def test_the_plan_names_each_step_its_box_and_its_commands(tmp_path):
     done = run_script("--plan", tmp_path=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert plan_lines(done.stdout)[:-1] == ["env", "tests", "dispersion", "training", "extraction", "workflow"]
-    assert plan_lines(done.stdout)[-1].startswith("at most 500 s in all; then")
+    assert plan_lines(done.stdout)[-1].startswith("at most 540 s in all; then")
     assert (
         "benchmarks/dispersion_loss.py --device cuda --n-layer 12 --n-embd 768" in done.stdout
         and "--placement last" in done.stdout
@@ -77,9 +77,9 @@ def test_named_steps_only_smollm2_only_when_named_and_unknown_steps_refused(tmp_
     named = run_script("--plan", "smollm2", "tests", tmp_path=tmp_path)
     assert plan_lines(named.stdout)[:-1] == [
         "env",
-        "tests",
         "smollm2",
-    ]  # the environment first, then the script's order
+        "tests",
+    ]  # the environment first, then the order named (lease 2: smollm2, then what time is left for)
     assert "--configfile configs/smollm2-gpu.yaml" in named.stdout
     assert "smollm2" not in plan_lines(run_script("--plan", tmp_path=tmp_path).stdout)
     refused = run_script("gpu", tmp_path=tmp_path)

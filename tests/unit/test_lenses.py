@@ -142,3 +142,32 @@ def test_summary_interval_and_storage(tmp_path):
     cosines_only = geometry.extract_cosine_statistics(model, ids, batch_size=5, lens_tokens=None)
     assert cosines_only.lenses is None
     np.testing.assert_array_equal(cosines_only.layer_mean, stats.layer_mean)  # the lenses change no cosine
+
+
+def test_one_batched_eigendecomposition_gives_each_layers_own_lenses():
+    """``finalize`` stacks every layer's covariances (and the deeper half's leave-one-group-out ones)
+    into one eigendecomposition: each layer gets what ``spectral_lenses`` finds for it alone, with
+    the spectra computed where the sample is or on the host."""
+    torch.manual_seed(3)
+    n, t, d, layers = 12, 16, 10, 5
+    hidden = [torch.randn(n, t, d) + scale * torch.randn(d) for scale in np.linspace(0.0, 3.0, layers)]
+    acc = lenses.LensAccumulator(n, t, sample_tokens=150)
+    for start in range(0, n, 5):
+        acc.update([h[start : start + 5] for h in hidden])
+    result = acc.finalize()
+    deep = range(layers - (layers + 1) // 2, layers)
+    assert acc.groups == lenses.JACKKNIFE_GROUPS
+    for layer in range(layers):
+        alone = lenses.spectral_lenses(acc._sample[layer], acc._sample_group if layer in deep else None)
+        np.testing.assert_array_equal(result.values[2:, layer], alone[:, 0])
+        if layer in deep:
+            np.testing.assert_array_equal(result.jackknife[2:, :, layer], alone[:, 1:])
+    on_host = acc.finalize(spectra_device="cpu")
+    np.testing.assert_array_equal(on_host.values, result.values)
+    np.testing.assert_array_equal(on_host.jackknife, result.jackknife)
+    # a leave-one-group-out covariance is the covariance of the tokens left in
+    sample, groups = acc._sample[layers - 1].double(), acc._sample_group
+    covariances = lenses.replicate_covariances(sample, groups, acc.groups)
+    for group in range(acc.groups):
+        kept = sample[groups != group].numpy()
+        np.testing.assert_allclose(covariances[1 + group].numpy(), np.cov(kept.T), atol=1e-12)
