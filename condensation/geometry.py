@@ -62,15 +62,32 @@ def density_histogram(values: torch.Tensor | np.ndarray, bins: int = NUM_BINS,
     return counts_to_density(counts)
 
 
-def histogram_counts(values: torch.Tensor, bins: int = NUM_BINS, weights: torch.Tensor | None = None) -> torch.Tensor:
+HISTOGRAM_SPREAD_CUDA = 1024
+"""Partial histograms a GPU fills at once (see ``histogram_counts``)."""
+
+
+def histogram_counts(values: torch.Tensor, bins: int = NUM_BINS, weights: torch.Tensor | None = None,
+                     spread: int | None = None) -> torch.Tensor:
     """Counts in ``bins`` equal bins over [-1, 1]; the right edge 1.0 falls in the last bin. With
-    ``weights`` (one per value), each value counts its weight."""
+    ``weights`` (one per value), each value counts its weight.
+
+    ``spread`` partial histograms are filled and then summed (None: :data:`HISTOGRAM_SPREAD_CUDA`
+    on a GPU, 1 on a CPU). On a GPU every value is an atomic add, and cosines crowd into a few of
+    the bins, so a million adds onto one histogram queue up on a handful of addresses; value ``i``
+    goes to partial histogram ``i mod spread`` instead, so that neighbouring threads add to
+    different addresses. Unweighted counts are whole numbers, exact in float64 up to 2^53 in any
+    order: the counts are the same for every ``spread``."""
     flat = values.reshape(-1).double()
     index = ((flat + 1.0) * (bins / 2.0)).floor().clamp_(0, bins - 1).long()
+    spread = (HISTOGRAM_SPREAD_CUDA if values.device.type == "cuda" else 1) if spread is None else spread
+    spread = max(1, min(spread, index.numel()))
+    if spread > 1:
+        index += bins * (torch.arange(index.numel(), device=index.device) % spread)
     # index_add_, not bincount: on CUDA bincount reads max() back to size its output (a host sync
-    # per layer per batch); this stays on the device. Counts are exact in float64 up to 2^53.
-    counts = torch.zeros(bins, dtype=torch.float64, device=values.device)
-    return counts.index_add_(0, index, torch.ones_like(flat) if weights is None else weights.reshape(-1).double())
+    # per layer per batch); this stays on the device.
+    counts = torch.zeros(spread * bins, dtype=torch.float64, device=values.device)
+    counts.index_add_(0, index, torch.ones_like(flat) if weights is None else weights.reshape(-1).double())
+    return counts.view(spread, bins).sum(0) if spread > 1 else counts
 
 
 def counts_to_density(counts: torch.Tensor | np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ from condensation.geometry import (
     density_histogram,
     depth_trend,
     extract_cosine_statistics,
+    histogram_counts,
     position_blocks,
     trend_statistics,
 )
@@ -186,6 +187,18 @@ def test_per_sequence_means_average_to_the_layer_means():
 def test_density_histogram_integrates_to_one():
     values = torch.rand(1000) * 2 - 1
     assert density_histogram(values).sum() * (2 / NUM_BINS) == pytest.approx(1.0)
+
+
+def test_histogram_counts_are_the_same_spread_over_partial_histograms():
+    """A GPU fills 1024 partial histograms and sums them (atomic adds crowd fewer addresses); the
+    counts are whole numbers, so they equal one histogram's and numpy's, edges included."""
+    torch.manual_seed(0)
+    crowded = torch.cat([0.05 + 0.01 * torch.randn(5000), torch.rand(3000) * 2 - 1,
+                         torch.tensor([-1.0, 1.0, 0.0, -1.0 + 2 / NUM_BINS])])  # the edges, exactly
+    one = histogram_counts(crowded, spread=1)
+    np.testing.assert_array_equal(one.numpy(), np.histogram(crowded.double().numpy(), NUM_BINS, (-1, 1))[0])
+    for spread in (2, 1000, 1024, 10**6):
+        np.testing.assert_array_equal(histogram_counts(crowded, spread=spread).numpy(), one.numpy())
 
 
 def test_sequences_of_different_length_are_rejected():

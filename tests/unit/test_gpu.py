@@ -35,7 +35,7 @@ from condensation import models
 from condensation.config.objectives import OBJECTIVES, AuxLossConfig
 from condensation.config.runs import plan_run
 from condensation.data.packing import pack_token_blocks
-from condensation.geometry import extract_cosine_statistics
+from condensation.geometry import extract_cosine_statistics, histogram_counts
 from condensation.runtime.run_dir import RunDir
 from condensation.training import kernels
 from condensation.training.kernels import dispersion_tiled
@@ -233,6 +233,17 @@ def test_extraction_in_bf16_matches_float32(gpt2_handle):
     total_variation = 0.5 * np.abs(bf16.hist_pooled - fp32.hist_pooled).sum(axis=1) * (2.0 / bf16.hist_pooled.shape[1])
     assert total_variation.max() <= BF16_HISTOGRAM_TV, total_variation
     assert bf16.layer_mean.std() > 1e-3  # the layers differ: not a comparison of constants
+    # the pooled histogram (on the GPU spread over partial histograms) is the CPU's but for values
+    # that rounding moves across a bin edge
+    np.testing.assert_allclose(fp32.hist_pooled, cpu.hist_pooled, atol=1e-3)
+
+
+def test_histogram_counts_on_cuda_are_the_cpus():
+    """The same values give the same counts on the GPU (1024 partial histograms) as on the CPU."""
+    values = torch.cat([0.05 + 0.01 * torch.randn(10**6, generator=torch.Generator().manual_seed(0)),
+                        torch.linspace(-1.0, 1.0, 257)]).double()  # crowded, and every bin edge
+    on_cuda = cuda_synchronised(histogram_counts(values.to(CUDA)))
+    assert torch.equal(on_cuda.cpu(), histogram_counts(values))
 
 
 # ----------------------------------------------------------------------------------------------
