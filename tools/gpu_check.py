@@ -532,7 +532,8 @@ def run_benchmarks(ctx: Context, step: Step, limit_s: float) -> dict[str, Any]:
 
 
 def headline(name: str, report: dict) -> dict[str, Any]:
-    """The figures of a benchmark's JSON that the issue's targets read (missing ones are left out)."""
+    """The figures of a benchmark's JSON that the issue's targets read (missing ones are left out),
+    and the three largest ops of its profile, if it made one."""
     numbers: dict[str, Any] = {"device": report.get("device"), "dtype": report.get("dtype")}
     if name.startswith("dispersion"):
         numbers |= dispersion_numbers(report)
@@ -548,8 +549,6 @@ def headline(name: str, report: dict) -> dict[str, Any]:
             numbers[f"{variant} tokens/s"] = row["tokens_per_s"]
             if row.get("mfu") is not None:
                 numbers[f"{variant} MFU"] = row["mfu"]
-        if report.get("profile"):
-            numbers["top ops"] = ", ".join(f"{row['op']} {row['share']:.0%}" for row in report["profile"][:3])
     elif name == "extraction":
         ratios = report.get("ratios", {})
         if "ours_over_reference" in ratios:
@@ -557,6 +556,8 @@ def headline(name: str, report: dict) -> dict[str, Any]:
         if "bare_over_ours" in ratios:
             numbers["ours time / bare time"] = ratios["bare_over_ours"]
         numbers |= extraction_breakdown(report)
+    if report.get("profile"):
+        numbers["top ops"] = ", ".join(f"{row['op']} {row['share']:.0%}" for row in report["profile"][:3])
     return numbers
 
 
@@ -572,8 +573,6 @@ def extraction_breakdown(report: dict) -> dict[str, Any]:
         numbers["lens finalize, spectra on the model's device s"] = placements["device"]["time_s"]
         numbers["lens finalize, spectra on the host s"] = placements["host"]["time_s"]
         numbers["lens finalize / ours"] = ratios.get("lens_finalize_share")
-    if report.get("profile"):
-        numbers["top ops"] = ", ".join(f"{row['op']} {row['share']:.0%}" for row in report["profile"][:3])
     return numbers
 
 

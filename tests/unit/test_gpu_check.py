@@ -262,6 +262,29 @@ def test_headline_numbers_and_targets():
     assert rows["extraction <= 1.1x a bare forward pass"]["met"] is False
 
 
+def test_headline_numbers_say_where_the_time_goes():
+    """What decides the next change: the lenses' finalize on the GPU and on the host, the profile's
+    largest ops, and each swept tile body against the compiled one with its gradient's error."""
+    extraction = EXTRACTION | {
+        "ratios": EXTRACTION["ratios"] | {"lenses_cost": 3.0, "lens_finalize_share": 0.6},
+        "lens_finalize": {"placements": {"device": {"time_s": 0.3}, "host": {"time_s": 0.1}}},
+        "profile": [{"op": "syevd_kernel", "share": 0.55}, {"op": "gemm", "share": 0.2}],
+    }
+    numbers = gpu_check.headline("extraction", extraction)
+    assert numbers["ours / cosines (the lenses)"] == 3.0 and numbers["lens finalize / ours"] == 0.6
+    assert numbers["lens finalize, spectra on the model's device s"] == 0.3
+    assert numbers["lens finalize, spectra on the host s"] == 0.1
+    assert numbers["top ops"] == "syevd_kernel 55%, gemm 20%"
+    swept = DISPERSION | {"loss": {
+        "variants": DISPERSION["loss"]["variants"] | {"compiled@256+tf32": {"time_s": 0.01}},
+        "agreement": {"compiled@256+tf32": {"grad_max_rel_diff": 2e-5}},
+    }}
+    numbers = gpu_check.headline("dispersion-all", swept)
+    assert numbers["loss alone: compiled / compiled@256+tf32"] == pytest.approx(2.0)
+    assert numbers["compiled@256+tf32 gradient vs dense (max rel)"] == 2e-5
+    assert "top ops" not in numbers
+
+
 SUMMARY = {
     "call": {
         "date": "2026-11-24T10:00:00+00:00",
