@@ -45,7 +45,9 @@ def test_the_cpu_rehearsal_runs_every_step_and_writes_its_summary(tmp_path):
         "workflow": "stopped at the limit",
         "smollm2": "planned (dry run)",
     }, done.stdout[-3000:]
-    assert summary["call"]["mode"] == "cpu rehearsal" and summary["steps"]["tests"]["skipped"] == 21
+    tests = summary["steps"]["tests"]
+    assert summary["call"]["mode"] == "cpu rehearsal"
+    assert tests["passed"] == tests["failed"] == 0 and tests["skipped"] >= 20  # test_gpu.py, all collected
     numbers = {name: values for step in summary["steps"].values() for name, values in step.get("numbers", {}).items()}
     assert set(numbers) == {"dispersion-all", "dispersion-last", "training", "extraction"}
     assert (
