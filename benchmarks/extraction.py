@@ -56,6 +56,7 @@ import argparse
 import copy
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -102,13 +103,20 @@ def reference_extraction(model: torch.nn.Module, input_ids: torch.Tensor) -> np.
     return np.stack(sums) / len(input_ids)
 
 
-def bare_forward(model: torch.nn.Module, input_ids: torch.Tensor, batch_size: int) -> None:
-    """The floor: the batched forward pass ``ours`` runs, with its hidden states dropped."""
+def batched_forward(model: torch.nn.Module, input_ids: torch.Tensor, batch_size: int) -> Iterator[tuple]:
+    """The batched forward pass ``ours`` runs: each batch's hidden states, under ``inference_mode``
+    (held while the caller handles a batch)."""
     device = next(model.parameters()).device
     with torch.inference_mode():
         for start in range(0, input_ids.shape[0], batch_size):
-            model(input_ids=input_ids[start : start + batch_size].to(device), output_hidden_states=True,
-                  use_cache=False)
+            yield model(input_ids=input_ids[start : start + batch_size].to(device), output_hidden_states=True,
+                        use_cache=False).hidden_states
+
+
+def bare_forward(model: torch.nn.Module, input_ids: torch.Tensor, batch_size: int) -> None:
+    """The floor: the batched forward pass ``ours`` runs, with its hidden states dropped."""
+    for _ in batched_forward(model, input_ids, batch_size):
+        pass
 
 
 # ----------------------------------------------------------------------------------------------
@@ -121,11 +129,8 @@ def lens_finalize(model: torch.nn.Module, input_ids: torch.Tensor, batch_size: i
     spectra computed on the model's device and on the host, interleaved; and whether they agree.
     The accumulator is fed once, from the same batched forward pass as ``ours``."""
     accumulator = LensAccumulator(*input_ids.shape)
-    with torch.inference_mode():
-        for start in range(0, input_ids.shape[0], batch_size):
-            output = model(input_ids=input_ids[start : start + batch_size].to(device), output_hidden_states=True,
-                           use_cache=False)
-            accumulator.update(output.hidden_states)
+    for hidden_states in batched_forward(model, input_ids, batch_size):
+        accumulator.update(hidden_states)
 
     def finalize(spectra_device):
         with torch.inference_mode():

@@ -562,8 +562,8 @@ def headline(name: str, report: dict) -> dict[str, Any]:
 
 
 def extraction_breakdown(report: dict) -> dict[str, Any]:
-    """Where extraction's time goes: the lenses against the cosines alone, the lenses' fixed cost
-    (their eigendecompositions, on the GPU and on the host) and the profile's three largest ops."""
+    """Where extraction's time goes: the lenses against the cosines alone and the lenses' fixed cost
+    (their eigendecompositions, on the GPU and on the host)."""
     numbers: dict[str, Any] = {}
     ratios, finalize = report.get("ratios", {}), report.get("lens_finalize", {})
     if "lenses_cost" in ratios:
