@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 from condensation.config.corpora import CORPORA
 from condensation.config.datasets import local_files
-from condensation.config.launch import launch_command, training_resources
+from condensation.config.launch import LocalText, launch_command, spread, training_resources
 from condensation.config.paths import path
 from condensation.config.plan import STUDIES, gpus_needed, studies, study_methods, study_runs
 from condensation.config.specs import DatasetSpec, ModelSpec
@@ -131,9 +131,14 @@ def trend_tables(compares_size=None):
     ]
 
 
+PYTHON = LocalText(sys.executable)  # the jobs' Python: shown in commands, not compared (launch.LocalText)
+
+
 def launcher(section):
-    """How every training run starts (``section``: pretrain or a study; launch.launch_command)."""
-    return launch_command(config[section], sys.executable, f"{workflow.basedir}/workflow_scripts/train_run.py")
+    """How every training run starts (``section``: pretrain or a study; launch.launch_command);
+    its paths are this machine's, so it is not compared: ``spread`` is."""
+    script = f"{workflow.basedir}/workflow_scripts/train_run.py"
+    return LocalText(launch_command(config[section], sys.executable, script))
 
 
 def model_runs(wildcards):

@@ -75,8 +75,9 @@ rule pretrain:
         "logs/benchmarks/pretrain/{model}.tsv"
     priority: pretrain_priority
     params:
-        python=sys.executable,
+        python=PYTHON,
         launcher=launcher("pretrain"),
+        spread=spread(config["pretrain"]),
     threads: 1
     resources:
         **training_resources(config, lambda wildcards: "pretrain"),

@@ -61,8 +61,9 @@ rule train_study_run:
         "logs/benchmarks/{study}/{model}/{method}/seed{seed}.tsv"
     priority: PRIORITY.training
     params:
-        python=sys.executable,
+        python=PYTHON,
         launcher=lambda wildcards: launcher(wildcards.study),
+        spread=lambda wildcards: spread(config[wildcards.study]),
         teacher=teacher_argument,
     threads: 1
     resources:

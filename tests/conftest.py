@@ -32,8 +32,25 @@ SAMPLE_TEXT = (
 ) * 20
 
 
+LONGEST_FIRST = (
+    "tests/workflow/test_pipeline.py",  # builds the tiny run the next three read (tests/workflow/conftest.py)
+    "tests/workflow/test_paper_miniature.py",
+    "tests/workflow/test_setting_changes.py",
+    "tests/workflow/test_rerun_sets.py",
+    "tests/workflow/test_gpu_rehearsal.py",
+    "tests/workflow/test_slurm.py",
+    "tests/workflow/test_clean_root.py",
+)
+"""The modules that take minutes, longest first. pytest-xdist (pyproject.toml) hands whole modules
+to its workers in the order collected: starting with these (longest processing time first) lets
+the short ones fill in at the end, and both workers finish together."""
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` need a CUDA device: without one they are skipped, saying so."""
+    """The modules that take minutes run first (LONGEST_FIRST). Tests marked ``gpu`` need a CUDA
+    device: without one they are skipped, saying so."""
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest as collected
     gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_tests:
         return
@@ -61,6 +78,17 @@ def one_thread():
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="session")
+def clean_clone(tmp_path_factory) -> Path:
+    """What a fresh clone of this checkout holds (its uncommitted work included), for the tests that
+    plan or run the workflow "from the repository root": a run finished, half-finished or locked in
+    the checkout itself changes none of their answers (tests marked ``plans``; the check that they
+    hold beside a finished run is tests/workflow/test_clean_root.py)."""
+    from condensation.runtime.checkout import copy_checkout
+
+    return copy_checkout(REPO, tmp_path_factory.mktemp("clone"))
 
 
 @pytest.fixture(scope="session")

@@ -45,7 +45,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -56,6 +55,8 @@ from typing import Any
 
 import yaml
 from scipy import stats
+
+from condensation.runtime.checkout import copy_checkout
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_STRIDE = 1000
@@ -132,26 +133,10 @@ def shared_seeds(configfiles: Sequence[str], offsets: Sequence[int]) -> list[str
 # --------------------------------------------------------------------------- running
 
 
-def copy_repository(target: Path) -> None:
-    """The checkout's files (tracked and untracked, not ignored) into ``target``; unchanged files
-    keep their times, so Snakemake reruns only what changed. The offline .deb files are linked."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
-                           capture_output=True, text=True).stdout.splitlines()
-    for name in files:
-        source, destination = ROOT / name, target / name
-        if source.is_file() and not (destination.exists() and destination.read_bytes() == source.read_bytes()):
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, destination)
-    debs = ROOT / "resources/debs"  # the text packages tools/install.sh fetched (git-ignored)
-    if debs.is_dir() and not (target / "resources/debs").exists():
-        (target / "resources").mkdir(parents=True, exist_ok=True)
-        (target / "resources/debs").symlink_to(debs.resolve())
-
-
 def run_set(settings: RerunSettings, offset: int) -> float:
     """One set in its copy of the repository; its wall time in seconds."""
     directory = settings.directory(offset)
-    copy_repository(directory)
+    copy_checkout(ROOT, directory)
     # the copy's own config files; one git ignores (not copied) is read where it is
     configs = [name if (directory / name).is_file() else str(ROOT / name) for name in settings.configfiles]
     env = dict(os.environ, PYTHONPATH=str(directory))

@@ -18,6 +18,29 @@ RESOURCE_NAMES = ("gpu", "gpu_model", "nodes", "tasks", "tasks_per_gpu", "mpi", 
 """The resources a training job names (``None``: not asked for)."""
 
 
+class LocalText:
+    """Part of a job's command that names files of this machine: the Python of its environment,
+    the checkout's scripts. A rule passes it as a param, which its shell command shows as text;
+    Snakemake compares only plain params (str, numbers, containers) with those of the run that
+    made an output, so this one is not compared, and a run made in another clone, environment
+    or machine (a `dvc pull`, a copied project) is not made again for its paths alone."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"LocalText({self.text!r})"
+
+
+def spread(section: Mapping[str, Any]) -> dict[str, int]:
+    """How a run of ``section`` is spread over GPUs and nodes: a plain param beside the
+    launcher's LocalText, so that changing it reruns the runs."""
+    return {"gpus_per_run": section["gpus_per_run"], "nodes_per_run": section["nodes_per_run"]}
+
+
 def launch_command(section: Mapping[str, Any], python: str, script: str) -> str:
     """The command that starts ``script`` (its arguments follow) for a run of ``section``: the
     one training script, under `accelerate launch` when a run has more than one GPU, and through

@@ -101,12 +101,13 @@ def test_list_scheduling_starts_the_long_chain_first_when_it_has_priority():
 
 
 @pytest.mark.slow
-def test_the_default_starts_training_and_its_inputs_first():
+@pytest.mark.plans
+def test_the_default_starts_training_and_its_inputs_first(clean_clone):
     """Priorities in a dry run of config.yaml: the jobs that make the runs' inputs, the pre-training
     of the models studies start from or distil from, the other training runs, scoring and
     checkpoint measurement, then everything else."""
-    planned = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "-n"], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout
+    planned = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "-n"], cwd=clean_clone,
+                             capture_output=True, text=True, check=True).stdout
     jobs = pipeline.parse_jobs(planned.splitlines()).values()
     priority = {}
     for job in jobs:

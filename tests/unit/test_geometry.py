@@ -1,5 +1,6 @@
 """Cosine geometry against known answers, and batched extraction against one-at-a-time."""
 
+import copy
 import math
 
 import numpy as np
@@ -23,11 +24,25 @@ from condensation.geometry import (
     trend_statistics,
 )
 from condensation.runtime.io import CorruptArtifactError, write_manifest
+from tests.unit.float_bounds import U32, histogram_tolerance, mean_cosine_bound
 
 
 def orthonormal(num_tokens: int, dim: int, seed: int = 0) -> torch.Tensor:
     q, _ = torch.linalg.qr(torch.randn(dim, dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
     return q[:num_tokens].float()
+
+
+def float64_cosines(hidden: torch.Tensor) -> np.ndarray:
+    """``[N, T, d]`` -> the ``[N, T, T]`` cosines, computed in float64."""
+    z = hidden.double().numpy()
+    z = z / np.linalg.norm(z, axis=-1, keepdims=True)
+    return np.clip(z @ z.transpose(0, 2, 1), -1, 1)
+
+
+def assert_same_histogram(found: np.ndarray, expected: np.ndarray, values: np.ndarray, bound: float) -> None:
+    """Densities equal but for the values (cosines, in float64) within ``bound`` of a bin edge,
+    which a computation within ``bound`` of them may put on either side (and float64 rounding)."""
+    np.testing.assert_array_less(np.abs(found - expected), histogram_tolerance(values, bound) + 1e-9)
 
 
 def accumulate(*layers: torch.Tensor) -> CosineStatistics:
@@ -38,16 +53,18 @@ def accumulate(*layers: torch.Tensor) -> CosineStatistics:
 
 def test_orthonormal_tokens_have_zero_cosine_off_the_diagonal():
     stats = accumulate(orthonormal(6, 16) * 3.0)  # scale must not matter
-    assert np.allclose(stats.mean_cosine[0], np.eye(6), atol=1e-6)
-    assert stats.layer_mean_offdiag[0] == pytest.approx(0.0, abs=1e-6)
-    assert stats.layer_mean[0] == pytest.approx(1 / 6, abs=1e-6)  # the diagonal's 6 ones over 36 pairs
+    bound = mean_cosine_bound(16, 36, roundings=1)  # float32 cosines of orthonormal rows rounded to float32
+    np.testing.assert_allclose(stats.mean_cosine[0], np.eye(6), rtol=0, atol=bound + U32)  # stored in float32
+    assert stats.layer_mean_offdiag[0] == pytest.approx(0.0, abs=bound)
+    assert stats.layer_mean[0] == pytest.approx(1 / 6, abs=bound)  # the diagonal's 6 ones over 36 pairs
 
 
 def test_identical_tokens_have_cosine_one():
     vector = torch.randn(1, 24)
     stats = accumulate(vector.repeat(5, 1))
-    assert stats.layer_mean[0] == pytest.approx(1.0, abs=1e-6)
-    assert stats.layer_mean_offdiag[0] == pytest.approx(1.0, abs=1e-6)
+    bound = mean_cosine_bound(24, 25)  # float32 cosines of float32 rows
+    assert stats.layer_mean[0] == pytest.approx(1.0, abs=bound)
+    assert stats.layer_mean_offdiag[0] == pytest.approx(1.0, abs=bound)
     # every value sits in the top bin
     assert stats.hist_of_mean[0][-1] * (2 / NUM_BINS) == pytest.approx(1.0)
 
@@ -55,8 +72,9 @@ def test_identical_tokens_have_cosine_one():
 def test_opposite_tokens_have_cosine_minus_one():
     vector = torch.randn(1, 8)
     stats = accumulate(torch.cat([vector, -vector]))
-    assert stats.mean_cosine[0][0, 1] == pytest.approx(-1.0, abs=1e-6)
-    assert stats.layer_mean[0] == pytest.approx(0.0, abs=1e-6)
+    bound = mean_cosine_bound(8, 4)  # float32 cosines of float32 rows
+    assert stats.mean_cosine[0][0, 1] == pytest.approx(-1.0, abs=bound + U32)  # stored in float32
+    assert stats.layer_mean[0] == pytest.approx(0.0, abs=bound)
 
 
 def test_zero_vector_gives_zero_cosine_not_nan():
@@ -79,23 +97,27 @@ def test_accumulator_matches_a_direct_numpy_computation(chunk_values):
         accumulator.update(batch)
     stats = accumulator.finalize()
 
+    # float32 cosines against float64 ones of the same float32 rows; in the histograms, only a value
+    # that near a bin edge may change bins
+    bound = mean_cosine_bound(5, 5 * 7 * 7)
     for layer in range(3):
         z = np.concatenate([batch[layer].numpy() for batch in batches]).astype(np.float64)
         z /= np.linalg.norm(z, axis=-1, keepdims=True)
         matrices = np.clip(z @ z.transpose(0, 2, 1), -1, 1)  # [5, 7, 7]
         mean = matrices.mean(axis=0)
-        assert np.allclose(stats.mean_cosine[layer], mean, atol=1e-6)
-        assert stats.layer_mean[layer] == pytest.approx(mean.mean(), abs=1e-7)
+        np.testing.assert_allclose(stats.mean_cosine[layer], mean, rtol=0, atol=bound + U32)  # stored in float32
+        assert stats.layer_mean[layer] == pytest.approx(mean.mean(), abs=bound)
         off = ~np.eye(7, dtype=bool)
-        assert stats.layer_mean_offdiag[layer] == pytest.approx(mean[off].mean(), abs=1e-7)
+        assert stats.layer_mean_offdiag[layer] == pytest.approx(mean[off].mean(), abs=bound)
         expected_pooled, _ = np.histogram(matrices, bins=NUM_BINS, range=(-1, 1), density=True)
-        assert np.allclose(stats.hist_pooled[layer], expected_pooled, atol=1e-6)
+        assert_same_histogram(stats.hist_pooled[layer], expected_pooled, matrices, bound)
         expected_mean_hist, _ = np.histogram(mean, bins=NUM_BINS, range=(-1, 1), density=True)
-        assert np.allclose(stats.hist_of_mean[layer], expected_mean_hist, atol=1e-6)
+        assert_same_histogram(stats.hist_of_mean[layer], expected_mean_hist, mean, bound)
         # each sequence's own means, in the order the sequences came
-        np.testing.assert_allclose(stats.sequence_layer_mean[:, layer], matrices.mean(axis=(1, 2)), atol=1e-7)
+        np.testing.assert_allclose(stats.sequence_layer_mean[:, layer], matrices.mean(axis=(1, 2)), rtol=0,
+                                   atol=bound)
         np.testing.assert_allclose(stats.sequence_layer_mean_offdiag[:, layer], matrices[:, off].mean(axis=1),
-                                   atol=1e-7)
+                                   rtol=0, atol=bound)
     assert stats.num_sequences == 5
     assert stats.sequence_layer_mean.shape == stats.sequence_layer_mean_offdiag.shape == (5, 3)
 
@@ -115,17 +137,21 @@ def test_above_the_heatmap_size_the_mean_matrix_is_block_averaged():
     assert np.bincount(blocks).tolist() == [8, 7, 8, 7, 7]  # near-equal runs of consecutive positions
     one_hot = np.eye(5)[blocks]  # [T, 5]
     sizes = one_hot.sum(0)
+    # Chunks of rows round their float32 cosines apart from the whole batch's: each accumulator is
+    # within a mean's bound of the exact values (mean_cosine, stored in float32, one rounding more)
+    bound = mean_cosine_bound(6, 6 * 37 * 37)
     for layer in range(3):
         mean = whole.mean_cosine[layer].astype(np.float64)
         expected = one_hot.T @ mean @ one_hot / np.outer(sizes, sizes)
-        np.testing.assert_allclose(averaged.mean_cosine[layer], expected, atol=1e-6)
+        np.testing.assert_allclose(averaged.mean_cosine[layer], expected, rtol=0, atol=2 * (bound + U32))
         expanded = expected[blocks][:, blocks]  # [T, T], each entry its cell's mean
         histogram, _ = np.histogram(expanded, bins=NUM_BINS, range=(-1, 1), density=True)
-        np.testing.assert_allclose(averaged.hist_of_mean[layer], histogram, atol=1e-6)
+        assert_same_histogram(averaged.hist_of_mean[layer], histogram, expanded, 2 * (bound + U32))
+        pooled = float64_cosines(torch.cat([batch[layer] for batch in batches]))
+        assert_same_histogram(averaged.hist_pooled[layer], whole.hist_pooled[layer], pooled, bound)
     for name in ("layer_mean", "layer_mean_offdiag", "sequence_layer_mean", "sequence_layer_mean_offdiag"):
-        # chunks of rows round their float32 dot products apart from the whole batch's: ~1e-9
-        np.testing.assert_allclose(getattr(averaged, name), getattr(whole, name), rtol=0, atol=1e-7, err_msg=name)
-    np.testing.assert_allclose(averaged.hist_pooled, whole.hist_pooled, atol=1e-9)
+        np.testing.assert_allclose(getattr(averaged, name), getattr(whole, name), rtol=0, atol=2 * bound,
+                                   err_msg=name)
     assert averaged.mean_cosine.shape == (3, 5, 5) and averaged.seq_len == 37 and averaged.meta["heatmap_cells"] == 5
     assert whole.positions is None and whole.seq_len == 37
 
@@ -160,14 +186,19 @@ def authors_layer_means(model, input_ids: torch.Tensor) -> np.ndarray:
 
 @pytest.mark.parametrize("seq_len, heatmap_size", [(256, None), (300, 64)])
 def test_layer_means_equal_the_authors_computation(seq_len, heatmap_size):
-    """To 1e-8 at the workflow's length, and at a length whose mean matrix is block-averaged."""
+    """To float32 rounding at the workflow's length, and at a length whose mean matrix is block-averaged."""
     from transformers import GPT2Config, GPT2Model
 
     torch.manual_seed(0)
     model = GPT2Model(GPT2Config(n_layer=3, n_embd=32, n_head=4, n_inner=64, n_positions=512, vocab_size=50)).eval()
+    model.double()  # float64 forwards: batches of 2 here and of 1 there give the same states to ~1e-16
     input_ids = torch.randint(0, 50, (5, seq_len), generator=torch.Generator().manual_seed(1))
     stats = extract_cosine_statistics(model, input_ids, batch_size=2, lens_tokens=None, heatmap_size=heatmap_size)
-    np.testing.assert_allclose(stats.layer_mean, authors_layer_means(model, input_ids), rtol=0, atol=1e-8)
+    # our float32 cosines of the states cast to float32 (one rounding; one more covers the float64
+    # forwards' difference) against the authors' float64 ones; leaving out the diagonal would move
+    # a layer mean by ~(1 - mean) / T, over 1e-3
+    bound = mean_cosine_bound(32, 5 * seq_len**2, roundings=2)
+    np.testing.assert_allclose(stats.layer_mean, authors_layer_means(model, input_ids), rtol=0, atol=bound)
     assert stats.seq_len == seq_len
 
 
@@ -224,14 +255,22 @@ def tiny_model():
 
 
 def test_batched_extraction_equals_one_sequence_at_a_time(tiny_model):
+    model = copy.deepcopy(tiny_model).double()  # float64 forwards: the batch moves the states by ~1e-16 only
     input_ids = torch.randint(0, 50, (5, 16), generator=torch.Generator().manual_seed(0))
-    one_at_a_time = extract_cosine_statistics(tiny_model, input_ids, batch_size=1)
+    one_at_a_time = extract_cosine_statistics(model, input_ids, batch_size=1)
+    # each side's float32 cosines of the states cast to float32 (one rounding, one more for the
+    # float64 forwards' difference) are within a mean's bound of the exact ones (mean_cosine,
+    # stored in float32, one rounding more)
+    bound = mean_cosine_bound(32, 5 * 16 * 16, roundings=2)
+    with torch.no_grad():
+        pooled = [float64_cosines(states) for states in model(input_ids, output_hidden_states=True).hidden_states]
     for batch_size in (2, 5):
-        batched = extract_cosine_statistics(tiny_model, input_ids, batch_size=batch_size)
+        batched = extract_cosine_statistics(model, input_ids, batch_size=batch_size)
         assert batched.num_layers == 4  # embedding output + 3 blocks
-        assert np.allclose(batched.mean_cosine, one_at_a_time.mean_cosine, atol=1e-5)
-        assert np.allclose(batched.layer_mean, one_at_a_time.layer_mean, atol=1e-6)
-        assert np.allclose(batched.hist_pooled, one_at_a_time.hist_pooled, atol=1e-3)
+        np.testing.assert_allclose(batched.mean_cosine, one_at_a_time.mean_cosine, rtol=0, atol=2 * (bound + U32))
+        np.testing.assert_allclose(batched.layer_mean, one_at_a_time.layer_mean, rtol=0, atol=2 * bound)
+        for layer, values in enumerate(pooled):
+            assert_same_histogram(batched.hist_pooled[layer], one_at_a_time.hist_pooled[layer], values, bound)
 
 
 def test_extraction_rejects_malformed_input(tiny_model):

@@ -67,8 +67,9 @@ def cuda_synchronised(value):
 
 @pytest.fixture(scope="module")
 def packed_blocks(tmp_path_factory, tiny_tokenizer_dir):
-    from conftest import SAMPLE_TEXT
     from transformers import AutoTokenizer
+
+    from tests.conftest import SAMPLE_TEXT
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir))
     path = tmp_path_factory.mktemp("blocks") / "blocks.npy"

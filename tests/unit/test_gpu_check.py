@@ -435,7 +435,8 @@ def test_workflow_evidence_reads_devices_and_precisions(tmp_path):
         ),
     ],
 )
-def test_the_gpu_configs_plan_without_what_stays_home(configfiles, jobs, trained):
+@pytest.mark.plans
+def test_the_gpu_configs_plan_without_what_stays_home(configfiles, jobs, trained, clean_clone):
     """The workflow step's overlay and the SmolLM2 config plan (a dry run) without MiniLM, the
     Python docs corpus or the dvclive tracker, none of which travels to the lent machine."""
     done = subprocess.run(
@@ -451,8 +452,8 @@ def test_the_gpu_configs_plan_without_what_stays_home(configfiles, jobs, trained
             "--configfile",
             *configfiles,
         ],
-        cwd=ROOT,
-        env=os.environ | {"PYTHONPATH": str(ROOT)},
+        cwd=clean_clone,
+        env=os.environ | {"PYTHONPATH": str(clean_clone)},
         check=False,
         capture_output=True,
         text=True,

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from condensation import geometry, lenses
+from tests.unit.float_bounds import U64, gamma
 
 
 def accumulate(hidden: list[torch.Tensor], batch: int, **options) -> lenses.LensStatistics:
@@ -36,8 +37,8 @@ def test_spectral_lenses_known_answers():
     line = torch.zeros(200, d, dtype=torch.float64)
     line[:, 0] = torch.randn(200, dtype=torch.float64)  # every token on one axis
     eigenvalues = lenses.covariance_eigenvalues(line)
-    # unit rows in float32, sums in float64
-    assert lenses.isoscore_star(eigenvalues, 0.0) == pytest.approx(0.0, abs=1e-6)
+    # float64 throughout, the rounding-level eigenvalues floored to 0: float64 rounding is left (~1e-15)
+    assert lenses.isoscore_star(eigenvalues, 0.0) == pytest.approx(0.0, abs=1e-12)
     assert lenses.pc1_share(eigenvalues) == pytest.approx(1.0)
     assert lenses.effective_rank_share(eigenvalues, d) == pytest.approx(1 / d)
     even = torch.eye(d, dtype=torch.float64).repeat(20, 1)  # the d axes, equally often
@@ -68,23 +69,36 @@ def brute_force(hidden: torch.Tensor, sequences: np.ndarray) -> tuple[float, flo
     return float(cos[~same].mean()), float(cos[same & ~eye].mean())
 
 
+def exact_lens_bounds(t: int, d: int, n: int) -> tuple[float, float]:
+    """Bounds on the float32 errors of (anisotropy, within_excess) of ``n`` sequences of ``t``
+    tokens of ``d`` features (float_bounds). Unit rows leave each entry within gamma_{d+2}; a
+    sequence's float32 sum of them, s_n, within gamma_m (m = t + d + 1) of the sum of |entries|.
+    Anisotropy sums s_n . s_n' over n != n' (in float64): off by <= (2 gamma_m + gamma_m^2) sum
+    |a_i| . |a_j| <= gamma_{2m} per pair (Cauchy-Schwarz). Within: |s_n|^2 off by <= gamma_{2m} t^2,
+    the float32 sum of a sequence's t d squared entries (t exactly) by <= gamma_{t d + 2 d + 4} t,
+    over t (t - 1) pairs. float64 sums on both sides add gamma_{(n t)^2}(u64)."""
+    m, float64 = t + d + 1, 2 * gamma((n * t) ** 2, U64)
+    anisotropy = gamma(2 * m) + float64
+    within = (t * gamma(2 * m) + gamma(t * d + 2 * d + 4)) / (t - 1) + float64
+    return anisotropy, anisotropy + within
+
+
 def test_exact_lenses_and_their_jackknife_match_brute_force():
     torch.manual_seed(0)
     n, t, d = 10, 6, 8
     shared = torch.randn(d)
     hidden = [torch.randn(n, t, d) + scale * shared for scale in (0.0, 1.0, 3.0)]
     result = accumulate(hidden, batch=3, groups=4)
+    bound, excess_bound = exact_lens_bounds(t, d, n)  # against brute force in float64 (fewer sequences: the same)
     for layer, states in enumerate(hidden):
         anisotropy, within = brute_force(states, np.arange(n))
-        # unit rows in float32, sums in float64
-        assert result.layer_values("anisotropy")[layer] == pytest.approx(anisotropy, abs=1e-6)
-        assert result.layer_values("within_excess")[layer] == pytest.approx(within - anisotropy, abs=1e-6)
+        assert result.layer_values("anisotropy")[layer] == pytest.approx(anisotropy, abs=bound)
+        assert result.layer_values("within_excess")[layer] == pytest.approx(within - anisotropy, abs=excess_bound)
         for group in range(4):
             kept = np.arange(n)[np.arange(n) % 4 != group]
             anisotropy, within = brute_force(states, kept)
-            # unit rows in float32, sums in float64
-            assert result.jackknife[0, group, layer] == pytest.approx(anisotropy, abs=1e-6)
-            assert result.jackknife[1, group, layer] == pytest.approx(within - anisotropy, abs=1e-6)
+            assert result.jackknife[0, group, layer] == pytest.approx(anisotropy, abs=bound)
+            assert result.jackknife[1, group, layer] == pytest.approx(within - anisotropy, abs=excess_bound)
     assert result.layer_values("anisotropy")[0] < 0.1 < 0.5 < result.layer_values("anisotropy")[2]
 
 

@@ -218,12 +218,13 @@ def test_low_precision_is_upcast(name):
     config = AuxLossConfig(name)
     z = random_hidden(tokens=16, features=64, dtype=torch.float32)
     rounded = z.bfloat16()
-    torch.testing.assert_close(layer_loss(rounded, config), layer_loss(rounded.float(), config), rtol=0, atol=1e-6)
+    # upcast first, then the same float32 computation: bit-identical
+    torch.testing.assert_close(layer_loss(rounded, config), layer_loss(rounded.float(), config), rtol=0, atol=0)
     # autocast would run the matmuls in bf16 (error ~1e-3); the loss switches it off
     with torch.autocast("cpu", dtype=torch.bfloat16):
         under_autocast = layer_loss(z, config)
     assert under_autocast.dtype == torch.float32
-    torch.testing.assert_close(under_autocast, layer_loss(z, config), rtol=0, atol=1e-6)
+    torch.testing.assert_close(under_autocast, layer_loss(z, config), rtol=0, atol=0)  # the same float32 computation
 
 
 # ----------------------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ import pandas as pd
 import pytest
 from workflow_helpers import BIN
 
+from condensation.runtime.checkout import copy_checkout
+
 pytestmark = pytest.mark.slow
 
 COMMAND = ["--configfile", "configs/paper.yaml", "configs/paper-miniature.yaml"]
@@ -32,12 +34,7 @@ def rules_in(text: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def miniature(tmp_path_factory, repo, stand_in_hub):
-    root = tmp_path_factory.mktemp("paper-miniature")
-    files = subprocess.run(["git", "ls-files"], cwd=repo, capture_output=True, text=True, check=True).stdout.split()
-    subprocess.run(["tar", "-cf", "-", *files], cwd=repo, check=True, stdout=open(root / "tree.tar", "wb"))
-    subprocess.run(["tar", "-xf", "tree.tar"], cwd=root, check=True)
-    (root / "resources").mkdir()
-    (root / "resources" / "debs").symlink_to(repo / "resources" / "debs")
+    root = copy_checkout(repo, tmp_path_factory.mktemp("paper-miniature"))
     env = stand_in_hub.env | {"PYTHONPATH": str(root)}
     planned = subprocess.run([str(BIN / "snakemake"), "-n", *COMMAND], cwd=root, env=env, capture_output=True,
                              text=True)

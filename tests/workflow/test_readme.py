@@ -1,5 +1,5 @@
-"""Every Snakemake command that the README and the docs pages show plans from the repository root,
-as a user types it.
+"""Every Snakemake command that the README and the docs pages show plans from the root of a fresh
+clone, as a user types it.
 
 A dry run (-n) stands in for the real run where that would need the Hub, a GPU or half an hour;
 what is tested is the command line itself: the Snakefile, config.yaml beside it, the profiles
@@ -13,10 +13,11 @@ import shlex
 from pathlib import Path
 
 import pytest
-from conftest import DOC_PAGES, REPO
 from workflow_helpers import BIN, run
 
-pytestmark = pytest.mark.slow
+from tests.conftest import DOC_PAGES, REPO
+
+pytestmark = [pytest.mark.slow, pytest.mark.plans]
 
 
 def shown_commands(program: str, pages: tuple[Path, ...] = DOC_PAGES) -> list[str]:
@@ -58,13 +59,13 @@ def dry_run(args: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize("command", SNAKEMAKE_COMMANDS)
-def test_shown_snakemake_command_runs_from_the_repository_root(command):
+def test_shown_snakemake_command_runs_from_the_repository_root(command, clean_clone):
     args = shlex.split(command)
     if "--unlock" in args:  # changes nothing but a stale lock: run it as written
-        unlocked = run([str(BIN / args[0]), *args[1:]], REPO)
+        unlocked = run([str(BIN / args[0]), *args[1:]], clean_clone)
         assert "Unlocked" in unlocked.stdout + unlocked.stderr
         return
     args = dry_run(args)
-    output = run([str(BIN / args[0]), *args[1:]], REPO)
+    output = run([str(BIN / args[0]), *args[1:]], clean_clone)
     assert ("This was a dry-run" in output.stdout + output.stderr
             or "Nothing to be done" in output.stdout + output.stderr)

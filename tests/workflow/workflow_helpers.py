@@ -39,3 +39,10 @@ def copy_workflow(repo: Path, root: Path, config_text: str) -> Path:
     (root / "resources").mkdir()
     (root / "resources" / "debs").symlink_to(repo / "resources" / "debs")
     return root
+
+
+def copy_run(finished: Path, target: Path) -> Path:
+    """A finished project copied with its files' times and Snakemake's records, so that Snakemake
+    finds it finished too: for a test that runs something in a shared run."""
+    shutil.copytree(finished, target, symlinks=True)
+    return target

@@ -1,0 +1,40 @@
+"""The workflow tests' shared run: the tiny config run to the end once a session.
+
+Every test that reads a finished run reads this one; a test that runs anything in it (Snakemake,
+DVC) works on its own copy (``workflow_helpers.copy_run``). Under pytest-xdist the workers share
+it: the first to need it builds it under a file lock, the others wait for it and read it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from filelock import FileLock
+from workflow_helpers import BIN, copy_workflow, run
+
+TINY_CONFIG = Path(__file__).parent / "configs" / "tiny.yaml"
+
+
+def shared_folder(tmp_path_factory) -> Path:
+    """This session's temporary folder, or under xdist the one folder all its workers share."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, repo) -> Path:
+    """The tiny config (tests/workflow/configs/tiny.yaml, as config.yaml) run by `snakemake --cores 2`
+    in a copy of the workflow that is a git repository: read it, never change it."""
+    shared = shared_folder(tmp_path_factory)
+    root, finished = shared / "tiny-run", shared / "tiny-run.finished"
+    with FileLock(shared / "tiny-run.lock"):
+        if not finished.exists():
+            shutil.rmtree(root, ignore_errors=True)  # a build that failed before
+            copy_workflow(repo, root, TINY_CONFIG.read_text())
+            run(["git", "init", "-q"], root)
+            run([str(BIN / "snakemake"), "--cores", "2"], root)
+            finished.touch()
+    return root
