@@ -4,6 +4,7 @@
                                     a model's condensation layer by layer (measurement; --help)
     verify [--repair] [ROOTS ...]   check every artifact against its manifest (runtime.verify)
     objectives                      the registered training objectives, their options (config.objectives)
+    adopt [--if-unrecorded]         after `dvc pull`: record the pulled outputs for Snakemake (runtime.adopt)
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 
 # command -> the module whose ``main(argv)`` runs it; imported only when called
 COMMANDS = {
+    "adopt": "condensation.runtime.adopt",
     "measure": "condensation.measurement",
     "objectives": "condensation.config.objectives",
     "verify": "condensation.runtime.verify",

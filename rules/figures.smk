@@ -124,6 +124,7 @@ rule findings:
     output:
         markdown=in_report(path.findings, "findings", "Findings", page="the paper's claims, checked"),
         json=fill(path.metrics, name="findings.json"),
+        summary=fill(path.metrics, name="summary.json"),  # the main numbers: dvc metrics, dvc exp show
     log:
         "logs/findings.log",
     benchmark:

@@ -37,6 +37,7 @@ LONGEST_FIRST = (
     "tests/workflow/test_paper_miniature.py",
     "tests/workflow/test_setting_changes.py",
     "tests/workflow/test_rerun_sets.py",
+    "tests/workflow/test_dvc.py",
     "tests/workflow/test_gpu_rehearsal.py",
     "tests/workflow/test_slurm.py",
     "tests/workflow/test_clean_root.py",

@@ -13,4 +13,5 @@ with logged(snakemake.log[0]):
         tasks=params.tasks, counted_tasks=params.counted_tasks, similarity=inputs.similarity,
         similarity_kinds=params.similarity_kinds,
         markdown_path=snakemake.output.markdown, json_path=snakemake.output.json,
+        summary_path=snakemake.output.summary,
     )

@@ -208,7 +208,8 @@ def findings(
     pair_labels: Mapping[str, Sequence[str]], series_profiles: Sequence[str | Path], effects: Sequence[str | Path],
     trajectories: Sequence[str | Path],
     score_tables: Sequence[str | Path], families: Mapping[str, Sequence[str]], markdown_path: str | Path,
-    json_path: str | Path, uncounted_families: Sequence[str] = (), drawn_models: Sequence[str] = (),
+    json_path: str | Path, summary_path: str | Path, uncounted_families: Sequence[str] = (),
+    drawn_models: Sequence[str] = (),
     series_groups: Mapping[str, str] | None = None, drawn_series: Sequence[str] = (), tasks: Sequence[str] = (),
     counted_tasks: Sequence[str] | None = None, similarity: Sequence[str | Path] = (),
     similarity_kinds: Mapping[str, str] | None = None,
@@ -249,5 +250,5 @@ def findings(
                  else f"every scored task ({', '.join(counted)})")
         sentence = (f"Averages and tests read {which}, as evaluation.counted_tasks fixes them before any compared "
                     "row is seen" + (f"; {', '.join(left_out)} shown but not counted." if left_out else "."))
-    page.write_findings(claims.all_claims(evidence, design), markdown_path, json_path,
+    page.write_findings(claims.all_claims(evidence, design), markdown_path, json_path, summary_path,
                         claims.claims_under_lenses(evidence, design), {"counted": counted, "sentence": sentence})

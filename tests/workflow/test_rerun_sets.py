@@ -38,7 +38,7 @@ def test_three_seed_sets_of_the_tiny_config_draw_their_own_runs_and_are_compared
         assert json.loads((directory / "runs/pretrain/toy-wide/run.json").read_text())["train"]["seed"] == offset
         second = directory / "runs/midtrain/toy-wide/dispersion/seed1/run.json"
         assert json.loads(second.read_text())["train"]["seed"] == offset + 1
-        assert report["minutes"][str(offset)] > 0
+        assert report["minutes"][str(offset)] > 0 or offset == 0  # the reused set: seconds, 0.0 minutes
     # mid-training has two seeds per method: its pieces are compared in all three pairs, and they
     # moved between sets (the runs were drawn afresh), by an amount its errors are read against
     compared = report["comparisons"]

@@ -390,6 +390,9 @@ INIT_PAIRS = "Condensation is highest at initialisation and falls with training 
 INIT_SERIES = "Condensation is highest at initialisation and falls over pre-training (Fig. 4)"
 DISPERSION = "The dispersion loss lowers condensation (Fig. 6)"
 SCORES = "The dispersion loss improves downstream scores (Tables 2, 4)"
+CLAIM_KEYS = {SIZE: "size", DISTILLATION: "distillation", INIT_PAIRS: "initialisation", INIT_SERIES: "pretraining",
+              DISPERSION: "dispersion", SCORES: "scores"}
+"""Each claim's short name in results/metrics/summary.json (what `dvc metrics` and `dvc exp show` show)."""
 
 
 def all_claims(evidence: Evidence, design: Design) -> list[Verdict]:

@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from condensation.reporting.findings.claims import CLAIM_KEYS
 from condensation.reporting.statistics.decisions import (
     ALPHA,
     INCONCLUSIVE,
@@ -134,11 +135,40 @@ def verdict_json(verdict: Verdict) -> dict[str, Any]:
                            "pieces": [_reading_json(r) for r in d.readings]} for d in verdict.decisions]}
 
 
+STATISTIC_KEYS = {"deeper-layer cosine": "deep_cos", "Spearman rho": "rho", "accuracy": "accuracy"}
+"""Each deciding statistic's short name in the summary."""
+
+
+def summary_json(verdicts: Sequence[Verdict]) -> dict[str, Any]:
+    """The findings' main numbers, a few per claim, for `dvc metrics diff` and `dvc exp show`:
+    each claim's verdict and, per statistic, its first counted piece (the size slope, the share of
+    the gap distillation closes, Table 2's difference, ...): estimate and 95 % interval."""
+    summary: dict[str, Any] = {}
+    for verdict in verdicts:
+        claim: dict[str, Any] = {"verdict": verdict.verdict}
+        for decision in verdict.decisions:
+            counted = [reading for reading in decision.readings if reading.counted]
+            if not counted:
+                continue
+            piece = counted[0].piece
+            low, high = piece.estimate.interval()
+            numbers = {"estimate": piece.estimate.estimate, "ci_low": low, "ci_high": high}
+            if piece.ratio is not None:
+                numbers |= {"share": piece.ratio.estimate, "share_ci_low": piece.ratio.ci_low,
+                            "share_ci_high": piece.ratio.ci_high}
+            # unmeasured (NaN) as null: DVC counts NaN against NaN as a change
+            numbers = {name: value if math.isfinite(value) else None for name, value in numbers.items()}
+            claim[STATISTIC_KEYS.get(decision.statistic, decision.statistic)] = {"piece": piece.name, **numbers}
+        summary[CLAIM_KEYS.get(verdict.claim, verdict.claim)] = claim
+    return summary
+
+
 def write_findings(verdicts: Sequence[Verdict], markdown_path: str | os.PathLike, json_path: str | os.PathLike,
-                   under_lenses: Mapping[str, Sequence[Verdict]] | None = None,
+                   summary_path: str | os.PathLike, under_lenses: Mapping[str, Sequence[Verdict]] | None = None,
                    tasks: Mapping[str, Any] | None = None) -> None:
     write_text(markdown_path, render(verdicts, under_lenses, tasks))
     write_json(json_path, {"findings": [verdict_json(v) for v in verdicts],
                            "under_lenses": {lens: [verdict_json(v) for v in found]
                                             for lens, found in (under_lenses or {}).items()},
                            "tasks": dict(tasks or {})})
+    write_json(summary_path, summary_json(verdicts))
