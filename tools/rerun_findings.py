@@ -45,6 +45,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -56,7 +57,7 @@ from typing import Any
 import yaml
 from scipy import stats
 
-from condensation.runtime.checkout import copy_checkout
+from condensation.runtime.checkout import DEBS, copy_checkout, source_files
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_STRIDE = 1000
@@ -133,10 +134,40 @@ def shared_seeds(configfiles: Sequence[str], offsets: Sequence[int]) -> list[str
 # --------------------------------------------------------------------------- running
 
 
+UNSHARED = ("runs", ".snakemake/locks", ".snakemake/incomplete", ".snakemake/log", "rerun.log", SET_RECORD)
+"""What a new set never takes from the first: the training runs (their states would resume another
+seed's run, their response caches answer for another model), Snakemake's locks and logs, the record."""
+
+
+def start_from_first_set(first: Path, directory: Path) -> int:
+    """Copy into a set that has run nothing yet the first set's outputs but its training runs, with
+    their times and Snakemake's records, so Snakemake reruns only what the seeds shape: the runs and
+    everything downstream of them, while the sampled texts, the tasks, the tokenizer and the
+    measurements of given models (hours at the paper's scale) are made once. Returns the files copied."""
+    sources = set(source_files(ROOT))
+    copied = 0
+    for path in sorted(first.rglob("*")):
+        name = path.relative_to(first).as_posix()
+        if (name in sources or path.is_dir() or name.startswith(tuple(f"{u}/" for u in UNSHARED))
+                or name in UNSHARED or name.startswith(DEBS.as_posix())):
+            continue
+        target = directory / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target, follow_symlinks=False)
+        copied += 1
+    return copied
+
+
 def run_set(settings: RerunSettings, offset: int) -> float:
     """One set in its copy of the repository; its wall time in seconds."""
     directory = settings.directory(offset)
+    first = settings.directory(settings.offsets[0])
+    fresh = not (directory / ".snakemake/metadata").exists()
     copy_checkout(ROOT, directory)
+    if fresh and offset != settings.offsets[0] and (first / SET_RECORD).exists():
+        copied = start_from_first_set(first, directory)
+        print(f"[rerun] offset {offset}: {copied} outputs that no seed shapes taken from offset {settings.offsets[0]}",
+              flush=True)
     # the copy's own config files; one git ignores (not copied) is read where it is
     configs = [name if (directory / name).is_file() else str(ROOT / name) for name in settings.configfiles]
     env = dict(os.environ, PYTHONPATH=str(directory))

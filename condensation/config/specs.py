@@ -10,6 +10,7 @@ what an entry leaves out from it, so a library caller may pass a short entry.
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -96,8 +97,17 @@ def typed(cls: type[Section], value: Section | Mapping[str, Any]) -> Section:
 
 
 def read_schema() -> dict[str, Any]:
-    """``config.schema.yaml`` as written (``validate.load_schema`` completes it from the code)."""
-    return yaml.safe_load(resources.files("condensation").joinpath("config/config.schema.yaml").read_text())
+    """``config.schema.yaml`` as written (``validate.load_schema`` completes it from the code), a
+    copy of its own: callers fill it in."""
+    return copy.deepcopy(_parsed_schema())
+
+
+@functools.cache
+def _parsed_schema() -> dict[str, Any]:
+    # parsed once per process, with libyaml where PyYAML has it: a Snakemake plan reads the schema
+    # several times, and the pure-Python parser took about half a second each time
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(resources.files("condensation").joinpath("config/config.schema.yaml").read_text(), Loader=loader)
 
 
 @functools.cache

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -210,3 +211,24 @@ def test_the_reduced_overlay_cuts_only_costs_and_keeps_every_seed():
     items = {spec["num_items"] for spec in default["evaluation"]["local_tasks"].values()}
     assert reduced["evaluation"]["limit"] < min(items)
     assert drawn_seeds(reduced) == drawn_seeds(default)
+
+
+def test_a_new_set_starts_from_the_first_sets_outputs_but_its_training_runs(tmp_path):
+    first, new = tmp_path / "offset-0", tmp_path / "offset-1000"
+    outputs = {"data/austen/sample.jsonl": "texts", "results/findings.md": "page", ".snakemake/metadata/abc": "{}"}
+    left = {"runs/pretrain/toy/run.json": "seed 0", "runs/eval_cache/x_rank0.db": "answers",
+            ".snakemake/locks/0.input.lock": "", "rerun.log": "log", rerun.SET_RECORD: "{}", "Snakefile": "changed"}
+    for name, text in {**outputs, **left}.items():
+        (first / name).parent.mkdir(parents=True, exist_ok=True)
+        (first / name).write_text(text)
+    made = (first / "results/findings.md").stat().st_mtime - 3600
+    os.utime(first / "results/findings.md", (made, made))
+    rerun.copy_checkout(ROOT, new)
+    snakefile = (new / "Snakefile").read_text()
+
+    assert rerun.start_from_first_set(first, new) == len(outputs)
+    for name, text in outputs.items():
+        assert (new / name).read_text() == text
+    assert (new / "results/findings.md").stat().st_mtime == made  # Snakemake compares the times
+    assert not (new / "runs").exists() and not (new / ".snakemake/locks").exists() and not (new / "rerun.log").exists()
+    assert (new / "Snakefile").read_text() == snakefile  # the checkout's sources are the checkout's

@@ -7,8 +7,10 @@ and read by no rule fails the walk until it is wired or listed.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -225,42 +227,33 @@ def missed(planned: dict[Setting, tuple[Any, dict[str, int]]]) -> list[str]:
     ]
 
 
-def planned_rules(project: Path, snakemake: Path, overlay_path: Path) -> dict[str, int]:
-    """``snakemake -n``'s job counts per rule with ``overlay_path`` over config.yaml."""
-    done = subprocess.run(
-        [str(snakemake), "-n", "--configfile", "config.yaml", str(overlay_path)],
-        cwd=project, capture_output=True, text=True, timeout=300,
-    )
-    if done.returncode != 0:
-        raise AssertionError(f"snakemake -n with {overlay_path.read_text()} failed:\n{done.stderr[-3000:]}")
-    counts = {}
-    in_stats = False
-    for line in done.stdout.splitlines():
-        if line.startswith("job ") and "count" in line:
-            in_stats = True
-            continue
-        if in_stats:
-            parts = line.split()
-            if parts and parts[0] == "total":
-                break
-            if len(parts) == 2 and parts[1].isdigit():
-                counts[parts[0]] = int(parts[1])
-    return counts
+def planned_in_batches(project: Path, overlays: list[Path], workers: int) -> list[dict[str, int]]:
+    """:func:`plan_overlays.plan_in_one_process` over ``workers`` processes, each with its share of ``overlays``."""
+    batches = [overlays[i::workers] for i in range(workers)]
+
+    def run_batch(batch: list[Path]) -> list[dict[str, int]]:
+        done = subprocess.run([sys.executable, str(Path(__file__).with_name("plan_overlays.py")), *map(str, batch)],
+                              cwd=project, capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0:
+            raise AssertionError(done.stdout[-2000:] + done.stderr[-4000:])
+        return json.loads(done.stdout.splitlines()[-1])
+
+    with ThreadPoolExecutor(workers) as pool:
+        results = list(pool.map(run_batch, [b for b in batches if b]))
+    by_overlay = {path: counts for batch, found in zip(batches, results) for path, counts in zip(batch, found)}
+    return [by_overlay[path] for path in overlays]
 
 
-def walk(project: Path, snakemake: Path, scratch: Path, workers: int = 2) -> dict[Setting, tuple[Any, dict[str, int]]]:
+def walk(project: Path, scratch: Path, workers: int = 2) -> dict[Setting, tuple[Any, dict[str, int]]]:
     """Every leaf setting of the project's validated config (defaults included) with the value it
     was changed to and the jobs ``snakemake -n`` planned for it (NOT_SHAPING and NOT_ALONE left out)."""
     base = yaml.safe_load((project / "config.yaml").read_text())
     settings = [(s, v) for s, v in leaves(validate_config(base)) if s not in NOT_SHAPING and s not in NOT_ALONE]
     scratch.mkdir(parents=True, exist_ok=True)
-
-    def plan(index_and_setting):
-        index, (setting, value) = index_and_setting
-        changed = alternative(base, setting, value)
-        path = scratch / f"overlay-{index}.yaml"
-        path.write_text(yaml.safe_dump(overlay(setting, changed)))
-        return setting, (changed, planned_rules(project, snakemake, path))
-
-    with ThreadPoolExecutor(workers) as pool:
-        return dict(pool.map(plan, enumerate(settings)))
+    changed, overlays = [], []
+    for index, (setting, value) in enumerate(settings):
+        changed.append(alternative(base, setting, value))
+        overlays.append(scratch / f"overlay-{index}.yaml")
+        overlays[-1].write_text(yaml.safe_dump(overlay(setting, changed[-1])))
+    planned = planned_in_batches(project, overlays, workers)
+    return {setting: (value, counts) for (setting, _), value, counts in zip(settings, changed, planned)}

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from workflow_helpers import BIN, run
+from workflow_helpers import BIN, copy_workflow, run
 
 from condensation.runtime.checkout import copy_checkout
 
@@ -38,3 +38,17 @@ def test_the_planning_tests_pass_beside_a_finished_run(repo, tiny_run, tmp_path)
                           cwd=clone, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout[-4000:]
     assert " passed" in done.stdout.splitlines()[-1] and "deselected" in done.stdout.splitlines()[-1]
+
+
+def test_a_workflow_copied_for_a_test_leaves_what_git_ignores_behind(repo, tmp_path):
+    """After `dvc repro` or `dvc pull` the root holds DVC's cache (3 GB for the default): a test's
+    copy of the workflow takes what a clone holds, not that, nor bytecode."""
+    clone = copy_checkout(repo, tmp_path / "clone")
+    run(["git", "init", "-q"], clone)
+    for ignored in (".dvc/cache/files/md5/00/0123", ".dvc/tmp/lock", "condensation/__pycache__/x.pyc"):
+        (clone / ignored).parent.mkdir(parents=True, exist_ok=True)
+        (clone / ignored).write_bytes(b"\0" * 1024)
+    copied = copy_workflow(clone, tmp_path / "project", "{}\n")
+    assert (copied / ".dvc/config").is_file() and (copied / "rules/common.smk").is_file()
+    assert not (copied / ".dvc/cache").exists() and not (copied / ".dvc/tmp").exists()
+    assert not (copied / "condensation/__pycache__").exists()

@@ -9,8 +9,10 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from plan_overlays import job_counts
 from workflow_helpers import BIN, copy_run, copy_workflow, run
 
 pytestmark = pytest.mark.slow
@@ -33,6 +35,10 @@ def test_three_seed_sets_of_the_tiny_config_draw_their_own_runs_and_are_compared
     assert (workdir / "rerun-report.md").read_text() in result.stdout
     assert report["configfiles"] == ["tests/workflow/configs/tiny.yaml"]
     assert "Nothing to be done" in (workdir / "offset-0/rerun.log").read_text()  # reused, not trained again
+    for offset in OFFSETS[1:]:  # the others start from what no seed shapes in the first and train their own
+        ran = jobs_run(workdir / f"offset-{offset}/rerun.log")
+        assert ran["pretrain"] == 2 and ran["train_study_run"] > 0, ran
+        assert not {"build_corpus", "sample_dataset", "prepare_tokenizer", "build_eval_tasks"} & set(ran), ran
     for offset in OFFSETS:  # each set trained with its own seeds: the plans the runs read
         directory = workdir / f"offset-{offset}"
         assert json.loads((directory / "runs/pretrain/toy-wide/run.json").read_text())["train"]["seed"] == offset
@@ -47,6 +53,11 @@ def test_three_seed_sets_of_the_tiny_config_draw_their_own_runs_and_are_compared
     assert all(c["difference"] != 0 and math.isfinite(c["z"]) and math.isfinite(c["z_seeds"]) for c in compared)
     # the single-run pieces (one pre-training seed per width, one from-scratch seed) are listed
     assert any("unmeasured (se NaN)" in line for line in report["not_compared"])
+
+
+def jobs_run(log: Path) -> dict[str, int]:
+    """Jobs per rule of the job-stats table a Snakemake run's log starts with."""
+    return job_counts(log.read_text())
 
 
 def planned_jobs(root, *configfiles: str) -> dict[str, int]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import rerun_triggers
-from workflow_helpers import BIN
 
 pytestmark = pytest.mark.slow
 
@@ -15,7 +14,7 @@ def test_every_setting_that_shapes_an_output_reruns_the_jobs_that_read_it(tiny_r
     an overlay: `snakemake -n` plans at least a rule that reads it (rerun_triggers.EXPECTED_RULES).
     Snakemake compares only plain params, so a setting passed inside another object would plan
     nothing; a new setting no rule reads fails here until wired or listed in NOT_SHAPING."""
-    planned = rerun_triggers.walk(tiny_run, BIN / "snakemake", tmp_path)
+    planned = rerun_triggers.walk(tiny_run, tmp_path)
     assert len(planned) > 150  # every leaf of the tiny config, defaults included
     missed = rerun_triggers.missed(planned)
     assert not missed, "settings whose change reruns nothing that reads them:\n" + "\n".join(missed)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from condensation.runtime.checkout import source_files
 from condensation.stages import NO_BARS_VARIABLES
 
 BIN = Path(sys.executable).parent
@@ -30,11 +31,13 @@ def run(args: list[str], cwd: Path, timeout: int = 900) -> subprocess.CompletedP
 
 def copy_workflow(repo: Path, root: Path, config_text: str) -> Path:
     """The workflow's files under ``root`` with ``config_text`` as its config.yaml; the offline
-    .deb files are linked, not copied."""
+    .deb files are linked, not copied. Only the files a clone holds: what git ignores there (DVC's
+    cache after a `dvc repro` or `dvc pull`, gigabytes; bytecode) stays behind."""
     root.mkdir(parents=True, exist_ok=True)
-    for name in PROJECT_FILES:
-        source = repo / name
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, root / name)
+    for name in source_files(repo):
+        if name.split("/")[0] in PROJECT_FILES and (repo / name).is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo / name, root / name)
     (root / "config.yaml").write_text(config_text)
     (root / "resources").mkdir()
     (root / "resources" / "debs").symlink_to(repo / "resources" / "debs")
