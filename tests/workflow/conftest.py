@@ -35,6 +35,7 @@ def tiny_run(tmp_path_factory, repo) -> Path:
             shutil.rmtree(root, ignore_errors=True)  # a build that failed before
             copy_workflow(repo, root, TINY_CONFIG.read_text())
             run(["git", "init", "-q"], root)
-            run([str(BIN / "snakemake"), "--cores", "2"], root)
+            # minutes on a quiet machine; a slow or busy one must not fail every test that reads it
+            run([str(BIN / "snakemake"), "--cores", "2"], root, timeout=3600)
             finished.touch()
     return root
