@@ -16,6 +16,11 @@ Across sequences we keep only running sums, never the per-sequence matrices:
   that statistics of the layer means get confidence intervals over sequences. Their mean over
   sequences is ``layer_mean``.
 
+A batch costs a few operations whatever the depth: the unit rows of a stack of layers are computed
+once and shared with the other lenses (:func:`condensation.cosine.accumulate`), the cosines of
+every layer in the stack come from one batched product, and their histograms from one count. The
+histogram of the mean matrix is counted on the model's device too, once per call.
+
 Trend statistics (Spearman rho, Kendall tau of ``layer_mean`` against the layer index) are
 positive when similarity grows with depth: condensation. With few layers any rising profile
 gives rho = tau = 1, so two statistics that keep the size of the effect come with them: the
@@ -38,7 +43,7 @@ import torch
 
 from condensation import lenses as lens_module
 from condensation.config.specs import TrendConfig
-from condensation.cosine import unit_rows
+from condensation.cosine import accumulate, unit_directions
 from condensation.hidden_states import source_of
 from condensation.runtime.io import atomic_path, verify_manifest, write_manifest
 
@@ -50,7 +55,7 @@ NUM_BINS = 128
 
 def cosine_matrices(hidden: torch.Tensor) -> torch.Tensor:
     """Pairwise cosine similarity of tokens: ``[B, T, d] -> [B, T, T]`` in float32, clipped to [-1, 1]."""
-    z = unit_rows(hidden.float())[0]
+    z = unit_directions(hidden.float())
     return torch.bmm(z, z.transpose(1, 2)).clamp_(-1.0, 1.0)
 
 
@@ -62,32 +67,51 @@ def density_histogram(values: torch.Tensor | np.ndarray, bins: int = NUM_BINS,
     return counts_to_density(counts)
 
 
-HISTOGRAM_SPREAD_CUDA = 1024
-"""Partial histograms a GPU fills at once (see ``histogram_counts``)."""
+def histogram_counts(values: torch.Tensor, bins: int = NUM_BINS, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Counts in ``bins`` equal bins over [-1, 1], as ``np.histogram`` counts them, edges included:
+    a value on an inner edge goes to the bin above, the right edge 1.0 falls in the last bin, and
+    values beyond [-1, 1] count in the outer bins. With ``weights`` (one per value), each value
+    counts its weight. float64 (exact whole numbers, unweighted)."""
+    flat = values.reshape(1, -1).clamp(-1.0, 1.0)
+    return closed_counts(edge_counts(flat, bins, None if weights is None else weights.reshape(-1)))[0].double()
 
 
-def histogram_counts(values: torch.Tensor, bins: int = NUM_BINS, weights: torch.Tensor | None = None,
-                     spread: int | None = None) -> torch.Tensor:
-    """Counts in ``bins`` equal bins over [-1, 1]; the right edge 1.0 falls in the last bin. With
-    ``weights`` (one per value), each value counts its weight.
+def edge_counts(values: torch.Tensor, bins: int = NUM_BINS, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Counts ``[m, bins + 1]`` of each of ``m`` layers' values ``[m, ...]`` in [-1, 1], all layers
+    in one call: ``bins`` equal bins, then a column for the values exactly 1.0, which
+    :func:`closed_counts` adds to the last bin (so that no clamp pass is needed per batch).
+    ``weights`` (``values.shape[1:]``, the same for every layer): each value counts its weight.
 
-    ``spread`` partial histograms are filled and then summed (None: :data:`HISTOGRAM_SPREAD_CUDA`
-    on a GPU, 1 on a CPU). On a GPU every value is an atomic add, and cosines crowd into a few of
-    the bins, so a million adds onto one histogram queue up on a handful of addresses; value ``i``
-    goes to partial histogram ``i mod spread`` instead, so that neighbouring threads add to
-    different addresses. Unweighted counts are whole numbers, exact in float64 up to 2^53 in any
-    order: the counts are the same for every ``spread``."""
-    flat = values.reshape(-1).double()
-    index = ((flat + 1.0) * (bins / 2.0)).floor().clamp_(0, bins - 1).long()
-    spread = (HISTOGRAM_SPREAD_CUDA if values.device.type == "cuda" else 1) if spread is None else spread
-    spread = max(1, min(spread, index.numel()))
-    if spread > 1:
-        index += bins * (torch.arange(index.numel(), device=index.device) % spread)
-    # index_add_, not bincount: on CUDA bincount reads max() back to size its output (a host sync
-    # per layer per batch); this stays on the device.
-    counts = torch.zeros(spread * bins, dtype=torch.float64, device=values.device)
-    counts.index_add_(0, index, torch.ones_like(flat) if weights is None else weights.reshape(-1).double())
-    return counts.view(spread, bins).sum(0) if spread > 1 else counts
+    A value ``x`` goes to bin ``floor((x + 1) * bins / 2)``, computed exactly: with ``bins`` a
+    power of two, ``x * bins / 2`` and its floor are exact in the values' own dtype (no float64
+    copy of float32 cosines), and the whole-number offsets of the bin and the layer are added after
+    the floor; other ``bins`` take a float64 pass. Unweighted, ``torch.histc`` counts the whole
+    numbers, exactly: in float32 while a count and the kernel's ``position * columns`` stay below
+    2^24, else in float64. It fills shared-memory histograms on a GPU (no atomic queue on the few
+    bins where cosines crowd) and reads nothing back; the weighted count (``bincount``, once per
+    call) reads its size back."""
+    layers, columns = values.shape[0], values.shape[0] * (bins + 1)
+    exact_float32 = columns**2 <= 2**24 and values[0].numel() <= 2**24
+    shape = (layers,) + (1,) * (values.ndim - 1)
+    if bins > 1 and bins & (bins - 1) == 0:  # a power of two
+        scaled, first = (values * (bins / 2)).floor_(), bins / 2
+    else:
+        scaled, first = ((values.double() + 1.0) * (bins / 2)).floor_(), 0
+    offsets = torch.arange(first, columns, bins + 1, device=values.device,
+                           dtype=torch.float32 if exact_float32 else torch.float64)
+    positions = scaled + offsets.view(shape)  # layer l's bins at l * (bins + 1) .. l * (bins + 1) + bins
+    if weights is None:
+        counts = torch.histc(positions, columns, 0, columns)
+    else:
+        counts = torch.bincount(positions.long().reshape(-1), weights.double().expand(values.shape).reshape(-1),
+                                minlength=columns)
+    return counts.view(layers, bins + 1)
+
+
+def closed_counts(counts: torch.Tensor) -> torch.Tensor:
+    """``[..., bins + 1]`` counts of :func:`edge_counts` as ``[..., bins]``: the right edge 1.0
+    into the last bin."""
+    return torch.cat([counts[..., :-2], counts[..., -2:].sum(-1, keepdim=True)], dim=-1)
 
 
 def counts_to_density(counts: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -190,13 +214,14 @@ class CosineStatistics:
 
 
 CHUNK_VALUES = 1 << 18
-"""Cosines held at once per layer (1 MB in float32): the ``[B, T, T]`` matrices are computed a few
-whole sequences at a time while one sequence's ``T x T`` fits (up to ``T = 512``), and in chunks of
-rows of one sequence above that, so that memory grows with ``T``, not ``T^2``. Small chunks stay in
-the processor's cache: at ``T = 2048`` on a CPU they reduce 3x faster than one ``T x T`` matrix."""
+"""Cosines held at once (1 MB in float32): the ``[B, T, T]`` matrices of a stack of layers are
+computed a few whole layers at a time while they fit, else a few whole sequences of one layer while
+one sequence's ``T x T`` fits (up to ``T = 512``), and in chunks of rows of one sequence above that,
+so that memory grows with ``T``, not ``T^2``. Small chunks stay in the processor's cache: at ``T =
+2048`` on a CPU they reduce 3x faster than one ``T x T`` matrix."""
 
 DEVICE_CHUNK_VALUES = 1 << 24
-"""Cosines held at once per layer on a GPU (64 MB in float32, about 0.4 GB with the histogram's
+"""Cosines held at once on a GPU (64 MB in float32, about 0.2 GB with the histogram's float32
 temporaries): a GPU wants few large matrix products, and cache-sized chunks would make it launch
 thousands of small kernels per batch (the first GPU check measured the cosines at 4.6x a bare
 forward pass with ``CHUNK_VALUES``; this size awaits the next)."""
@@ -215,12 +240,16 @@ def position_blocks(seq_len: int, size: int | None) -> torch.Tensor | None:
 class CosineAccumulator:
     """Running sums of per-layer cosine statistics over batches of equal-length sequences.
 
-    Memory: the mean matrix's cells (``T x T``, or ``heatmap_size^2`` above that length), one
-    diagonal of ``T`` values and a histogram per layer, two numbers per sequence and layer, and
-    one chunk of cosines at a time (``chunk_values``; None: :data:`CHUNK_VALUES` on a CPU,
-    :data:`DEVICE_CHUNK_VALUES` on a GPU): linear in ``T`` and in the number of
-    sequences once ``T`` exceeds ``heatmap_size``. Every statistic but the mean matrix is exact at
-    any length; the mean matrix is exact up to ``heatmap_size`` and block-averaged above it.
+    Memory: the mean matrix's cells (``T x T``, or ``heatmap_size^2`` above that length) and a
+    histogram per layer, two numbers per sequence and layer, and one chunk of cosines at a time
+    (``chunk_values``; None: :data:`CHUNK_VALUES` on a CPU, :data:`DEVICE_CHUNK_VALUES` on a GPU):
+    linear in ``T`` and in the number of sequences once ``T`` exceeds ``heatmap_size``. Every
+    statistic but the mean matrix is exact at any length; the mean matrix is exact up to
+    ``heatmap_size`` and block-averaged above it.
+
+    A batch's layers come as stacks of unit rows (:func:`condensation.cosine.accumulate`, which
+    ``update`` calls), and a chunk holds several whole layers when they fit: on a GPU a batch is a
+    handful of operations in all, not a handful per layer.
     """
 
     def __init__(self, bins: int = NUM_BINS, heatmap_size: int | None = None, chunk_values: int | None = None) -> None:
@@ -229,92 +258,118 @@ class CosineAccumulator:
         self.count = 0
         self.seq_len: int | None = None
         self._blocks: torch.Tensor | None = None  # [T] block of each position; None: full resolution
+        self._device_blocks: dict[torch.device, torch.Tensor] = {}  # the same, copied once to each device
         self._sum: torch.Tensor | None = None  # [L+1, C, C] float64 sums of cosines per cell
-        self._diagonal: torch.Tensor | None = None  # [L+1, T] float64 sums of the self-cosines
-        self._pooled: torch.Tensor | None = None  # [L+1, bins] counts
-        self._sequence_sums: list[torch.Tensor] = []  # per batch [2, L+1, B]: all pairs, diagonal
+        self._pooled: torch.Tensor | None = None  # [L+1, bins + 1] counts (edge_counts)
+        self._sequence_sums: list[torch.Tensor] = []  # per batch [L+1, 2, B]: all pairs, diagonal
+        self._batch: list[tuple[torch.Tensor, ...]] = []  # the current batch's reductions, a stack at a time
+        self._batch_size = 0
 
     def update(self, hidden_states: Sequence[torch.Tensor]) -> None:
-        """Add one batch: ``hidden_states[l]`` is ``[B, T, d]`` for every layer ``l``.
+        """Add one batch: ``hidden_states[l]`` is ``[B, T, d]`` for every layer ``l``."""
+        accumulate([self], hidden_states)
 
-        Each layer is reduced on its own device (a model spread over several GPUs leaves its
-        layers on several); the reductions then meet on the first layer's."""
-        seq_len = int(hidden_states[0].shape[1])
+    def add_layers(self, units: torch.Tensor) -> None:
+        """The current batch's next layers, as their unit rows ``[m, B, T, d]``
+        (:func:`condensation.cosine.unit_layer_stacks`); :meth:`end_batch` adds the batch."""
+        seq_len = int(units.shape[2])
         if self.seq_len is None:
             self.seq_len, self._blocks = seq_len, position_blocks(seq_len, self.heatmap_size)
         elif seq_len != self.seq_len:
             raise ValueError(f"batch has sequences of {seq_len} tokens but earlier batches had {self.seq_len}: "
                              "every sequence must have the same length")
-        device = hidden_states[0].device
-        reduced = [[part.to(device) for part in self._reduce_layer(hidden)] for hidden in hidden_states]
-        batch_sum, batch_diagonal, batch_counts, per_sequence = (torch.stack(parts) for parts in zip(*reduced))
+        self._batch.append(self._reduce_layers(units))
+        self._batch_size = int(units.shape[1])
+
+    def end_batch(self) -> None:
+        """Add the batch whose layers :meth:`add_layers` took. Each stack was reduced on its own
+        device (a model spread over several GPUs leaves its layers on several); the reductions
+        meet on the first's."""
+        device = self._batch[0][0].device
+        batch_sum, batch_counts, per_sequence = (
+            parts[0] if len(parts) == 1 else torch.cat([part.to(device) for part in parts])
+            for parts in zip(*self._batch))
+        self._batch = []
         if self._sum is None:
-            self._sum, self._diagonal, self._pooled = batch_sum, batch_diagonal, batch_counts
+            self._sum, self._pooled = batch_sum, batch_counts.double()
         else:
             if batch_sum.shape[0] != self._sum.shape[0]:
                 raise ValueError(f"batch has {batch_sum.shape[0]} layers but earlier batches had {self._sum.shape[0]}")
             self._sum += batch_sum
-            self._diagonal += batch_diagonal
             self._pooled += batch_counts
-        self._sequence_sums.append(per_sequence.transpose(0, 1))
-        self.count += int(hidden_states[0].shape[0])
+        self._sequence_sums.append(per_sequence)
+        self.count += self._batch_size
 
-    def _reduce_layer(self, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """One layer's ``[B, T, d]`` states: the cell sums ``[C, C]``, the diagonal ``[T]``, the
-        histogram counts ``[bins]`` and each sequence's sums ``[2, B]`` (all pairs, diagonal)."""
-        batch, seq_len = hidden.shape[:2]
-        z = unit_rows(hidden.float())[0]
-        budget = self.chunk_values or (CHUNK_VALUES if z.device.type == "cpu" else DEVICE_CHUNK_VALUES)
-        # whole sequences at a time while one's T x T fits the budget (a batched matmul computes each
-        # sequence alone, so the values are those of one call over the batch), else rows of one
-        sequences = max(1, budget // seq_len**2)
-        rows = seq_len if sequences > 1 or seq_len**2 <= budget else max(1, budget // seq_len)
+    def _reduce_layers(self, units: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """A stack of layers' unit rows ``[m, B, T, d]``: the cell sums ``[m, C, C]``, the histogram
+        counts ``[m, bins + 1]`` (:func:`edge_counts`) and each sequence's sums ``[m, 2, B]`` (all
+        pairs, diagonal)."""
+        layers, batch, seq_len = units.shape[:3]
+        budget = self.chunk_values or (CHUNK_VALUES if units.device.type == "cpu" else DEVICE_CHUNK_VALUES)
+        # whole layers at a time while their T x T matrices fit the budget, else whole sequences of one
+        # layer while one's fits, else rows of one (a batched matmul computes each sequence alone, so
+        # the values are those of one call over the batch)
+        per_chunk = max(1, budget // (batch * seq_len**2))
+        sequences = min(batch, max(1, budget // seq_len**2))
+        rows = seq_len if seq_len**2 <= budget else max(1, budget // seq_len)
+        chunks = [(slice(first, first + per_chunk), slice(sequence, sequence + sequences), slice(row, row + rows))
+                  for first in range(0, layers, per_chunk) for sequence in range(0, batch, sequences)
+                  for row in range(0, seq_len, rows)]
+        if len(chunks) == 1:  # the sums of the one chunk are the stack's: nothing to add up
+            return self._reduce_chunk(units, slice(0, seq_len))
         cells = seq_len if self._blocks is None else int(self.heatmap_size)
-        blocks = None if self._blocks is None else self._blocks.to(z.device)
-        cell_sum = torch.zeros(cells, cells, dtype=torch.float64, device=z.device)
-        diagonal = torch.zeros(seq_len, dtype=torch.float64, device=z.device)
-        counts = torch.zeros(self.bins, dtype=torch.float64, device=z.device)
-        totals = torch.zeros(2, batch, dtype=torch.float64, device=z.device)
-        for first in range(0, batch, sequences):
-            group = z[first : first + sequences]
-            for start in range(0, seq_len, rows):
-                stop = min(start + rows, seq_len)
-                cos = torch.bmm(group[:, start:stop], group.transpose(1, 2)).clamp_(-1.0, 1.0)  # [b, rows, T]
-                counts += histogram_counts(cos, self.bins)
-                self_cos = torch.diagonal(cos, offset=start, dim1=-2, dim2=-1)  # [b, rows]: the pairs (i, i)
-                totals[:, first : first + sequences] += torch.stack(
-                    [cos.sum(dim=(-2, -1), dtype=torch.float64), self_cos.sum(dim=-1, dtype=torch.float64)])
-                summed = cos.sum(dim=0, dtype=torch.float64)  # [rows, T]
-                diagonal[start:stop] += torch.diagonal(summed, offset=start)
-                if blocks is None:
-                    cell_sum[start:stop] += summed
-                else:  # columns into their blocks, then rows
-                    by_column = summed.new_zeros(stop - start, cells).index_add_(1, blocks, summed)
-                    cell_sum.index_add_(0, blocks[start:stop], by_column)
-        return cell_sum, diagonal, counts, totals
+        cell_sum = torch.zeros(layers, cells, cells, dtype=torch.float64, device=units.device)
+        counts = torch.zeros(layers, self.bins + 1, dtype=torch.float64, device=units.device)
+        totals = torch.zeros(layers, 2, batch, dtype=torch.float64, device=units.device)
+        for layer, sequence, row in chunks:
+            chunk_sum, chunk_counts, chunk_totals = self._reduce_chunk(units[layer, sequence], row)
+            (cell_sum[layer] if self._blocks is not None else cell_sum[layer, row]).add_(chunk_sum)
+            counts[layer].add_(chunk_counts)
+            totals[layer, :, sequence].add_(chunk_totals)
+        return cell_sum, counts, totals
+
+    def _reduce_chunk(self, units: torch.Tensor, rows: slice) -> tuple[torch.Tensor, ...]:
+        """The ``rows`` of the cosine matrices of ``units`` ``[m, b, T, d]``: their sums over the
+        ``b`` sequences into cells (``[m, len(rows), T]``, or ``[m, C, C]`` block-averaged), their
+        histogram counts ``[m, bins + 1]`` and each sequence's sums ``[m, 2, b]``."""
+        cos = torch.matmul(units[:, :, rows], units.transpose(-1, -2)).clamp_(-1.0, 1.0)  # [m, b, rows, T]
+        self_cos = torch.diagonal(cos, offset=rows.start, dim1=-2, dim2=-1)  # [m, b, rows]: the pairs (i, i)
+        totals = torch.stack([cos.sum(dim=(-2, -1), dtype=torch.float64), self_cos.sum(-1, dtype=torch.float64)],
+                             dim=1)
+        summed = cos.sum(dim=1, dtype=torch.float64)  # [m, rows, T]
+        if self._blocks is not None:  # columns into their blocks, then rows
+            blocks = self._device_blocks.get(units.device)
+            if blocks is None:
+                blocks = self._device_blocks[units.device] = self._blocks.to(units.device)
+            cells = int(self.heatmap_size)
+            by_column = summed.new_zeros(*summed.shape[:2], cells).index_add_(2, blocks, summed)
+            summed = summed.new_zeros(summed.shape[0], cells, cells).index_add_(1, blocks[rows], by_column)
+        return summed, edge_counts(cos, self.bins), totals
 
     def finalize(self, meta: dict[str, Any] | None = None) -> CosineStatistics:
+        """The statistics of every sequence seen. The mean matrix's histogram is counted where the
+        sums are (on the model's device) and read back with them."""
         if self._sum is None or self.count == 0:
             raise ValueError("no sequences were accumulated")
         seq_len = int(self.seq_len)
-        cell_means = (self._sum / self.count).cpu()  # [L+1, C, C]: summed over the pairs in each cell
-        total = cell_means.sum(dim=(-2, -1))
-        diag = (self._diagonal / self.count).cpu().sum(-1)
+        cell_means = self._sum / self.count  # [L+1, C, C]: summed over the pairs in each cell
+        # [L+1, 2, N] -> each sequence's sums [N, L+1], all pairs and diagonal
+        sequence_total, sequence_diag = torch.cat(self._sequence_sums, dim=-1).cpu().permute(1, 2, 0)
         pairs, offdiag_pairs = seq_len**2, max(seq_len * (seq_len - 1), 1)
-        offdiag = (total - diag) / offdiag_pairs
-        sequence_total, sequence_diag = torch.cat(self._sequence_sums, dim=-1).cpu().transpose(1, 2)  # [N, L+1]
+        total = cell_means.sum(dim=(-2, -1)).cpu()
+        offdiag = (total - sequence_diag.sum(0) / self.count) / offdiag_pairs
         meta = dict(meta or {})
         if self._blocks is None:
             mean, weights = cell_means, None
         else:  # each cell the mean of its block of pairs; the histogram weighs a cell by its pairs
-            sizes = torch.bincount(self._blocks, minlength=cell_means.shape[-1]).double()
+            sizes = torch.bincount(self._blocks, minlength=cell_means.shape[-1]).double().to(cell_means.device)
             weights = sizes[:, None] * sizes[None, :]
             mean = cell_means / weights
             meta["heatmap_cells"] = int(cell_means.shape[-1])
         return CosineStatistics(
-            mean_cosine=mean.float().numpy(),
-            hist_of_mean=np.stack([density_histogram(m, self.bins, weights) for m in mean]),
-            hist_pooled=counts_to_density(self._pooled),
+            mean_cosine=mean.float().cpu().numpy(),
+            hist_of_mean=counts_to_density(closed_counts(edge_counts(mean, self.bins, weights))),
+            hist_pooled=counts_to_density(closed_counts(self._pooled)),
             layer_mean=(total / pairs).numpy(),
             layer_mean_offdiag=offdiag.numpy(),
             num_sequences=self.count,
@@ -353,12 +408,11 @@ def extract_cosine_statistics(
     lens_sums = None
     if lens_tokens is not None and input_ids.shape[0] >= 2:
         lens_sums = lens_module.LensAccumulator(*input_ids.shape, sample_tokens=lens_tokens)
+    accumulators = [accumulator] if lens_sums is None else [accumulator, lens_sums]
     for start in range(0, input_ids.shape[0], batch_size):
         batch = input_ids[start : start + batch_size].to(source.device)
         hidden_states = source(batch)
-        accumulator.update(hidden_states)
-        if lens_sums is not None:
-            lens_sums.update(hidden_states)
+        accumulate(accumulators, hidden_states)  # the unit rows computed once for both
         del hidden_states
         if progress is not None:
             progress(batch.shape[0])

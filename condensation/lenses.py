@@ -25,13 +25,19 @@ do not decide it. ``anisotropy`` and ``within_excess`` are exact over every toke
 sums (memory: one width-sized vector per layer and group). The three spectral lenses read a fixed
 sample of ``sample_tokens`` tokens per layer, the same positions for every layer and model, held
 on the model's device (memory: ``sample_tokens x width`` floats per layer, whatever the number of
-sequences), and are computed once at the end, in one batched eigendecomposition for all layers.
+sequences), and are computed once at the end. IsoScore* needs no spectrum, only the trace and the
+Frobenius norm of each covariance; the effective rank needs every eigenvalue (and PC1 share the
+largest), from batched eigendecompositions (two calls: the shallower layers, the deeper half's
+replicates). The accumulator reads the unit rows the cosines read
+(:func:`condensation.cosine.accumulate`): on a GPU a batch adds a few operations whatever the depth.
 
 Intervals: sequences are dealt into ``groups`` groups (sequence ``n`` into group ``n mod G``) and
 each lens is recomputed with one group left out (a delete-a-group jackknife), which gives the
 standard error of any linear summary over layers. For the spectral lenses the jackknife runs on
 the deeper ``ceil((L + 1) / 2)`` layers only, the ones the deeper-half summary reads (any trend
-convention), which keeps their cost within a tenth of the extraction's (benchmarks/extraction.py).
+convention), which keeps their cost down (:data:`JACKKNIFE_GROUPS`); it is still the effective
+rank's ``ceil((L + 1) / 2) x G`` more eigendecompositions (GPT2-small: 42 of its 55), a fixed cost
+per call that benchmarks/extraction.py times apart from the per-batch cost.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ import numpy as np
 import torch
 
 from condensation.config.specs import ExtractionConfig
-from condensation.cosine import unit_rows
+from condensation.cosine import accumulate
 
 
 @dataclass(frozen=True)
@@ -95,15 +101,24 @@ def isoscore_star(eigenvalues: np.ndarray, zeta: float = ISOSCORE_ZETA) -> float
     """IsoScore* from the covariance's eigenvalues (``[d]``, zeros included), shrunk towards the
     scaled identity ``trace / d``: the formula of ``IsoScore.IsoScore_star`` with ``C0 = trace /
     d * I``, whose shrunk covariance has eigenvalues ``(1 - zeta) * lambda + zeta * trace / d``.
-    NaN when the variance is zero."""
+    It reads only their sum and the sum of their squares (:func:`isoscore_of_moments`). NaN when
+    the variance is zero."""
     lam = np.clip(np.asarray(eigenvalues, dtype=np.float64), 0.0, None)
-    n = lam.size
-    if n < 2 or lam.sum() <= 0:
-        return math.nan
-    lam = (1.0 - zeta) * lam + zeta * lam.sum() / n
-    normalised = lam * math.sqrt(n) / np.linalg.norm(lam)
-    defect = np.linalg.norm(normalised - 1.0) / math.sqrt(2.0 * (n - math.sqrt(n)))
-    return float(((n - defect**2 * (n - math.sqrt(n))) ** 2 - n) / (n * (n - 1)))
+    return float(isoscore_of_moments(lam.sum(), (lam**2).sum(), lam.size, zeta))
+
+
+def isoscore_of_moments(trace: np.ndarray | float, squared_norm: np.ndarray | float, width: int,
+                        zeta: float = ISOSCORE_ZETA) -> np.ndarray:
+    """IsoScore* of covariances from their trace and squared Frobenius norm alone, no spectrum.
+    The shrunk covariance's ``d`` eigenvalues sum to the trace, and their squares to ``S = (1 -
+    zeta)^2 ||C||_F^2 + (2 zeta - zeta^2) trace^2 / d``; the package's formula (normalise the
+    eigenvalues to norm sqrt(d), measure their distance to the all-ones vector, rescale) then
+    reduces to ``(trace^2 / S - 1) / (d - 1)``. NaN where the variance is zero."""
+    trace, squared_norm = np.asarray(trace, dtype=np.float64), np.asarray(squared_norm, dtype=np.float64)
+    spread = (1.0 - zeta) ** 2 * squared_norm + (2.0 * zeta - zeta**2) * trace**2 / width
+    with np.errstate(divide="ignore", invalid="ignore"):
+        score = (trace**2 / spread - 1.0) / (width - 1)
+    return np.where((trace > 0) & (width >= 2), score, math.nan)
 
 
 def effective_rank_share(eigenvalues: np.ndarray, width: int) -> float:
@@ -133,26 +148,26 @@ def _floored(values: np.ndarray, width: int) -> np.ndarray:
 def covariance_eigenvalues(tokens: torch.Tensor) -> np.ndarray:
     """Eigenvalues of the sample covariance of ``tokens`` ``[n, d]`` (``d`` of them, zeros
     included), through the smaller of the ``d x d`` scatter and the ``n x n`` Gram matrix."""
+    small, divisor = _smaller_scatter(tokens)
+    return _floored(torch.linalg.eigvalsh(small).double().cpu().numpy() / divisor, tokens.shape[1])
+
+
+def _smaller_scatter(tokens: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The smaller of the centred tokens' ``d x d`` scatter and ``n x n`` Gram matrix, and ``n - 1``:
+    divided by it, either has the covariance's non-zero eigenvalues, trace and Frobenius norm."""
     n, d = tokens.shape
     centred = tokens - tokens.mean(dim=0, keepdim=True)
-    small = centred @ centred.T if n < d else centred.T @ centred
-    return _floored(torch.linalg.eigvalsh(small).double().cpu().numpy() / max(n - 1, 1), d)
-
-
-def lens_values(eigenvalues: np.ndarray) -> tuple[float, float, float]:
-    """(IsoScore*, effective rank share, PC1 share) from a layer's covariance eigenvalues."""
-    return isoscore_star(eigenvalues), effective_rank_share(eigenvalues, eigenvalues.size), pc1_share(eigenvalues)
+    return (centred @ centred.T if n < d else centred.T @ centred), max(n - 1, 1)
 
 
 def spectral_lenses(tokens: torch.Tensor, groups: torch.Tensor | None = None) -> np.ndarray:
     """``[3, 1 + G]``: the spectral lenses of the sampled token directions ``[n, d]``, then (with
     ``groups``, each token's group ``0 .. G - 1``, on the host) of the tokens with each of the ``G``
-    groups left out. One layer of ``LensAccumulator.finalize``, which batches every layer's
-    eigendecompositions into one call."""
+    groups left out. One layer of ``LensAccumulator.finalize``, which batches the layers."""
     count = 0 if groups is None else int(groups.max()) + 1
     if tokens.shape[0] < tokens.shape[1]:
         return gram_lenses(tokens, groups, count)
-    return lenses_of_spectra(covariance_spectra(replicate_covariances(tokens, groups, count)), tokens.shape[1])
+    return lenses_of_covariances(replicate_covariances(tokens, groups, count), tokens.shape[1])
 
 
 def gram_lenses(tokens: torch.Tensor, groups: torch.Tensor | None, count: int) -> np.ndarray:
@@ -160,39 +175,56 @@ def gram_lenses(tokens: torch.Tensor, groups: torch.Tensor | None, count: int) -
     matrix (``n x n``, smaller than the ``d x d`` covariance, the same non-zero eigenvalues)."""
     kept = [torch.nonzero(groups != g).squeeze(1).to(tokens.device) for g in range(count)]  # host-side indices
     replicates = [tokens] + [tokens[rows] for rows in kept]
-    return np.array([lens_values(covariance_eigenvalues(r)) for r in replicates]).T
+    return np.concatenate([lenses_of_covariances(small[None], tokens.shape[1], divisor)
+                           for small, divisor in map(_smaller_scatter, replicates)], axis=1)
 
 
 def replicate_covariances(tokens: torch.Tensor, groups: torch.Tensor | None, count: int) -> torch.Tensor:
-    """``[1 + count, d, d]``: the covariance of the tokens ``[n, d]``, then of the tokens with each
-    group left out, from per-group sums and scatters (one pass over the tokens). ``groups`` (each
-    token's group, on the host) orders the rows by group there, so nothing is read back from a GPU."""
-    n, _ = tokens.shape
+    """``[..., 1 + count, d, d]``: the covariance of the tokens ``[..., n, d]``, then of the tokens
+    with each group left out, from per-group sums and scatters (one pass over the tokens). A
+    leading axis (layers) shares the groups, so that every layer is done in the same few calls.
+    ``groups`` (each token's group, on the host) orders the rows by group there, so nothing is
+    read back from a GPU."""
+    n = tokens.shape[-2]
     groups = torch.zeros(n, dtype=torch.long) if groups is None else groups.cpu()
     columns = max(count, 1)
     order, sizes = torch.argsort(groups, stable=True), torch.bincount(groups, minlength=columns)
-    by_group = torch.split(tokens[order.to(tokens.device)], sizes.tolist())  # each group's rows, in order
+    # each group's rows, in order
+    by_group = torch.split(tokens[..., order.to(tokens.device), :], sizes.tolist(), dim=-2)
     one_hot = torch.nn.functional.one_hot(groups.to(tokens.device), columns).to(tokens.dtype)
-    sums = one_hot.T @ tokens  # [G, d]
-    scatters = torch.stack([rows.T @ rows for rows in by_group])
+    sums = one_hot.T @ tokens  # [..., G, d]
+    scatters = torch.stack([rows.transpose(-1, -2) @ rows for rows in by_group], dim=-3)  # [..., G, d, d]
     keep = torch.ones(1 + count, columns, dtype=tokens.dtype, device=tokens.device)
     if count:
         keep[1:] -= torch.eye(count, dtype=tokens.dtype, device=tokens.device)  # row 1 + g: all but group g
-    kept_n, kept_sum = keep @ sizes.to(keep), keep @ sums  # [1 + G], [1 + G, d]
-    kept_scatter = torch.einsum("rg,gij->rij", keep, scatters)
-    return ((kept_scatter - kept_sum[:, :, None] * kept_sum[:, None, :] / kept_n[:, None, None])
-            / (kept_n - 1)[:, None, None])
+    kept_n, kept_sum = keep @ sizes.to(keep), keep @ sums  # [1 + G], [..., 1 + G, d]
+    kept_scatter = (keep @ scatters.flatten(-2)).view(*scatters.shape[:-3], 1 + count, *scatters.shape[-2:])
+    # (scatter - sum sum^T / n) / (n - 1), in place: d x d temporaries are most of the time on a CPU
+    outer = (kept_sum[..., :, None] * kept_sum[..., None, :]).div_(kept_n[:, None, None])
+    return kept_scatter.sub_(outer).div_((kept_n - 1)[:, None, None])
 
 
 def covariance_spectra(covariances: torch.Tensor, device: torch.device | str | None = None) -> np.ndarray:
-    """Eigenvalues ``[M, d]`` (float64) of a batch of covariances ``[M, d, d]``, in one call on
-    ``device`` (default: where they are), read back once."""
+    """Eigenvalues ``[M, k]`` (float64) of a batch of symmetric matrices ``[M, k, k]``, in one call
+    on ``device`` (default: where they are), read back once."""
     return torch.linalg.eigvalsh(covariances if device is None else covariances.to(device)).double().cpu().numpy()
 
 
-def lenses_of_spectra(spectra: np.ndarray, width: int) -> np.ndarray:
-    """``[3, M]``: (IsoScore*, effective rank share, PC1 share) of each of ``M`` spectra."""
-    return np.array([lens_values(_floored(values, width)) for values in spectra]).T
+def lenses_of_covariances(covariances: torch.Tensor, width: int, divisor: float = 1.0,
+                          spectra_device: torch.device | str | None = None) -> np.ndarray:
+    """``[3, M]``: (IsoScore*, effective rank share, PC1 share) of ``M`` covariances ``[M, k, k]``
+    of ``width``-wide tokens, or of ``divisor`` times them (scatters, or Gram matrices with
+    ``k < width``: the same non-zero eigenvalues). IsoScore* reads the trace and the Frobenius
+    norm alone (:func:`isoscore_of_moments`); the effective rank needs every eigenvalue and PC1
+    share the largest, from one batched eigendecomposition on ``spectra_device``."""
+    trace = covariances.diagonal(dim1=-2, dim2=-1).sum(-1, dtype=torch.float64).cpu().numpy() / divisor
+    # each row's dot product in float32 (relative error ~1e-7; a third of the time of a float64 copy
+    # on a CPU), their sum in float64
+    squared_norm = torch.linalg.vecdot(covariances, covariances).sum(-1, dtype=torch.float64).cpu().numpy() / divisor**2
+    spectra = [_floored(values, width) for values in covariance_spectra(covariances, spectra_device) / divisor]
+    return np.array([isoscore_of_moments(trace, squared_norm, width),
+                     [effective_rank_share(values, width) for values in spectra],
+                     [pc1_share(values) for values in spectra]])
 
 
 @dataclass
@@ -241,40 +273,69 @@ class LensAccumulator:
         self._within: torch.Tensor | None = None  # [L+1, G, 2]: sum of ||s_n||^2, sum of diagonal (||u||^2)
         self._sample: torch.Tensor | None = None  # [L+1, K, d] float32, on the hidden states' device
         self._group_sizes = np.bincount(np.arange(num_sequences) % self.groups, minlength=self.groups)
+        self._device_constants: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._batch: list[tuple[torch.Tensor, ...]] = []  # the current batch's sums, a stack of layers at a time
+        self._batch_size = 0
         self._seen = 0
 
     def update(self, hidden_states: Sequence[torch.Tensor]) -> None:
         """Add one batch of ``[B, T, d]`` hidden states, the next ``B`` sequences in order."""
-        batch, seq_len = hidden_states[0].shape[:2]
+        accumulate([self], hidden_states)
+
+    def add_layers(self, units: torch.Tensor) -> None:
+        """The current batch's next layers, as their unit rows ``[m, B, T, d]``
+        (:func:`condensation.cosine.unit_layer_stacks`); :meth:`end_batch` adds the batch."""
+        batch, seq_len = units.shape[1:3]
         if seq_len != self.seq_len:
             raise ValueError(f"sequences have {seq_len} tokens; the accumulator was made for {self.seq_len}")
-        first, device = self._seen, hidden_states[0].device
+        first = self._seen
+        if first + batch > self.num_sequences:
+            raise ValueError(f"the lenses were made for {self.num_sequences} sequences; this batch brings them to "
+                             f"{first + batch}")
+        sample, one_hot = self._on_device(units.device)
         # the sample's positions are sorted, so this batch's are one run of them: a slice, not a
         # boolean mask (whose indexing reads a count back from a GPU)
-        low, high = np.searchsorted(self._sample_flat.numpy(), [first * seq_len, (first + batch) * seq_len])
-        # everything stays on the hidden states' device until finalize: no host sync per layer
-        rows = (self._sample_flat[low:high] - first * seq_len).to(device)
-        one_hot = torch.nn.functional.one_hot(torch.arange(first, first + batch, device=device) % self.groups,
-                                              self.groups).double()  # [B, G]
-        sums, within, picked = [], [], []
-        for hidden in hidden_states:  # a model split over GPUs gives layers on several devices
-            unit = unit_rows(hidden.float())[0]
-            local = one_hot.to(unit.device)
-            sequence_sum = unit.sum(dim=1).double()  # [B, d]
-            sums.append((local.T @ sequence_sum).to(device))
-            per_sequence = torch.stack([sequence_sum.pow(2).sum(-1), unit.pow(2).sum((-2, -1)).double()], dim=-1)
-            within.append((local.T @ per_sequence).to(device))
-            picked.append(unit.reshape(-1, unit.shape[-1])[rows.to(unit.device)].to(device))
-        batch_sums, batch_within = torch.stack(sums), torch.stack(within)
+        low, high = self._batch_span(batch)
+        rows = sample[low:high] - first * seq_len
+        local = one_hot[first : first + batch].T  # [G, B]
+        sequence_sum = units.sum(dim=2).double()  # [m, B, d]
+        per_sequence = torch.stack([sequence_sum.pow(2).sum(-1), units.pow(2).sum((-2, -1)).double()], dim=-1)
+        self._batch.append((local @ sequence_sum, local @ per_sequence, units.flatten(1, 2)[:, rows]))
+        self._batch_size = int(batch)
+
+    def end_batch(self) -> None:
+        """Add the batch whose layers :meth:`add_layers` took; everything stays on the first
+        stack's device until finalize (no host sync per layer or batch)."""
+        device = self._batch[0][0].device
+        batch_sums, batch_within, picked = (
+            parts[0] if len(parts) == 1 else torch.cat([part.to(device) for part in parts])
+            for parts in zip(*self._batch))
+        self._batch = []
         if self._sums is None:
-            width = hidden_states[0].shape[-1]
             self._sums, self._within = batch_sums, batch_within
-            self._sample = torch.empty(len(hidden_states), len(self._sample_flat), width, device=device)
+            self._sample = torch.empty(picked.shape[0], len(self._sample_flat), picked.shape[-1], device=device)
         else:
             self._sums += batch_sums
             self._within += batch_within
-        self._sample[:, low:high] = torch.stack(picked)
-        self._seen += batch
+        low, high = self._batch_span(self._batch_size)
+        self._sample[:, low:high] = picked
+        self._seen += self._batch_size
+
+    def _batch_span(self, batch: int) -> tuple[int, int]:
+        """Where the next ``batch`` sequences' tokens sit in the sorted sample."""
+        first = self._seen * self.seq_len
+        low, high = np.searchsorted(self._sample_flat.numpy(), [first, first + batch * self.seq_len])
+        return int(low), int(high)
+
+    def _on_device(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The sampled positions ``[K]`` and each sequence's group as a one-hot ``[N, G]`` (float64),
+        copied to ``device`` once (pinned and without waiting on a GPU), not once per batch."""
+        if device not in self._device_constants:
+            one_hot = torch.nn.functional.one_hot(torch.arange(self.num_sequences) % self.groups, self.groups)
+            self._device_constants[device] = tuple(
+                tensor.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else tensor
+                for tensor in (self._sample_flat, one_hot.double()))
+        return self._device_constants[device]
 
     def finalize(self, spectra_device: torch.device | str | None = None) -> LensStatistics:
         """The lenses of every sequence seen. ``spectra_device``: where the eigendecompositions
@@ -303,25 +364,25 @@ class LensAccumulator:
     def _spectral_into(self, values: np.ndarray, jackknife: np.ndarray,
                        spectra_device: torch.device | str | None) -> None:
         """The spectral lenses: every layer once, the deeper half again with each group left out.
-        Every covariance of every layer goes into one batched eigendecomposition (on a GPU each
-        call of its own costs a host round trip and a solver launch); they are held at once,
-        ``d x d`` floats each (GPT2-small: 55 of 768 x 768, 130 MB)."""
+        The shallower layers' covariances come from one call and one batched eigendecomposition,
+        the deeper half's replicates from another (on a GPU each call of its own costs a host round
+        trip and a solver launch): the effective rank needs every one of their spectra
+        (GPT2-small: 6 + 7 x 7 = 55 of 768 x 768, 115 MB held at once), IsoScore* none of them."""
         layers, width = self._sample.shape[0], self._sample.shape[-1]
-        deep = range(layers - (layers + 1) // 2, layers)
-        batched: list[tuple[int, torch.Tensor]] = []
-        for layer in range(layers):
-            groups, count = (self._sample_group, self.groups) if layer in deep else (None, 0)
-            if self._sample.shape[1] < width:  # narrower than the width: the Gram route, per replicate
+        first_deep = layers - (layers + 1) // 2
+        if self._sample.shape[1] < width:  # narrower than the width: the Gram route, per replicate
+            for layer in range(layers):
+                groups, count = (self._sample_group, self.groups) if layer >= first_deep else (None, 0)
                 self._store(values, jackknife, layer, gram_lenses(self._sample[layer], groups, count))
-            else:
-                batched.append((layer, replicate_covariances(self._sample[layer], groups, count)))
-        if not batched:
             return
-        found = lenses_of_spectra(covariance_spectra(torch.cat([c for _, c in batched]), spectra_device), width)
-        first = 0
-        for layer, covariances in batched:
-            self._store(values, jackknife, layer, found[:, first : first + covariances.shape[0]])
-            first += covariances.shape[0]
+        if first_deep:
+            shallow = replicate_covariances(self._sample[:first_deep], None, 0)  # [first_deep, 1, d, d]
+            values[2:, :first_deep] = lenses_of_covariances(shallow.flatten(0, 1), width, spectra_device=spectra_device)
+        deep = replicate_covariances(self._sample[first_deep:], self._sample_group, self.groups)  # [., 1 + G, d, d]
+        found = lenses_of_covariances(deep.flatten(0, 1), width, spectra_device=spectra_device)
+        per_layer = np.split(found, layers - first_deep, axis=1)  # [3, 1 + G] each
+        for layer, replicates in zip(range(first_deep, layers), per_layer):
+            self._store(values, jackknife, layer, replicates)
 
     @staticmethod
     def _store(values: np.ndarray, jackknife: np.ndarray, layer: int, found: np.ndarray) -> None:

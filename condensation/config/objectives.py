@@ -24,6 +24,9 @@ TIED_HEAD_OPTIONS = ("untie", "reset")
 KERNELS = ("auto", "eager", "compiled")
 
 
+PRODUCTS = ("float32", "bfloat16")
+
+
 @dataclass(frozen=True)
 class AuxLossConfig:
     """Which auxiliary loss, where, and with which constants. Validated on construction."""
@@ -75,6 +78,18 @@ class AuxLossConfig:
     compiled on CUDA, where the launches it saves should count (not measured yet). Both give the
     same value and gradient up to float rounding; see benchmarks/README.md."""
 
+    products: str = "float32"
+    """dispersion only: the precision of its tiled kernel's matrix products (``kernels._product``).
+    ``float32``: the loss's own precision (float64 for float64 hidden states). ``bfloat16``: bf16
+    operands, float32 sums, as a GPU's tensor cores run them at several times the float32 rate (a
+    CPU emulates the same numbers, slower); the cosines take three such products (the unit rows'
+    bf16 rounding and its remainder), the gradient one each; arccos, exponent and logsumexp stay
+    float32. Measured against the float64 formula on condensed hidden states (mean cosine 0.5-0.9,
+    B = 4, T = 256, F = 768, tau 1 and 0.1; tests/unit/test_kernels.py): loss within 4e-7, gradient
+    within 4e-4 relative (one bf16 product for the cosines moved the loss by up to 4e-5). float32
+    by default: what every earlier run computed, exact to float32 rounding; bf16 changes the value
+    within that error, for the GPU's speed, chosen per method."""
+
     def __post_init__(self) -> None:
         if self.name not in loss_names():
             raise ValueError(f"unknown auxiliary loss name {self.name!r}; allowed: {', '.join(loss_names())}")
@@ -82,6 +97,8 @@ class AuxLossConfig:
             raise ValueError(f"unknown placement {self.placement!r}; allowed: {', '.join(PLACEMENTS)}")
         if self.kernel not in KERNELS:
             raise ValueError(f"unknown kernel {self.kernel!r}; allowed: {', '.join(KERNELS)}")
+        if self.products not in PRODUCTS:
+            raise ValueError(f"unknown products {self.products!r}; allowed: {', '.join(PRODUCTS)}")
         _check_number("weight", self.weight, low=0.0, low_open=False)
         _check_number("tau", self.tau, low=0.0, low_open=True)
         _check_number("clamp", self.clamp, low=0.0, low_open=True, high=1.0)
@@ -203,9 +220,16 @@ class Objective:
     an auxiliary objective without one fails those tests, saying so."""
     summary: str = ""
     """One line on what it does, shown by ``python -m condensation objectives`` and in the schema."""
+    stacked: str = ""
+    """auxiliary, optional: ``module:attribute`` of the same loss over several layers of one shape
+    at once, ``(layers, settings) -> the mean of the layer losses``, which ``auxiliary_loss`` calls
+    instead of one layer loss per layer (the dispersion loss: one tiled call over all of them)."""
 
     def load(self) -> Any:
         return _import(self.implementation)
+
+    def load_stacked(self) -> Any:
+        return _import(self.stacked) if self.stacked else None
 
     def load_reference(self) -> Any:
         if not self.reference:
@@ -232,9 +256,10 @@ OBJECTIVES: dict[str, Objective] = {
     for objective in (
         Objective("ce", "ce", None, (), summary="cross-entropy only"),
         Objective(
-            "dispersion", "auxiliary", AuxLossConfig, (*_AUX, "tau", "clamp", "kernel"), f"{_LOSSES}:dispersion",
-            f"{_LOSSES}:reference_dispersion",
+            "dispersion", "auxiliary", AuxLossConfig, (*_AUX, "tau", "clamp", "kernel", "products"),
+            f"{_LOSSES}:dispersion", f"{_LOSSES}:reference_dispersion",
             "the paper's loss: log-mean-exp of minus the tokens' angular distances / tau",
+            stacked=f"{_LOSSES}:dispersion_layers",
         ),
         Objective(
             "decorrelation", "auxiliary", AuxLossConfig, _AUX, f"{_LOSSES}:decorrelation",

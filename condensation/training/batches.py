@@ -1,5 +1,6 @@
-"""Token blocks in training: the order the loop reads them in, the next-token loss of a batch, and
-the validation loss over the fixed validation blocks."""
+"""Token blocks in training: the order the loop reads them in, the next-token loss of a batch (with
+the training forward, as one function to compile), and the validation loss over the fixed
+validation blocks."""
 
 from __future__ import annotations
 
@@ -42,6 +43,21 @@ def causal_lm_ce(logits: torch.Tensor, input_ids: torch.Tensor, reduction: str =
     # step (B x T x vocab) and its backward allocates another; the ignored last position is free.
     targets = F.pad(input_ids[:, 1:], (0, 1), value=-100)
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100, reduction=reduction)
+
+
+def forward_and_ce(
+    model: torch.nn.Module, inputs: dict[str, torch.Tensor], input_ids: torch.Tensor, vocab_size: int,
+    output_hidden_states: bool,
+) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...] | None]:
+    """The training forward and its next-token CE in one function, so that ``torch.compile`` takes
+    the loss into the model's graph: compiled, the float32 log-softmax is fused with the logits'
+    cast rather than run eagerly over a float32 copy of all B x T x vocab logits. ``inputs`` are
+    the model's (``input_ids`` or ``inputs_embeds``); the labels are ``input_ids``. Returns the CE,
+    the logits cut to the true ``vocab_size`` (a view: a padded vocabulary's rows never reach a
+    loss, so they get no gradient) and the hidden states (None unless ``output_hidden_states``)."""
+    out = model(**inputs, output_hidden_states=output_hidden_states, use_cache=False)
+    logits = out.logits[..., :vocab_size]
+    return causal_lm_ce(logits, input_ids), logits, out.hidden_states
 
 
 def check_blocks(blocks: np.ndarray, block_size: int, name: str) -> np.ndarray:

@@ -7,16 +7,25 @@ Read it top to bottom, nanoGPT style:
 
     TrainConfig          every knob, with the reason for its default (in ``config.runs``, torch-free)
     lr_at, ...           pure functions: step count, LR schedule, checkpoint steps (``config.runs``);
-                         the data order and next-token CE (``training.batches``)
+                         the data order, the training forward with its next-token CE
+                         (``training.batches``); the padded vocabulary (``training.vocabulary``)
     train()              skip a finished run, else build a ``Trainer`` and run it
-    Trainer              _prepare: checks, precision, accelerator, optimizer, compile, resume
+    Trainer              _prepare: checks, precision, accelerator, _prepare_model (padded vocabulary,
+                                   optimizer, compiled forward), resume
                          run: tracker, progress, step 0's evaluation and probe (unless resumed)
                          then per step
-                           _train_step: forward/backward over grad_accum micro-batches -> NaN guard
-                             -> clip -> AdamW step, returning its ``StepMetrics``
+                           _train_step: forward+CE/backward over grad_accum micro-batches -> (CUDA:
+                             the next batch prefetched) -> NaN guard -> clip -> AdamW step, returning
+                             its ``StepMetrics``
                            _end_of_step: (baseline hook) -> (_validate_and_checkpoint) -> _log_step: log row,
                              (_probe_if_due), tracker, progress line -> (state)
                          _finish: last state, checkpoint index, final/ with train_summary.json
+
+A step's numbers (losses, non-finite flags, grad norm) come to the host in one sync. With fused
+AdamW (CUDA) a step whose end only reports it (``_numbers_may_wait``) leaves them on the device:
+the next step reads them once its own forward and backward are queued, so the host never waits
+for the device there, and AdamW skips a non-finite step's update on the device (``found_inf``),
+so the NaN guard still stops before it with nothing written for that step.
 
 Where a run keeps what outlives the process (checkpoints, ``final/``, the resumable state with its
 RNG states, the checkpoint index), and how it is written atomically: ``training.checkpointing``. How a
@@ -33,8 +42,13 @@ to prepare the model, around each micro-batch's backward, to clip, and to save a
 The model goes by three names: ``model`` is what the layout prepared (DDP-wrapped when
 distributed: backward, ``no_sync``, gradient clipping), ``module`` the unwrapped model (baseline
 hooks, validation, checkpoints, state; under FSDP the sharded model itself), ``forward`` what the
-training step calls (``model``, or its ``torch.compile`` wrapper when ``TrainConfig.compile``; the
-same parameters either way).
+training step calls: ``batches.forward_and_ce`` (``model``'s forward and the next-token CE), or its
+``torch.compile`` wrapper when ``TrainConfig.compile``, so that the loss compiles with the model
+(the same parameters either way).
+
+The model trains with its vocabulary padded to a multiple of 64 rows (``TrainConfig.
+pad_vocab_to_multiple_of``, ``training.vocabulary``): the logits are cut to the true vocabulary
+before any loss, and validation, checkpoints and ``final/`` see the model at its true vocabulary.
 """
 
 from __future__ import annotations
@@ -79,14 +93,15 @@ from condensation.runtime.run_dir import RunDir
 from condensation.training.baselines import TrainingBaseline
 from condensation.training.batches import (
     block_indices,
-    causal_lm_ce,
     check_blocks,
+    forward_and_ce,
     validation_loss,
 )
 from condensation.training.checkpointing import CheckpointManager, TrainState
 from condensation.training.distillation import Teacher
 from condensation.training.parallel import model_layout
 from condensation.training.precision import resolve_mixed_precision
+from condensation.training.vocabulary import cut_to_vocabulary, pad_vocabulary, true_vocabulary
 
 AuxLoss = Callable[[tuple[torch.Tensor, ...]], torch.Tensor]
 """Auxiliary loss: receives the model's hidden states (embedding output first, then one per layer)
@@ -147,7 +162,41 @@ class StepMetrics:
         }
 
 
+@dataclass
+class PendingStep:
+    """An optimizer step whose numbers (``[ce sum, aux sum, ce non-finite, aux non-finite, grad
+    norm]``, see ``Trainer._train_step``) may still be on the device."""
+
+    step: int
+    """The step these numbers belong to (``state.step + 1`` when it was queued)."""
+    lr: float
+    started: float
+    numbers: torch.Tensor
+    ended: float | None = None
+    """When the next step started (or the numbers were read): the step's wall time ends there."""
+    copied: Any = None
+    """A CUDA event recorded after the copy of ``numbers`` to pinned host memory, or None."""
+
+    def copy_to_host(self) -> None:
+        """Start copying ``numbers`` to the host without waiting (on CUDA; elsewhere they are there)."""
+        if self.numbers.device.type == "cuda":
+            self.numbers = self.numbers.to("cpu", non_blocking=True)  # pinned by the copy itself
+            self.copied = torch.cuda.Event()
+            self.copied.record()
+
+    def host_numbers(self) -> list[float]:
+        if self.copied is not None:
+            self.copied.synchronize()
+        return self.numbers.tolist()
+
+
 # ----------------------------------------------------------------------------- pure functions
+
+
+def fused_adamw(device: torch.device) -> bool:
+    """Fused AdamW on CUDA (one kernel for every parameter's update); elsewhere the default
+    implementation, whose float32 rounding earlier runs have."""
+    return device.type == "cuda"
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -176,7 +225,9 @@ def train(
     teacher: Teacher | None = None,
     aux_weight: float | None = None,
 ) -> TrainResult:
-    """Train ``model`` (in place) on int64 ``[num_blocks, block_size]`` token blocks.
+    """Train ``model`` (in place) on int64 ``[num_blocks, block_size]`` token blocks; it trains
+    with its vocabulary padded (``TrainConfig.pad_vocab_to_multiple_of``) and is cut back to its
+    true vocabulary when ``train`` returns or raises.
 
     Resumes from ``out_dir/state`` when present and ends bit-identical to an uninterrupted run;
     returns at once when ``out_dir/final`` is complete. ``stop_after_steps`` stops (saving a state)
@@ -194,7 +245,11 @@ def train(
     with library_bars_off_in_files():  # the job log gets our progress lines, not carriage returns
         trainer = Trainer(model, train_blocks, val_blocks, config, run_dir, aux_loss, tokenizer, baseline, teacher,
                           aux_weight)
-        return trainer.run(stop_after_steps)
+        try:
+            return trainer.run(stop_after_steps)
+        finally:
+            if not trainer.layout.sharded:  # a sharded model is the layout's (and never padded)
+                cut_to_vocabulary(model, trainer.vocab_size)
 
 
 class Trainer:
@@ -228,7 +283,8 @@ class Trainer:
         self._prepare(model)
 
     def _prepare(self, model: torch.nn.Module) -> None:
-        """Accelerator, schedule, optimizer, compiled forward; then resume from the state on disk."""
+        """Accelerator, schedule, the model and its optimizer (``_prepare_model``); then resume from
+        the state on disk."""
         config = self.config
         # Before anything is loaded or written: a missing tracker or an unwritable directory stops here.
         check_tracker(config.tracker, self.run_dir.root / TRACKER_DIR)
@@ -253,8 +309,25 @@ class Trainer:
         self.probe_ids = torch.as_tensor(np.array(self.val_blocks[: config.probe_sequences]),
                                          dtype=torch.long).to(accelerator.device)
         self.probe: dict[str, float] = {}  # the last probe's values, kept for the progress lines
+        self.prefetched: tuple[int, torch.Tensor] | None = None  # (start, ids) of the next micro-batch, on CUDA
+        self.waiting: PendingStep | None = None  # a step whose numbers the next step reads (see _train_step)
+        self._prepare_model(model)
 
+        self.checkpointer = CheckpointManager(self.run_dir, accelerator, self._identity(), self.layout)
+        self.checkpointer.remove_stale_temporaries()
+        self.set_aside_note = self.checkpointer.set_aside_unusable_state()
+        self.resumed = self.checkpointer.has_state()
+        self.state = self.checkpointer.load_state(self.module, self.optimizer) if self.resumed else TrainState()
+        self.saved_step = self.state.step if self.resumed else None  # step of the state on disk
+        self.started = time.perf_counter() - self.state.elapsed_s  # elapsed time carries over a resume
+
+    def _prepare_model(self, model: torch.nn.Module) -> None:
+        """Padded vocabulary, baseline, the layout's model and optimizer, teacher, training forward."""
+        config, accelerator = self.config, self.accelerator
         self.layout = model_layout(config.sharding)
+        # Before the baseline and the optimizer see the parameters: they train the padded ones. Not
+        # under fsdp, whose sharded weights true_vocabulary cannot cut.
+        self.vocab_size = pad_vocabulary(model, 1 if self.layout.sharded else config.pad_vocab_to_multiple_of)
         if self.baseline is not None:
             if self.layout.sharded:
                 raise ValueError(f"sharding: fsdp shards the embeddings, which baseline {self.baseline.name} edits")
@@ -264,25 +337,20 @@ class Trainer:
             # fused: one kernel for every parameter's update on CUDA instead of a loop of small ones
             return torch.optim.AdamW(
                 parameter_groups(model, config.weight_decay), lr=config.lr, betas=config.betas,
-                fused=accelerator.device.type == "cuda",
+                fused=fused_adamw(accelerator.device),
             )
 
         self.model, self.optimizer = self.layout.prepare(accelerator, model, adamw)
+        # Fused AdamW (not under fsdp, whose sharded parameters it updates without `found_inf`) can
+        # skip a non-finite step's update on the device: the NaN guard then needs no sync per step.
+        self.update_skips_nonfinite = bool(self.optimizer.defaults.get("fused")) and not self.layout.sharded
         if self.teacher is not None:  # not prepared: it is not trained, so DDP has nothing to sync
             self.teacher.to(accelerator.device)
         self.model.train()
         self.module = accelerator.unwrap_model(self.model)
-        # A compiled wrapper for the training forward only; it shares the parameters, so validation,
+        # A compiled training forward (with its CE) only; it shares the parameters, so validation,
         # checkpoints and the state keep using `module` (no `_orig_mod.` keys, no recompile for no_grad).
-        self.forward = torch.compile(self.model) if config.compile else self.model
-
-        self.checkpointer = CheckpointManager(self.run_dir, accelerator, self._identity(), self.layout)
-        self.checkpointer.remove_stale_temporaries()
-        self.set_aside_note = self.checkpointer.set_aside_unusable_state()
-        self.resumed = self.checkpointer.has_state()
-        self.state = self.checkpointer.load_state(self.module, self.optimizer) if self.resumed else TrainState()
-        self.saved_step = self.state.step if self.resumed else None  # step of the state on disk
-        self.started = time.perf_counter() - self.state.elapsed_s  # elapsed time carries over a resume
+        self.forward = torch.compile(forward_and_ce) if config.compile else forward_and_ce
 
     def _identity(self) -> dict[str, Any]:
         """What a resumed run must share with the run that saved the state."""
@@ -322,15 +390,18 @@ class Trainer:
                 if main:
                     self.progress.report()
             while self.state.step < stop_at:
-                metrics = self._train_step()
+                metrics = self._train_step(stop_at)
                 self.state.step += 1
                 self.state.blocks_consumed += self.step_blocks
-                self.state.train_loss = metrics.loss
-                self._end_of_step(metrics)
+                if metrics is not None:  # else the next step reads its numbers and ends it (see _train_step)
+                    self._end_of_step(metrics)
         return self._finish()
 
-    def _train_step(self) -> StepMetrics:
-        """The update that turns the weights of ``state.step`` into those of ``state.step + 1``."""
+    def _train_step(self, stop_at: int) -> StepMetrics | None:
+        """The update that turns the weights of ``state.step`` into those of ``state.step + 1``.
+        Returns its ``StepMetrics``; or None when the step's numbers may wait on the device
+        (``_numbers_may_wait``): the next step then reads them and ends this one (log row,
+        tracker, progress, the NaN guard) once its own forward and backward are queued."""
         config, accelerator = self.config, self.accelerator
         started = time.perf_counter()
         lr = lr_at(self.state.step, self.steps, config)
@@ -339,41 +410,73 @@ class Trainer:
         sums = torch.zeros(4, device=accelerator.device)  # see _micro_step
         for micro in range(config.grad_accum_steps):
             sums += self._micro_step(micro)
+        if accelerator.device.type == "cuda":  # the next step's first batch, copied while this step's work runs
+            start = self._micro_batch_start(self.state.blocks_consumed + self.step_blocks, 0)
+            self.prefetched = (start, self._fetch(start))
         # Every rank sees the same reduced numbers, so all ranks stop (or go on) together.
         reduced = accelerator.reduce(sums, reduction="sum")
         max_norm = config.grad_clip if config.grad_clip > 0 else float("inf")
         norm = self.layout.clip_grad_norm(accelerator, self.model, max_norm)
-        # One host sync per step: sums, non-finite flags and grad norm come back together.
+        # Sums, non-finite flags and grad norm come back to the host together, in one sync.
         # Clipping NaN gradients is harmless: a non-finite value stops before the update.
-        synced = torch.cat([reduced, norm.reshape(1).to(reduced)]).tolist()
-        ce_sum, aux_sum, ce_nonfinite, aux_nonfinite, grad_norm = synced
-        guard = {"ce loss": ce_nonfinite > 0, "aux loss": aux_nonfinite > 0, "grad norm": not math.isfinite(grad_norm)}
-        for what, nonfinite in guard.items():  # the first one found names the error
-            if nonfinite:
-                raise RuntimeError(_nonfinite_message(self.state.step + 1, what, self.saved_step))
+        numbers = torch.cat([reduced, norm.reshape(1).to(reduced)])
+        pending = PendingStep(self.state.step + 1, lr, started, numbers)
+        if self.waiting is not None:  # the last step's numbers: long computed, read without a wait
+            waiting, self.waiting = self.waiting, None
+            waiting.ended = started
+            self._end_of_step(self._read(waiting))
+        if not self.update_skips_nonfinite:
+            metrics = self._read(pending)  # the guard stops before the update
+            self._update()
+            metrics.seconds = time.perf_counter() - started
+            return metrics
+        # Fused AdamW skips the update on the device when `found_inf` is set, so the guard may
+        # read the flags later and still stop before a non-finite step's update.
+        self.optimizer.found_inf = ((numbers[2] + numbers[3] > 0) | ~numbers[4].isfinite()).float()
+        self._update()
+        pending.copy_to_host()
+        if self._numbers_may_wait(pending.step, stop_at):
+            self.waiting = pending
+            return None
+        return self._read(pending)
+
+    def _update(self) -> None:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
-        micro_batches = config.grad_accum_steps * accelerator.num_processes
+    def _numbers_may_wait(self, step: int, stop_at: int) -> bool:
+        """Whether ``step``'s numbers may be read during the next step: only when the end of
+        ``step`` does nothing but report it (no baseline hook, evaluation, probe or state, and a
+        next step to come), so that whatever the next step's forward draws or changes comes after
+        all that ``step``'s end records, as when read at once."""
+        probe_every = self.config.probe_every
+        return (
+            self.baseline is None and step < stop_at and step not in self.eval_steps
+            and step % self.config.checkpoint_every != 0 and not (probe_every > 0 and step % probe_every == 0)
+        )
+
+    def _read(self, pending: PendingStep) -> StepMetrics:
+        """``pending``'s numbers on the host (a host sync unless they have arrived), checked by the
+        NaN guard: a non-finite value stops the run, and nothing is written for that step."""
+        ce_sum, aux_sum, ce_nonfinite, aux_nonfinite, grad_norm = pending.host_numbers()
+        guard = {"ce loss": ce_nonfinite > 0, "aux loss": aux_nonfinite > 0, "grad norm": not math.isfinite(grad_norm)}
+        for what, nonfinite in guard.items():  # the first one found names the error
+            if nonfinite:
+                raise RuntimeError(_nonfinite_message(pending.step, what, self.saved_step))
+        micro_batches = self.config.grad_accum_steps * self.accelerator.num_processes
         ce_mean = ce_sum / micro_batches
         aux_mean = None if self.aux_loss is None and self.teacher is None else aux_sum / micro_batches
         loss = ce_mean if aux_mean is None else ce_mean + self.aux_weight * aux_mean
         return StepMetrics(
-            lr=lr, loss=loss, ce_loss=ce_mean, aux_loss=aux_mean, grad_norm=grad_norm,
-            seconds=time.perf_counter() - started,
+            lr=pending.lr, loss=loss, ce_loss=ce_mean, aux_loss=aux_mean, grad_norm=grad_norm,
+            seconds=(pending.ended or time.perf_counter()) - pending.started,
         )
 
     def _micro_step(self, micro: int) -> torch.Tensor:
         """Forward and backward of micro-batch ``micro`` of this step. Returns, on the device (no
         host sync), ``[ce, aux, ce is non-finite, aux is non-finite]`` (flags as 0.0 or 1.0)."""
         config, accelerator = self.config, self.accelerator
-        # Global micro-batch `micro` of this step, sliced by rank: the data order depends on the
-        # position in the stream only, so a resumed run sees the same blocks.
-        rank_offset = (micro * accelerator.num_processes + accelerator.process_index) * config.micro_batch_size
-        idx = block_indices(
-            len(self.train_blocks), config.seed, self.state.blocks_consumed + rank_offset, config.micro_batch_size
-        )
-        ids = torch.as_tensor(self.train_blocks[idx], dtype=torch.long).to(accelerator.device)
+        ids = self._micro_batch(self._micro_batch_start(self.state.blocks_consumed, micro))
         # Gradients are reduced on the last micro-batch only; the others accumulate.
         last = micro == config.grad_accum_steps - 1
         with self.layout.no_sync(accelerator, self.model, sync=last):
@@ -383,25 +486,52 @@ class Trainer:
                 # The labels stay `ids`; a baseline may only change what the model is fed.
                 embeds = self.baseline.inputs_embeds(self.module, ids) if self.baseline is not None else None
                 inputs = {"input_ids": ids} if embeds is None else {"inputs_embeds": embeds}
-                out = self.forward(**inputs, output_hidden_states=self.aux_loss is not None, use_cache=False)
-            ce = causal_lm_ce(out.logits, ids)
+                # The CE upcasts the logits itself: float32 under autocast too, as it was outside.
+                ce, logits, hidden_states = self.forward(self.model, inputs, ids, self.vocab_size,
+                                                         self.aux_loss is not None)
             if self.teacher is not None:  # the teacher sees the ids, never a baseline's embeddings
-                aux = self.teacher.loss(out.logits, ids, self.autocast)
+                aux = self.teacher.loss(logits, ids, self.autocast)
                 loss = ce + self.aux_weight * aux
             elif self.aux_loss is not None:
-                aux = self.aux_loss(out.hidden_states)
+                aux = self.aux_loss(hidden_states)
                 loss = ce + self.aux_weight * aux
             else:
                 aux, loss = torch.zeros((), device=ce.device), ce
             accelerator.backward(loss / config.grad_accum_steps)
-        del out, loss, embeds  # the logits can be GBs (large vocabulary): free them before the next one
+        del logits, hidden_states, loss, embeds  # the logits can be GBs (large vocabulary): free them first
         ce, aux = ce.detach().float(), aux.detach().float()
         return torch.stack([ce, aux, (~ce.isfinite()).float(), (~aux.isfinite()).float()])
+
+    def _micro_batch_start(self, blocks_consumed: int, micro: int) -> int:
+        """Where this rank's share of global micro-batch ``micro`` of the step that starts at
+        ``blocks_consumed`` begins in the stream of blocks. The data order depends on the position
+        in the stream only, so a resumed run sees the same blocks."""
+        accelerator = self.accelerator
+        rank_offset = (micro * accelerator.num_processes + accelerator.process_index) * self.config.micro_batch_size
+        return blocks_consumed + rank_offset
+
+    def _micro_batch(self, start: int) -> torch.Tensor:
+        """The token ids of the micro-batch at ``start``, on the device: the prefetched ones when
+        the last step fetched them, else fetched now (see ``_fetch``)."""
+        prefetched, self.prefetched = self.prefetched, None
+        if prefetched is not None and prefetched[0] == start:
+            return prefetched[1]
+        return self._fetch(start)
+
+    def _fetch(self, start: int) -> torch.Tensor:
+        """The micro-batch at ``start`` on the device. On CUDA through pinned memory and an
+        asynchronous copy, so the host goes on queueing work instead of waiting for the copy."""
+        idx = block_indices(len(self.train_blocks), self.config.seed, start, self.config.micro_batch_size)
+        ids = torch.as_tensor(self.train_blocks[idx], dtype=torch.long)
+        if self.accelerator.device.type == "cuda":
+            return ids.pin_memory().to(self.accelerator.device, non_blocking=True)
+        return ids.to(self.accelerator.device)
 
     def _end_of_step(self, metrics: StepMetrics) -> None:
         """After the update to ``state.step``: baseline hook, evaluation checkpoint, what the step
         records (log row, probe, tracker, progress), state."""
         step = self.state.step
+        self.state.train_loss = metrics.loss
         if self.baseline is not None:  # before the checkpoint and state of this step record the weights
             self.baseline.after_step(step, self.module, self.optimizer, seed=self.config.seed, final=step == self.steps)
         row = metrics.log_row(step, tokens=step * self.step_tokens)
@@ -455,10 +585,11 @@ class Trainer:
     def _validate_and_checkpoint(self, row: dict[str, Any]) -> None:
         """At an evaluation step: validation loss into ``row`` and the state, then the evaluation
         checkpoint of ``row``'s step."""
-        row["val_loss"] = self.state.val_loss = validation_loss(
-            self.accelerator, self.module, self.val_blocks, self.config, self.autocast, lockstep=self.layout.sharded
-        )
-        self.checkpointer.save_checkpoint(row["step"], self.module, self.tokenizer, row)
+        with true_vocabulary(self.module, self.vocab_size):  # the logits and the architecture of an unpadded run
+            row["val_loss"] = self.state.val_loss = validation_loss(
+                self.accelerator, self.module, self.val_blocks, self.config, self.autocast, lockstep=self.layout.sharded
+            )
+            self.checkpointer.save_checkpoint(row["step"], self.module, self.tokenizer, row)
 
     def _save_state(self) -> None:
         self.state.elapsed_s = self.elapsed()
@@ -496,7 +627,8 @@ class Trainer:
             "baseline": self.checkpointer.identity["baseline"],
             "teacher": self.checkpointer.identity.get("teacher"),
         }
-        self.checkpointer.save_final(self.module, self.tokenizer, summary, self.eval_steps)
+        with true_vocabulary(self.module, self.vocab_size):
+            self.checkpointer.save_final(self.module, self.tokenizer, summary, self.eval_steps)
         self.checkpointer.set_aside_finished_state()
         result.final_dir = self.run_dir.final
         return result

@@ -40,7 +40,7 @@ from torch import Tensor
 
 from condensation.config.objectives import OBJECTIVES, PLACEMENTS, AuxLossConfig
 from condensation.cosine import NORM_EPS, unit_rows
-from condensation.training.kernels import _no_autocast, dispersion_tiled
+from condensation.training.kernels import _no_autocast, dispersion_tiled, dispersion_tiled_layers
 
 # ----------------------------------------------------------------------------------------------
 # layer placement and token subsampling
@@ -130,7 +130,15 @@ def _mean_offdiag(x: Tensor) -> Tensor:
 def dispersion(z: Tensor, config: AuxLossConfig) -> Tensor:
     """``_dispersion_dense``'s value and gradient, computed tile by tile (``kernels``): autograd
     keeps no ``[B, T, T]`` tensor, so the loss on every layer no longer costs ``O(L B T^2)`` memory."""
-    return dispersion_tiled(z, config.tau, config.clamp, norm_eps=NORM_EPS, kernel=config.kernel)
+    return dispersion_tiled(z, config.tau, config.clamp, norm_eps=NORM_EPS, kernel=config.kernel,
+                            products=config.products)
+
+
+def dispersion_layers(layers: Sequence[Tensor], config: AuxLossConfig) -> Tensor:
+    """The mean of ``dispersion`` over layers of one shape, in one tiled call over all of them
+    (the registry's ``stacked`` entry for dispersion; ``kernels.TiledDispersion`` says why)."""
+    return dispersion_tiled_layers(layers, config.tau, config.clamp, norm_eps=NORM_EPS, kernel=config.kernel,
+                                   products=config.products)
 
 
 def _dispersion_dense(z: Tensor, config: AuxLossConfig) -> Tensor:
@@ -186,14 +194,28 @@ def _layer_loss_function(name: str) -> Callable[[Tensor, AuxLossConfig], Tensor]
     return OBJECTIVES[name].load()
 
 
-def layer_loss(z: Tensor, config: AuxLossConfig, generator: torch.Generator | None = None) -> Tensor:
-    """One layer's auxiliary loss: ``[B, T, F]`` hidden states -> 0-dim tensor, mean over batch."""
+@functools.cache
+def _stacked_loss_function(name: str) -> Callable[[Sequence[Tensor], AuxLossConfig], Tensor] | None:
+    """The objective's loss over several layers at once (its registry entry's ``stacked``), or None."""
+    return OBJECTIVES[name].load_stacked()
+
+
+def _sampled(z: Tensor, config: AuxLossConfig, generator: torch.Generator | None) -> Tensor:
+    """``z`` checked and subsampled to ``config.max_tokens`` positions: what a layer's loss sees."""
     _check_hidden(z)
-    z = subsample_tokens(z, config.max_tokens, generator)
+    return subsample_tokens(z, config.max_tokens, generator)
+
+
+def _loss_of_sampled(z: Tensor, config: AuxLossConfig) -> Tensor:
     with _no_autocast(z.device):
         # float64 stays float64 (gradcheck); everything narrower computes in float32.
         z = z.to(torch.promote_types(z.dtype, torch.float32))
         return _layer_loss_function(config.name)(z, config)
+
+
+def layer_loss(z: Tensor, config: AuxLossConfig, generator: torch.Generator | None = None) -> Tensor:
+    """One layer's auxiliary loss: ``[B, T, F]`` hidden states -> 0-dim tensor, mean over batch."""
+    return _loss_of_sampled(_sampled(z, config, generator), config)
 
 
 def auxiliary_loss(hidden_states: Sequence[Tensor], config: AuxLossConfig,
@@ -201,9 +223,18 @@ def auxiliary_loss(hidden_states: Sequence[Tensor], config: AuxLossConfig,
     """Mean of ``layer_loss`` over the layers ``config.placement`` selects, unweighted.
 
     ``hidden_states`` is a HF ``output.hidden_states`` tuple; multiply by ``config.weight``.
+    An objective with a ``stacked`` loss (dispersion) gets all selected layers in one call when
+    they share one shape, dtype and device, as a HF model's do: the same value up to float
+    rounding (a mean of equal-size means), on CUDA in one tile loop instead of one per layer
+    (``kernels.stacks_layers``). Each layer is subsampled first, with the same draws as
+    ``layer_loss`` would make (``max_tokens`` keeps as many positions in every layer, so the
+    shapes still agree); layers of different shapes get one call each.
     """
-    layers = select_layers(hidden_states, config.placement)
-    return torch.stack([layer_loss(z, config, generator) for z in layers]).mean()
+    layers = [_sampled(z, config, generator) for z in select_layers(hidden_states, config.placement)]
+    stacked = _stacked_loss_function(config.name)
+    if stacked is not None and len({(z.shape, z.dtype, z.device) for z in layers}) == 1:
+        return stacked(layers, config)
+    return torch.stack([_loss_of_sampled(z, config) for z in layers]).mean()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -6,7 +6,10 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from condensation import cosine
 from condensation.config.specs import TrendConfig
 from condensation.geometry import (
     CHUNK_VALUES,
@@ -15,14 +18,17 @@ from condensation.geometry import (
     CosineAccumulator,
     CosineStatistics,
     bootstrap_mean_interval,
+    closed_counts,
     cosine_matrices,
     density_histogram,
     depth_trend,
+    edge_counts,
     extract_cosine_statistics,
     histogram_counts,
     position_blocks,
     trend_statistics,
 )
+from condensation.lenses import LensAccumulator
 from condensation.runtime.io import CorruptArtifactError, write_manifest
 from tests.unit.float_bounds import U32, histogram_tolerance, mean_cosine_bound
 
@@ -220,16 +226,56 @@ def test_density_histogram_integrates_to_one():
     assert density_histogram(values).sum() * (2 / NUM_BINS) == pytest.approx(1.0)
 
 
-def test_histogram_counts_are_the_same_spread_over_partial_histograms():
-    """A GPU fills 1024 partial histograms and sums them (atomic adds crowd fewer addresses); the
-    counts are whole numbers, so they equal one histogram's and numpy's, edges included."""
-    torch.manual_seed(0)
-    crowded = torch.cat([0.05 + 0.01 * torch.randn(5000), torch.rand(3000) * 2 - 1,
-                         torch.tensor([-1.0, 1.0, 0.0, -1.0 + 2 / NUM_BINS])])  # the edges, exactly
-    one = histogram_counts(crowded, spread=1)
-    np.testing.assert_array_equal(one.numpy(), np.histogram(crowded.double().numpy(), NUM_BINS, (-1, 1))[0])
-    for spread in (2, 1000, 1024, 10**6):
-        np.testing.assert_array_equal(histogram_counts(crowded, spread=spread).numpy(), one.numpy())
+def previous_counts(values: np.ndarray, bins: int) -> np.ndarray:
+    """The counts as the extraction made them before its histograms took float32 positions: the
+    index ``floor((x + 1) * bins / 2)`` in float64, clamped to the outer bins."""
+    index = np.floor((values.astype(np.float64) + 1.0) * (bins / 2)).clip(0, bins - 1).astype(int)
+    return np.bincount(index, minlength=bins)
+
+
+def values_at_every_edge(bins: int, dtype: torch.dtype) -> torch.Tensor:
+    """Each bin edge over [-1, 1] and its neighbours one ulp below and above, in ``dtype``."""
+    edges = torch.linspace(-1.0, 1.0, bins + 1, dtype=torch.float64).to(dtype)
+    return torch.cat([torch.nextafter(edges, edges - 1), edges, torch.nextafter(edges, edges + 1)]).clamp(-1, 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_histogram_counts_are_numpys_edges_included(dtype):
+    """Positions computed in the values' own dtype (``x * bins / 2`` and its floor are exact for
+    ``bins`` a power of two), counted by ``histc``: the counts equal numpy's and the previous
+    float64 index arithmetic's, value for value, at every edge and one ulp either side of it; with
+    weights, numpy's weighted counts; and several layers counted in one call each get their own
+    (the value 1.0 of one layer does not spill into the next's first bin)."""
+    generator = torch.Generator().manual_seed(0)
+    crowded = torch.cat([0.05 + 0.01 * torch.randn(5000, generator=generator),
+                         torch.rand(3000, generator=generator) * 2 - 1]).to(dtype)
+    values = torch.cat([crowded, values_at_every_edge(NUM_BINS, dtype)])
+    counts = histogram_counts(values)
+    np.testing.assert_array_equal(counts.numpy(), np.histogram(values.double().numpy(), NUM_BINS, (-1, 1))[0])
+    # the previous counts too, wherever its float64 sum x + 1 was exact: every float32 value but those
+    # nearer 0 than ~2^-53 (1 - 2^-60 rounds to 1: it put the negative ones in the bin above 0), and
+    # float64 values (the mean matrix's) but the ulp-neighbours of an edge
+    exact = values.double() + 1.0 - 1.0 == values.double()
+    np.testing.assert_array_equal(histogram_counts(values[exact]).numpy(), previous_counts(values[exact].numpy(),
+                                                                                           NUM_BINS))
+    weights = torch.rand(values.shape, generator=generator, dtype=torch.float64)
+    np.testing.assert_allclose(histogram_counts(values, weights=weights).numpy(),
+                               np.histogram(values.double().numpy(), NUM_BINS, (-1, 1), weights=weights.numpy())[0],
+                               rtol=1e-12)
+    layers = torch.stack([values, values.flip(0).clamp(max=0.3), torch.ones_like(values)])
+    per_layer = closed_counts(edge_counts(layers))
+    for counts_of_layer, values_of_layer in zip(per_layer, layers):
+        np.testing.assert_array_equal(counts_of_layer.numpy(), histogram_counts(values_of_layer).numpy())
+
+
+def test_histogram_counts_of_other_bins_and_beyond_the_range():
+    """A number of bins that is not a power of two takes the previous float64 arithmetic, with the
+    same counts; values beyond [-1, 1] count in the outer bins, as before."""
+    values = torch.cat([torch.rand(2000, generator=torch.Generator().manual_seed(1)) * 2.4 - 1.2,
+                        values_at_every_edge(100, torch.float32)])
+    values = values[values.double() + 1.0 - 1.0 == values.double()]  # as above
+    np.testing.assert_array_equal(histogram_counts(values, bins=100).numpy(), previous_counts(values.numpy(), 100))
+    np.testing.assert_array_equal(histogram_counts(values).numpy(), previous_counts(values.numpy(), NUM_BINS))
 
 
 def test_sequences_of_different_length_are_rejected():
@@ -307,6 +353,82 @@ def test_damaged_statistics_file_is_detected(tmp_path, tiny_model, damage):
     path.write_bytes(bytes(raw))
     with pytest.raises(CorruptArtifactError, match="tiny.npz: checksum .* does not match its manifest"):
         CosineStatistics.load(path)
+
+
+def test_stacks_of_any_size_give_the_same_statistics(tiny_model, monkeypatch):
+    """A batch's layers are normalised and reduced a stack at a time (``cosine.CPU_STACK_VALUES``
+    here, ``STACK_VALUES`` on a GPU): one layer per stack, as a model too large for one stack gets,
+    gives what one stack of every layer gives (each cosine matrix, each unit row, each sum computed
+    alike)."""
+    input_ids = torch.randint(0, 50, (6, 16), generator=torch.Generator().manual_seed(4))
+    whole = extract_cosine_statistics(tiny_model, input_ids, batch_size=4, lens_tokens=60)
+    monkeypatch.setattr(cosine, "CPU_STACK_VALUES", 1)
+    one_by_one = extract_cosine_statistics(tiny_model, input_ids, batch_size=4, lens_tokens=60)
+    for name in ("mean_cosine", "hist_of_mean", "hist_pooled", "layer_mean", "layer_mean_offdiag",
+                 "sequence_layer_mean", "sequence_layer_mean_offdiag"):
+        np.testing.assert_allclose(getattr(one_by_one, name), getattr(whole, name), rtol=1e-12, atol=0, err_msg=name)
+    np.testing.assert_allclose(one_by_one.lenses.values, whole.lenses.values, rtol=1e-9)
+    np.testing.assert_allclose(one_by_one.lenses.jackknife, whole.lenses.jackknife, rtol=1e-9, equal_nan=True)
+
+
+class DispatchedOperations(TorchDispatchMode):
+    """Counts the aten operations dispatched inside it: on a GPU each is at least one kernel launch.
+    Views are left out (they launch nothing: their output shares an input's storage); a cast is
+    counted (under ``inference_mode`` it reaches the mode as ``aten.to``, an alias by its schema,
+    but it copies)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = pytree.tree_leaves((args, kwargs))
+        if not (func.is_view and storages(out) <= storages(inputs)):
+            self.count += 1
+        return out
+
+
+def storages(values) -> set[int]:
+    return {leaf.untyped_storage().data_ptr() for leaf in pytree.tree_leaves(values) if isinstance(leaf, torch.Tensor)}
+
+
+def operations_per_batch(layers: int) -> tuple[int, int]:
+    """(the bare forward pass, the cosines' and lenses' reductions as ``extract_cosine_statistics``
+    runs them) in operations dispatched for one batch of a GPT2-shaped model with ``layers``
+    blocks: the second batch, since the first also allocates the running sums. Its 13 hidden
+    states fit one stack on a CPU too (``cosine.CPU_STACK_VALUES``), as GPT2-small's do on a GPU."""
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(0)
+    model = GPT2Model(GPT2Config(n_layer=layers, n_embd=32, n_head=4, n_inner=64, n_positions=16,
+                                 vocab_size=50)).eval()
+    input_ids = torch.randint(0, 50, (8, 16), generator=torch.Generator().manual_seed(0))
+    accumulators = [CosineAccumulator(), LensAccumulator(*input_ids.shape)]
+    with torch.inference_mode():
+        for batch in input_ids.split(4):
+            with DispatchedOperations() as forward:
+                hidden_states = model(input_ids=batch, output_hidden_states=True, use_cache=False).hidden_states
+            with DispatchedOperations() as reductions:
+                cosine.accumulate(accumulators, hidden_states)
+    return forward.count, reductions.count
+
+
+def test_a_batch_costs_a_few_operations_beyond_its_forward_pass():
+    """The per-batch target on a GPU is 1.1x a bare forward pass, and the first GPU check found
+    the forward itself launch-bound (GPT2-small, 16 x 256 tokens: ~16 us per operation), so what a
+    batch adds is counted in operations. A GPT2 block dispatches ~20; the reductions of a batch,
+    cosines and lenses together, may dispatch at most as many as three of them, ``3 x forward /
+    (L + 1)`` (55 at GPT2-small's 12 blocks, against 34 now; room for another transformers'
+    forward or a cast to float32 on a GPU), and no more at 12 blocks than at 2: they run once per
+    stack of layers (the unit rows shared, the cosines of every layer in one product, their
+    histograms in one count), not once per layer. Before they did (3fd73fa: 423 for the cosines and
+    232 for the lenses, 655 beside the forward's 242). The bound leaves the time target to a GPU,
+    since an operation here may take longer than one of the forward's."""
+    forward, reductions = operations_per_batch(12)
+    bound = 3 * forward // 13
+    assert reductions <= bound, f"{reductions} operations per batch beside the forward pass's {forward} (bound {bound})"
+    assert operations_per_batch(2)[1] == reductions, "the reductions of a batch grow with the depth"
 
 
 def test_trend_of_a_monotone_sequence_is_plus_or_minus_one():

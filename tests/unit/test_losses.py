@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from condensation.config.objectives import LOSS_NAMES, OBJECTIVES, AuxLossConfig
+from condensation.training import losses as losses_module
 from condensation.training.losses import (
     angular_distance,
     auxiliary_loss,
@@ -261,11 +262,12 @@ def test_dispersion_descent_spreads_tokens():
 
 
 def tagged_hidden_states(num_blocks, tokens=5, features=6):
-    """``L + 1`` hidden states whose first entry is the layer index, the rest random."""
+    """``L + 1`` hidden states whose first entry is the layer index, the rest random (float64, so
+    that the stacked call and the per-layer calls agree to float64 rounding)."""
     gen = torch.Generator().manual_seed(num_blocks)
     states = []
     for index in range(num_blocks + 1):
-        h = torch.randn(2, tokens, features, generator=gen)
+        h = torch.randn(2, tokens, features, generator=gen, dtype=torch.float64)
         h[0, 0, 0] = index
         states.append(h)
     return tuple(states)
@@ -289,7 +291,7 @@ def test_select_layers(num_blocks, placement, expected):
     assert [int(h[0, 0, 0]) for h in select_layers(states, placement)] == expected
     config = AuxLossConfig("dispersion", placement=placement)
     want = torch.stack([layer_loss(states[i], config) for i in expected]).mean()
-    torch.testing.assert_close(auxiliary_loss(states, config), want, rtol=0, atol=0)
+    torch.testing.assert_close(auxiliary_loss(states, config), want, rtol=1e-12, atol=1e-14)
 
 
 def test_placements_give_different_losses():
@@ -298,6 +300,47 @@ def test_placements_give_different_losses():
     values = {p: auxiliary_loss(states, AuxLossConfig("dispersion", placement=p)).item()
               for p in ("all", "last", "early_half", "late_half")}
     assert len(set(values.values())) == 4
+
+
+def test_auxiliary_loss_runs_the_selected_layers_in_one_dispersion_call(monkeypatch):
+    calls = []
+    original = losses_module.dispersion_tiled_layers
+    monkeypatch.setattr(losses_module, "dispersion_tiled_layers",
+                        lambda layers, *args, **kwargs: calls.append(len(layers)) or original(layers, *args, **kwargs))
+    states = tagged_hidden_states(5)
+    auxiliary_loss(states, AuxLossConfig("dispersion", placement="late_half"))
+    assert calls == [3]
+
+
+@pytest.mark.parametrize("name", LOSS_NAMES)
+def test_auxiliary_loss_subsamples_each_layer_as_layer_loss_does(name):
+    # the stacked call (dispersion) and the per-layer calls (the others) see the same subsets: one
+    # draw per layer from the generator, in layer order; value and gradient equal the per-layer mean
+    states = tuple(random_hidden(tokens=9, features=6, seed=seed) for seed in range(4))
+    config = AuxLossConfig(name, max_tokens=5)
+
+    def per_layer(*layers):
+        gen = torch.Generator().manual_seed(3)
+        return torch.stack([layer_loss(z, config, gen) for z in layers[1:]]).mean()
+
+    def together(*layers):
+        return auxiliary_loss(layers, config, torch.Generator().manual_seed(3))
+
+    inputs = [z.clone().requires_grad_(True) for z in states]
+    value, ref_value = together(*inputs), per_layer(*inputs)
+    torch.testing.assert_close(value, ref_value, rtol=1e-12, atol=1e-14)
+    for grad, ref_grad in zip(torch.autograd.grad(value, inputs[1:]), torch.autograd.grad(ref_value, inputs[1:]),
+                              strict=True):
+        torch.testing.assert_close(grad, ref_grad, rtol=1e-12, atol=1e-14)
+        assert 0 < (grad != 0).any(dim=-1).sum() <= 2 * 5  # only the 5 sampled of 9 positions per sequence
+
+
+def test_auxiliary_loss_takes_layers_of_different_shapes_one_by_one():
+    # not what a HF model returns, but still the mean of the layer losses: one call each
+    states = (random_hidden(tokens=6), random_hidden(tokens=6, seed=1), random_hidden(tokens=8, features=5, seed=2))
+    config = AuxLossConfig("dispersion")
+    want = torch.stack([layer_loss(z, config) for z in states[1:]]).mean()
+    torch.testing.assert_close(auxiliary_loss(states, config), want, rtol=0, atol=0)
 
 
 def test_select_layers_rejects_impossible_requests():
@@ -383,6 +426,7 @@ def test_non_3d_or_integer_hidden_states_raise():
         ({"margin": 0.0}, "margin.*0.0"),
         ({"margin": 1.5}, "margin.*1.5"),
         ({"kernel": "triton"}, "kernel 'triton'.*auto, eager, compiled"),
+        ({"products": "tf32"}, "products 'tf32'.*float32, bfloat16"),
     ],
 )
 def test_invalid_config_raises(kwargs, shown):
@@ -402,3 +446,5 @@ def test_valid_edge_configs_construct():
     AuxLossConfig("l2_repel", norm_weight=0.0, tau=1e-3)
     assert AuxLossConfig("dispersion").kernel == "auto"
     AuxLossConfig("dispersion", kernel="compiled")
+    assert AuxLossConfig("dispersion").products == "float32"
+    AuxLossConfig("dispersion", products="bfloat16")
