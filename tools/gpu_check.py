@@ -743,6 +743,8 @@ def copy_tree(work: Path) -> None:
             skipped |= COPY_LEFT_OUT & set(names)
         if where == REPO / "results":
             skipped |= {name for name in names if name != "README.md"}
+        if where == REPO / ".dvc":  # DVC's cache after a `dvc repro` or `dvc pull`: gigabytes, git-ignored
+            skipped |= {"cache", "tmp", "config.local"} & set(names)
         return skipped
 
     shutil.copytree(REPO, work, ignore=left_out, symlinks=True)

@@ -134,22 +134,28 @@ def shared_seeds(configfiles: Sequence[str], offsets: Sequence[int]) -> list[str
 # --------------------------------------------------------------------------- running
 
 
-UNSHARED = ("runs", ".snakemake/locks", ".snakemake/incomplete", ".snakemake/log", "rerun.log", SET_RECORD)
-"""What a new set never takes from the first: the training runs (their states would resume another
-seed's run, their response caches answer for another model), Snakemake's locks and logs, the record."""
+UNSHARED = ("runs/eval_cache", ".snakemake/locks", ".snakemake/incomplete", ".snakemake/log", "rerun.log", SET_RECORD)
+"""What a new set never takes from the first besides its training runs: lm-eval's response cache
+(keyed by checkpoint path, it would answer for another seed's model), Snakemake's locks and logs,
+the record."""
+RUN_PLAN = "run.json"
+"""A training run's plan: the folder that holds one is a run, all of it the first set's seeds."""
 
 
 def start_from_first_set(first: Path, directory: Path) -> int:
-    """Copy into a set that has run nothing yet the first set's outputs but its training runs, with
-    their times and Snakemake's records, so Snakemake reruns only what the seeds shape: the runs and
-    everything downstream of them, while the sampled texts, the tasks, the tokenizer and the
-    measurements of given models (hours at the paper's scale) are made once. Returns the files copied."""
+    """Copy into a set that has run nothing yet the first set's outputs but its training runs (the
+    folders under runs/ that hold a run.json: weights, states that would resume another seed's run),
+    with their times and Snakemake's records, so Snakemake reruns only what the seeds shape: the
+    runs and everything downstream of them, while the sampled texts, the tasks, the tokenizer, the
+    packed blocks and the measurements of given models (hours at the paper's scale) are made once.
+    Returns the files copied."""
     sources = set(source_files(ROOT))
+    runs = {plan.parent.relative_to(first).as_posix() + "/" for plan in (first / "runs").rglob(RUN_PLAN)}
+    left_out = (*runs, *(f"{name}/" for name in UNSHARED), DEBS.as_posix())
     copied = 0
     for path in sorted(first.rglob("*")):
         name = path.relative_to(first).as_posix()
-        if (name in sources or path.is_dir() or name.startswith(tuple(f"{u}/" for u in UNSHARED))
-                or name in UNSHARED or name.startswith(DEBS.as_posix())):
+        if name in sources or name in UNSHARED or path.is_dir() or name.startswith(left_out):
             continue
         target = directory / name
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -215,9 +215,12 @@ def test_the_reduced_overlay_cuts_only_costs_and_keeps_every_seed():
 
 def test_a_new_set_starts_from_the_first_sets_outputs_but_its_training_runs(tmp_path):
     first, new = tmp_path / "offset-0", tmp_path / "offset-1000"
-    outputs = {"data/austen/sample.jsonl": "texts", "results/findings.md": "page", ".snakemake/metadata/abc": "{}"}
-    left = {"runs/pretrain/toy/run.json": "seed 0", "runs/eval_cache/x_rank0.db": "answers",
-            ".snakemake/locks/0.input.lock": "", "rerun.log": "log", rerun.SET_RECORD: "{}", "Snakefile": "changed"}
+    outputs = {"data/austen/sample.jsonl": "texts", "results/findings.md": "page", ".snakemake/metadata/abc": "{}",
+               "runs/pretrain/tokenizer/tokenizer.json": "no seed", "runs/midtrain/toy/blocks.npy": "no seed"}
+    left = {"runs/pretrain/toy/run.json": "seed 0", "runs/pretrain/toy/final/model.safetensors": "weights",
+            "runs/midtrain/toy/ce/seed0/run.json": "seed 0", "runs/midtrain/toy/ce/seed0/state/optimizer.pt": "state",
+            "runs/eval_cache/x_rank0.db": "answers", ".snakemake/locks/0.input.lock": "", "rerun.log": "log",
+            rerun.SET_RECORD: "{}", "Snakefile": "changed"}
     for name, text in {**outputs, **left}.items():
         (first / name).parent.mkdir(parents=True, exist_ok=True)
         (first / name).write_text(text)
@@ -230,5 +233,7 @@ def test_a_new_set_starts_from_the_first_sets_outputs_but_its_training_runs(tmp_
     for name, text in outputs.items():
         assert (new / name).read_text() == text
     assert (new / "results/findings.md").stat().st_mtime == made  # Snakemake compares the times
-    assert not (new / "runs").exists() and not (new / ".snakemake/locks").exists() and not (new / "rerun.log").exists()
+    assert not (new / "runs/pretrain/toy").exists() and not (new / "runs/midtrain/toy/ce").exists()
+    assert not (new / "runs/eval_cache").exists() and not (new / ".snakemake/locks").exists()
+    assert not (new / "rerun.log").exists()
     assert (new / "Snakefile").read_text() == snakefile  # the checkout's sources are the checkout's
