@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Collection
 from pathlib import Path
 
 DEBS = Path("resources/debs")
@@ -22,13 +23,16 @@ def source_files(checkout: Path) -> list[str]:
     return [name for name in listed.decode().split("\0") if name]
 
 
-def copy_checkout(checkout: Path, target: Path) -> Path:
+def copy_checkout(checkout: Path, target: Path, only: Collection[str] = ()) -> Path:
     """``checkout``'s source files into ``target``, and its resources/debs linked; returns ``target``.
+    ``only``: the top-level files and folders to copy (all when empty).
 
     A file already in ``target`` with the same bytes is left as it is (its time too), so Snakemake
     reruns only what a change shapes when a copy is refreshed. A file deleted but not yet committed
     is skipped."""
     for name in source_files(checkout):
+        if only and name.split("/")[0] not in only:
+            continue
         source, destination = checkout / name, target / name
         if not source.is_file() or (destination.is_file() and destination.read_bytes() == source.read_bytes()):
             continue

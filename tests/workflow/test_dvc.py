@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from plan_overlays import job_counts
 from workflow_helpers import BIN, copy_run, run
 
 pytestmark = pytest.mark.slow
@@ -37,7 +38,7 @@ def planned(project: Path, overlay: str | None = None) -> tuple[dict[str, int], 
         command += ["--configfile", "config.yaml", "overlay.yaml"]
     done = run(command, project)
     text = done.stdout + done.stderr
-    return {name: int(count) for name, count in re.findall(r"^(\w+) +(\d+)$", done.stdout, re.M)}, text
+    return job_counts(done.stdout), text
 
 
 @pytest.fixture(scope="module")

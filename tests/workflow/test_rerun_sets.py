@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from plan_overlays import job_counts
@@ -36,7 +34,7 @@ def test_three_seed_sets_of_the_tiny_config_draw_their_own_runs_and_are_compared
     assert report["configfiles"] == ["tests/workflow/configs/tiny.yaml"]
     assert "Nothing to be done" in (workdir / "offset-0/rerun.log").read_text()  # reused, not trained again
     for offset in OFFSETS[1:]:  # the others start from what no seed shapes in the first and train their own
-        ran = jobs_run(workdir / f"offset-{offset}/rerun.log")
+        ran = job_counts((workdir / f"offset-{offset}/rerun.log").read_text())
         assert ran["pretrain"] == 2 and ran["train_study_run"] > 0, ran
         assert not {"build_corpus", "sample_dataset", "prepare_tokenizer", "build_eval_tasks"} & set(ran), ran
     for offset in OFFSETS:  # each set trained with its own seeds: the plans the runs read
@@ -55,16 +53,10 @@ def test_three_seed_sets_of_the_tiny_config_draw_their_own_runs_and_are_compared
     assert any("unmeasured (se NaN)" in line for line in report["not_compared"])
 
 
-def jobs_run(log: Path) -> dict[str, int]:
-    """Jobs per rule of the job-stats table a Snakemake run's log starts with."""
-    return job_counts(log.read_text())
-
-
 def planned_jobs(root, *configfiles: str) -> dict[str, int]:
     """Jobs per rule of a dry run."""
     result = run([str(BIN / "snakemake"), "-n", "--configfile", *configfiles], root)
-    # the job-stats table: "rule   count" rows (no other line of a dry run is a bare name and number)
-    return {name: int(count) for name, count in re.findall(r"^(\w+) +(\d+)$", result.stdout, flags=re.MULTILINE)}
+    return job_counts(result.stdout)
 
 
 def test_the_reduced_overlay_plans_every_job_of_the_default(repo, tmp_path):

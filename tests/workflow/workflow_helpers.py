@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from condensation.runtime.checkout import source_files
+from condensation.runtime.checkout import copy_checkout
 from condensation.stages import NO_BARS_VARIABLES
 
 BIN = Path(sys.executable).parent
@@ -33,14 +33,8 @@ def copy_workflow(repo: Path, root: Path, config_text: str) -> Path:
     """The workflow's files under ``root`` with ``config_text`` as its config.yaml; the offline
     .deb files are linked, not copied. Only the files a clone holds: what git ignores there (DVC's
     cache after a `dvc repro` or `dvc pull`, gigabytes; bytecode) stays behind."""
-    root.mkdir(parents=True, exist_ok=True)
-    for name in source_files(repo):
-        if name.split("/")[0] in PROJECT_FILES and (repo / name).is_file():
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(repo / name, root / name)
+    copy_checkout(repo, root, only=PROJECT_FILES)
     (root / "config.yaml").write_text(config_text)
-    (root / "resources").mkdir()
-    (root / "resources" / "debs").symlink_to(repo / "resources" / "debs")
     return root
 
 
