@@ -1,14 +1,15 @@
 """The tests that plan the workflow "from the repository root" (marked ``plans``) give the same
 answers in a checkout where a run has finished: they plan in a clean copy of it (the fixture
-clean_clone), never in the checkout itself.
+clean_clone), never in the checkout itself (tests/conftest.py refuses a ``plans`` test without it).
 
 A user runs README command 1, then command 2 in the same clone: this is that order, with the tiny
 run's outputs, Snakemake's records of them and its logs planted in the root of a copy of the
-checkout, and the planning tests run there by pytest.
+checkout, and the first planning test of each module run there by pytest.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -33,11 +34,40 @@ def test_the_planning_tests_pass_beside_a_finished_run(repo, tiny_run, tmp_path)
     # planted where it counts: in this root, the tiny config's plan finds its run finished
     planned = run([str(BIN / "snakemake"), "-n", "--configfile", "tests/workflow/configs/tiny.yaml"], clone)
     assert "Nothing to be done" in planned.stdout + planned.stderr
-    # in this worker's process alone (-n 0): the other worker has tests of its own
-    done = subprocess.run([sys.executable, "-m", "pytest", "-m", "plans", "-n", "0", "-p", "no:cacheprovider", "-q"],
-                          cwd=clone, capture_output=True, text=True, timeout=1800)
+    # The first planning test of each module that has some (every one of them plans in clean_clone,
+    # which tests/conftest.py enforces; the others differ in what they plan, not where), in this
+    # worker's process alone (-n 0): the other worker has tests of its own.
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins/first_of_each_module.py").write_text(FIRST_OF_EACH_MODULE)
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(tmp_path / "plugins"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-m", "plans", "-n", "0", "-p", "no:cacheprovider",
+                           "-p", "first_of_each_module", "-q", "-rA"],
+                          cwd=clone, env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout[-4000:]
-    assert " passed" in done.stdout.splitlines()[-1] and "deselected" in done.stdout.splitlines()[-1]
+    passed = {line.split()[1].split("::")[0] for line in done.stdout.splitlines() if line.startswith("PASSED ")}
+    assert passed == PLANNING_MODULES, done.stdout[-4000:]
+
+
+PLANNING_MODULES = {
+    "tests/unit/test_default_pipeline.py", "tests/unit/test_gpu_check.py", "tests/workflow/test_adding_your_own.py",
+    "tests/workflow/test_pipeline.py", "tests/workflow/test_readme.py", "tests/workflow/test_slurm.py",
+}
+"""The modules with tests marked ``plans``: a new one is named here, or this test fails."""
+
+FIRST_OF_EACH_MODULE = """
+import pytest
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    kept, modules = [], set()
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        if module not in modules:
+            kept.append(item)
+            modules.add(module)
+    config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+    items[:] = kept
+"""
 
 
 def test_a_workflow_copied_for_a_test_leaves_what_git_ignores_behind(repo, tmp_path):

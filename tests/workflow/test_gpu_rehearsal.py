@@ -1,6 +1,6 @@
 """The GPU check's CPU rehearsal in the project's environment (docs/gpu.md): every step at toy
 size, the summary it writes after each, and a step stopped at its time box (the workflow, given
-60 s) still recorded with what it finished."""
+BOX_S, 30 s: its first jobs take seconds) still recorded with what it finished."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
+BOX_S = 30
+"""The workflow step's box here: long enough for the tiny config's first jobs, short of its end."""
 spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "tools/gpu_check.py")
 gpu_check = importlib.util.module_from_spec(spec)
 sys.modules["gpu_check"] = gpu_check  # dataclasses look their module up
@@ -30,7 +32,7 @@ def test_the_cpu_rehearsal_runs_every_step_and_writes_its_summary(tmp_path):
     steps = ["env", "tests", "dispersion", "training", "extraction", "workflow", "smollm2"]
     env = os.environ | {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [*command, "--box", "workflow=60", *steps],
+        [*command, "--box", f"workflow={BOX_S}", *steps],
         cwd=ROOT,
         env=env,
         check=False,
@@ -68,7 +70,7 @@ def test_the_cpu_rehearsal_runs_every_step_and_writes_its_summary(tmp_path):
     workflow = summary["steps"]["workflow"]
     done_jobs, planned = map(int, re.fullmatch(r"(\d+) of (\d+)", workflow["jobs_done"]).groups())
     # stopped at its box: Snakemake's process ran the box, then at most the grace before SIGKILL
-    assert 0 < done_jobs < planned and workflow["wall_s"] < 60 + gpu_check.STOP_GRACE_S + 10
+    assert 0 < done_jobs < planned and workflow["wall_s"] < BOX_S + gpu_check.STOP_GRACE_S + 10
     assert "configs/smollm2-gpu.yaml" in summary["steps"]["smollm2"]["command"]
     assert "not judged (CPU)" in (out / "summary.md").read_text()
     with tarfile.open(out / "logs.tar.gz") as archive:

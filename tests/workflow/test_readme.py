@@ -17,7 +17,7 @@ from workflow_helpers import BIN, run
 
 from tests.conftest import DOC_PAGES, REPO
 
-pytestmark = [pytest.mark.slow, pytest.mark.plans]
+pytestmark = pytest.mark.slow
 
 
 def shown_commands(program: str, pages: tuple[Path, ...] = DOC_PAGES) -> list[str]:
@@ -58,6 +58,7 @@ def dry_run(args: list[str]) -> list[str]:
     return planned if {"-n", "--dry-run"} & set(planned) else [*planned, "-n"]
 
 
+@pytest.mark.plans
 @pytest.mark.parametrize("command", SNAKEMAKE_COMMANDS)
 def test_shown_snakemake_command_runs_from_the_repository_root(command, clean_clone):
     args = shlex.split(command)
