@@ -47,15 +47,20 @@ to its workers in the order collected: starting with these (longest processing t
 the short ones fill in at the end, and both workers finish together."""
 
 
-def pytest_collection_modifyitems(config, items):
-    """The modules that take minutes run first (LONGEST_FIRST). A test marked ``plans`` plans in
-    the clean copy (fixture clean_clone) or is refused. Tests marked ``gpu`` need a CUDA device:
-    without one they are skipped, saying so."""
+def refuse_planning_outside_clean_clone(items) -> None:
+    """A test marked ``plans`` must take the fixture clean_clone: UsageError naming those that do not."""
     planning_elsewhere = [item.nodeid for item in items
                           if item.get_closest_marker("plans") and "clean_clone" not in item.fixturenames]
     if planning_elsewhere:
         raise pytest.UsageError("tests marked 'plans' must plan in the fixture clean_clone (a clean copy of the "
                                 "checkout), not in the checkout: " + ", ".join(planning_elsewhere))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The modules that take minutes run first (LONGEST_FIRST). A test marked ``plans`` plans in
+    the clean copy (fixture clean_clone) or is refused. Tests marked ``gpu`` need a CUDA device:
+    without one they are skipped, saying so."""
+    refuse_planning_outside_clean_clone(items)
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest as collected
     gpu_tests = [item for item in items if item.get_closest_marker("gpu")]

@@ -18,6 +18,7 @@ import pytest
 from workflow_helpers import BIN, copy_workflow, run
 
 from condensation.runtime.checkout import copy_checkout
+from tests.conftest import refuse_planning_outside_clean_clone
 
 pytestmark = pytest.mark.slow
 
@@ -68,6 +69,20 @@ def pytest_collection_modifyitems(config, items):
     config.hook.pytest_deselected(items=[item for item in items if item not in kept])
     items[:] = kept
 """
+
+
+def test_a_planning_test_without_the_clean_copy_is_refused_at_collection():
+    class Item:
+        def __init__(self, nodeid, marked, fixturenames):
+            self.nodeid, self.marked, self.fixturenames = nodeid, marked, fixturenames
+
+        def get_closest_marker(self, name):
+            return name if self.marked else None
+
+    fine = [Item("a::plans", True, ["clean_clone", "tmp_path"]), Item("a::other", False, ["repo"])]
+    refuse_planning_outside_clean_clone(fine)
+    with pytest.raises(pytest.UsageError, match="clean_clone.*b::in_root$"):
+        refuse_planning_outside_clean_clone([*fine, Item("b::in_root", True, ["repo"])])
 
 
 def test_a_workflow_copied_for_a_test_leaves_what_git_ignores_behind(repo, tmp_path):
