@@ -231,3 +231,21 @@ def test_the_lenses_are_those_of_the_spectra_as_before(sample_tokens):
             found = result.values[2:, layer] if column == 0 else result.jackknife[2:, column - 1, layer]
             np.testing.assert_allclose(found, expected, rtol=0, atol=LENS_TOLERANCE)
     assert 0.05 < result.layer_values("isoscore").min() and result.layer_values("isoscore").max() < 0.95
+
+
+def test_tokens_sharing_one_direction_keep_their_spread_in_float32():
+    """Directions that all but coincide (mean cosine 0.9993, as in a condensed deep layer): the
+    covariance is the small spread around a large shared mean, which ``scatter - sum sum^T / n``
+    in float32 cancels away unless the tokens are centred first. Every spectral lens of the tokens
+    and of each left-out group, from float32, within gamma_n of the same tokens in float64 (the
+    rounding of an n-term sum, relative to the spread; without the centring they were off by up
+    to 7e-3, 480 times that)."""
+    torch.manual_seed(0)
+    n, d = 256, 16
+    shared = torch.nn.functional.normalize(torch.randn(d), dim=0)
+    tokens = torch.nn.functional.normalize(100 * shared + torch.randn(n, d) * torch.linspace(0.2, 1.0, d), dim=1)
+    assert tokens.mean(0).norm() ** 2 > 0.999
+    groups = torch.arange(n) % 4
+    found, exact = lenses.spectral_lenses(tokens, groups), lenses.spectral_lenses(tokens.double(), groups)
+    np.testing.assert_allclose(found, exact, rtol=0, atol=gamma(n))
+    assert 0.05 < exact[0].min() and exact[1].min() > 0.5  # a spread that is far from degenerate
