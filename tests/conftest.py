@@ -33,18 +33,28 @@ SAMPLE_TEXT = (
 
 
 LONGEST_FIRST = (
-    "tests/workflow/test_pipeline.py",  # builds the tiny run the next three read (tests/workflow/conftest.py)
-    "tests/workflow/test_paper_miniature.py",
-    "tests/workflow/test_setting_changes.py",
+    "tests/workflow/test_pipeline.py",  # builds the tiny run later modules read (tests/workflow/conftest.py)
+    "tests/workflow/test_paper_miniature.py",  # as long: when it ends, the tiny run is there to read
     "tests/workflow/test_rerun_sets.py",
-    "tests/workflow/test_dvc.py",
     "tests/workflow/test_gpu_rehearsal.py",
     "tests/workflow/test_slurm.py",
+    "tests/unit/test_multinode.py",
+    "tests/unit/test_measurement.py",
+    "tests/workflow/test_dvc.py",
+    "tests/unit/test_stand_in_hub.py",
+    "tests/workflow/test_setting_changes.py",
+    "tests/workflow/test_faults.py",
+    "tests/workflow/test_light_install.py",
+    "tests/unit/test_models.py",
+    "tests/unit/test_kernels.py",
+    "tests/workflow/test_readme.py",
     "tests/workflow/test_clean_root.py",
+    "tests/unit/test_power.py",
 )
-"""The modules that take minutes, longest first. pytest-xdist (pyproject.toml) hands whole modules
-to its workers in the order collected: starting with these (longest processing time first) lets
-the short ones fill in at the end, and both workers finish together."""
+"""The modules that take over half a minute, longest first (module totals of the .ci/run of
+2026-11-27 at cddbb96). pytest-xdist (pyproject.toml) hands whole modules to its workers in the
+order collected: starting with these (longest processing time first) lets the short ones fill in
+at the end, and both workers finish together."""
 
 
 def refuse_planning_outside_clean_clone(items) -> None:
