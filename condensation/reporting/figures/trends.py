@@ -186,7 +186,7 @@ def _lens_panel(ax: Axes, labels: Sequence[str], entries: Sequence[FamilyEntry])
     ax.set_ylim(-0.1, 1.05)
     ax.spines["right"].set_visible(False)
     ax.set_title(LENS_TITLE)
-    ax.legend(fontsize=6, loc="upper right", frameon=True, framealpha=0.85, handlelength=1.2, borderpad=0.3)
+    ax.legend(fontsize=6, loc="best", frameon=True, framealpha=0.85, handlelength=1.2, borderpad=0.3)
 
 
 def _join_pairs(ax: Axes, dx: tuple[float, float], first: np.ndarray, second: np.ndarray) -> None:
