@@ -67,7 +67,7 @@ def refuse_planning_outside_clean_clone(items) -> None:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The modules that take minutes run first (LONGEST_FIRST). A test marked ``plans`` plans in
+    """The modules that take longest run first (LONGEST_FIRST). A test marked ``plans`` plans in
     the clean copy (fixture clean_clone) or is refused. Tests marked ``gpu`` need a CUDA device:
     without one they are skipped, saying so."""
     refuse_planning_outside_clean_clone(items)

@@ -38,9 +38,8 @@ def test_the_planning_tests_pass_beside_a_finished_run(repo, tiny_run, tmp_path)
     # The first planning test of each module that has some (every one of them plans in clean_clone,
     # which tests/conftest.py enforces; the others differ in what they plan, not where), in this
     # worker's process alone (-n 0): the other worker has tests of its own.
-    (tmp_path / "plugins").mkdir()
-    (tmp_path / "plugins/first_of_each_module.py").write_text(FIRST_OF_EACH_MODULE)
-    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(tmp_path / "plugins"), os.environ.get("PYTHONPATH", "")])}
+    plugins = str(clone / "tests/workflow")  # first_of_each_module.py
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([plugins, os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "pytest", "-m", "plans", "-n", "0", "-p", "no:cacheprovider",
                            "-p", "first_of_each_module", "-q", "-rA"],
                           cwd=clone, env=env, capture_output=True, text=True, timeout=1800)
@@ -54,21 +53,6 @@ PLANNING_MODULES = {
     "tests/workflow/test_pipeline.py", "tests/workflow/test_readme.py", "tests/workflow/test_slurm.py",
 }
 """The modules with tests marked ``plans``: a new one is named here, or this test fails."""
-
-FIRST_OF_EACH_MODULE = """
-import pytest
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config, items):
-    kept, modules = [], set()
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        if module not in modules:
-            kept.append(item)
-            modules.add(module)
-    config.hook.pytest_deselected(items=[item for item in items if item not in kept])
-    items[:] = kept
-"""
 
 
 def test_a_planning_test_without_the_clean_copy_is_refused_at_collection():

@@ -22,7 +22,8 @@ CONFIG = "tests/workflow/configs/rerun.yaml"
 comparison meets, in a third of the tiny config's jobs (that config's point is every rule)."""
 
 
-def rerun(repo, workdir) -> tuple[subprocess.CompletedProcess, dict]:
+def rerun(repo, workdir) -> dict:
+    """The tool run on ``CONFIG`` in ``workdir``; its report."""
     command = [sys.executable, str(repo / "tools/rerun_findings.py"), "--configfile", CONFIG, "--cores", "2",
                "--workdir", str(workdir)]
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -32,12 +33,12 @@ def rerun(repo, workdir) -> tuple[subprocess.CompletedProcess, dict]:
     report = json.loads((workdir / "rerun-report.json").read_text())
     assert result.returncode == (0 if report["passed"] else 1)
     assert (workdir / "rerun-report.md").read_text() in result.stdout
-    return result, report
+    return report
 
 
 def test_three_seed_sets_draw_their_own_runs_are_compared_and_a_second_call_reuses_them(repo, tmp_path):
     workdir = tmp_path / "rerun"
-    _, report = rerun(repo, workdir)
+    report = rerun(repo, workdir)
     assert report["configfiles"] == [CONFIG]
     for offset in OFFSETS[1:]:  # the others start from what no seed shapes in the first and train their own
         ran = job_counts((workdir / f"offset-{offset}/rerun.log").read_text())
@@ -61,7 +62,7 @@ def test_three_seed_sets_draw_their_own_runs_are_compared_and_a_second_call_reus
     # a second call finds every set finished: nothing trains again, the same comparisons
     logs = {offset: workdir / f"offset-{offset}/rerun.log" for offset in OFFSETS}
     before = {offset: len(log.read_text()) for offset, log in logs.items()}
-    _, again = rerun(repo, workdir)
+    again = rerun(repo, workdir)
     for offset, log in logs.items():
         assert "Nothing to be done" in log.read_text()[before[offset]:], log.read_text()[-2000:]
     assert again["comparisons"] == compared
