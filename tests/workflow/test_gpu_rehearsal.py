@@ -76,3 +76,8 @@ def test_the_cpu_rehearsal_runs_every_step_and_writes_its_summary(tmp_path):
     with tarfile.open(out / "logs.tar.gz") as archive:
         names = set(archive.getnames())
     assert {"logs/env.log", "logs/dispersion.log", "logs/workflow.log", "benchmarks/training.json"} <= names
+    # what the stopped workflow finished comes back too: its job logs and benchmark files
+    with tarfile.open(out / workflow["records"]) as archive:
+        records = set(archive.getnames())
+    assert any(name.startswith("logs/benchmarks/") for name in records), sorted(records)[:20]
+    assert 0 < sum(rule["jobs"] for rule in workflow["job_seconds"].values()) <= done_jobs
