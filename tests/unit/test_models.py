@@ -145,6 +145,26 @@ def test_same_seed_same_initial_weights(tiny_model_dir):
         build_gpt2({**arch, "n_head": 3}, tokenizer, 0)
 
 
+def test_the_toys_run_gpt2_s_gelu_as_one_kernel_with_gpt2_s_outputs(tiny_model_dir):
+    """The toys' GELU is GPT2's tanh approximation fused (a fifth of a wide toy's CPU step:
+    benchmarks/toy_step.py): the same weights under GPT2Config's stock ``gelu_new`` give the same
+    logits and gradients to float32 rounding, and a saved toy loads back with the fused one."""
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    arch = {"n_layer": 2, "n_embd": 32, "n_head": 2, "n_inner": 128, "n_positions": 32}
+    ours = build_gpt2(arch, tokenizer, 0).eval()
+    assert ours.config.activation_function == "gelu_pytorch_tanh"
+    stock_config = type(ours.config).from_dict({**ours.config.to_dict(), "activation_function": "gelu_new"})
+    stock = type(ours)(stock_config).eval()
+    stock.load_state_dict(ours.state_dict())
+    ids = torch.randint(0, len(tokenizer), (2, 32), generator=torch.Generator().manual_seed(0))
+    logits = [model(ids).logits for model in (ours, stock)]
+    assert (logits[0] - logits[1]).abs().max() < 1e-5
+    for model in (ours, stock):
+        model(ids, labels=ids).loss.backward()
+    grads = [model.transformer.h[0].mlp.c_fc.weight.grad for model in (ours, stock)]
+    assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-6)
+
+
 def test_an_initialisation_unties_the_embeddings_of_a_tied_architecture(tiny_model_dir, tmp_path):
     """The paper's Table 4 model had separate input and output embeddings (models' option
     tie_word_embeddings): an untied head is a parameter of its own, drawn with the seed, and stays
