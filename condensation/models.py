@@ -284,13 +284,24 @@ def _count_on_meta(handle: ModelHandle) -> int:
     from transformers import AutoConfig  # noqa: PLC0415
 
     config = AutoConfig.from_pretrained(handle.location, **_pretrained_kwargs(handle))
+    # with its head where it has one, as a safetensors file of the same weights stores it: the
+    # count must not depend on the format a revision holds (Pythia's step0 against its main)
+    causal_lm = any(name.endswith(("ForCausalLM", "LMHeadModel")) for name in config.architectures or ())
     with torch.device("meta"):
-        model = _auto_class(handle, causal_lm=False).from_config(config, trust_remote_code=handle.trust_remote_code)
+        model = _auto_class(handle, causal_lm=causal_lm).from_config(config, trust_remote_code=handle.trust_remote_code)
     return count_parameters(model)
 
 
+HUB_FILES = ("*.json", "*.model", "*.txt", "*.py", "*.tiktoken")
+"""What a hub model's snapshot needs beside its weights: configs, tokenizer files, remote code."""
+LEGACY_WEIGHTS = ("pytorch_model*.bin",)
+"""Weights in PyTorch's pickle format, fetched only where a revision has no safetensors (where it
+has both, as Pythia's ``main`` does, one copy of the weights is enough)."""
+
+
 def prepare_hub(name: str, model_id: str, revision: str | None, trust_remote_code: bool) -> ModelHandle:
-    """Download (or find in the cache) a hub model and pin the handle to the commit it resolved to."""
+    """Download (or find in the cache) a hub model and pin the handle to the commit it resolved to.
+    Its weights as safetensors where the revision has them, else as ``pytorch_model.bin``."""
     # deferred: heavy, see the imports
     from huggingface_hub import snapshot_download  # noqa: PLC0415
     from huggingface_hub.errors import (  # noqa: PLC0415
@@ -300,10 +311,9 @@ def prepare_hub(name: str, model_id: str, revision: str | None, trust_remote_cod
     )
 
     try:
-        folder = snapshot_download(
-            model_id, revision=revision,
-            allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.py", "*.tiktoken"],
-        )
+        folder = snapshot_download(model_id, revision=revision, allow_patterns=[*HUB_FILES, "*.safetensors"])
+        if not any(Path(folder).glob("*.safetensors")):  # an older checkpoint (Pythia's step branches)
+            folder = snapshot_download(model_id, revision=revision, allow_patterns=LEGACY_WEIGHTS)
     except (RepositoryNotFoundError, HFValidationError) as error:
         raise ModelError(f"model '{name}': no such model id on the Hugging Face Hub: '{model_id}'") from error
     except RevisionNotFoundError as error:

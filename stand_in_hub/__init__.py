@@ -22,6 +22,10 @@ What is built (:mod:`.catalog`)
   Qwen2.5 and the DeepSeek-R1 distills, Qwen3, Bloom, Olmo3), 2-4 layers, hidden 32 or 40, the MLP
   widening with the size in the real name so that a family's parameter counts keep their
   order; dtype, tied embeddings, padded vocabulary and context length as the real configs.
+  PolyPythia (``EleutherAI/pythia-{size}``, ``-seed{k}``, ``-data-seed{k}``, ``-weight-seed{k}``;
+  ``configs/polypythia.yaml``) as GPTNeoX at half the real depth, each revision a model pins
+  (``step0``) or a series lists a branch of its own weights; as on the Hub, a ``step`` branch
+  holds ``pytorch_model.bin`` alone and ``main`` both formats.
   Tokenizers are one byte-level BPE (448 tokens: the 256 bytes and 192 merges learnt from
   *Emma* in a fraction of a second) dressed per family: special tokens, bos/eos/pad/unk, ``tokenizer_class`` and
   ``model_max_length`` of the real repository (GPT-2 has no pad token, like the real one).

@@ -31,10 +31,15 @@ FAMILY_PREFIXES = (
     ("bigscience/bloom-", "bloom"),
     ("deepseek-ai/DeepSeek-R1-Distill-Qwen-", "r1-distill"),
     ("allenai/Olmo-3-", "olmo3"),
+    ("EleutherAI/pythia-", "pythia"),
 )
 
 # GPT-2's sizes are words, not numbers (billions of parameters of the real checkpoints).
 GPT2_SIZES = {"gpt2": 0.124, "gpt2-medium": 0.355, "gpt2-large": 0.774, "gpt2-xl": 1.5}
+
+# The PolyPythia sizes' real depths (van der Wal et al. 2025): the stand-ins keep half, so that a
+# deeper size stays deeper and a layer trend has points to rank.
+PYTHIA_LAYERS = {0.014: 6, 0.031: 6, 0.07: 6, 0.16: 12, 0.41: 24}
 
 # The hub datasets beyond a pipeline config's own: C4 (issue 11), and the datasets lm-eval reads
 # for the paper's 10 tasks (task -> (dataset_path, dataset_name) as in lm-eval's task YAMLs).
@@ -128,6 +133,12 @@ def shape_for(size: float, family: str) -> Shape:
         layers = 4  # Olmo 3 interleaves three sliding-window layers and one full-attention layer
     if family == "bloom":
         hidden = 16 + intermediate // 2  # Bloom's MLP is always 4 x hidden: the width grows instead
+    if family == "pythia":
+        # GPTNeoX: the MLP is 4 x hidden, and a quarter of each head's dimensions rotate, so heads
+        # of 8 or more dimensions (hidden a multiple of 32) keep that quarter even
+        layers = PYTHIA_LAYERS.get(size, 6) // 2
+        hidden = 32 * math.ceil((size * 1000) ** 0.25 / 2)
+        intermediate = 4 * hidden
     return Shape(layers=layers, hidden=hidden, heads=4, intermediate=intermediate)
 
 
@@ -147,10 +158,14 @@ class Catalog:
 
 
 def hub_models(config: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
-    """The ``source: hub`` model ids of a pipeline config, each with its revisions: ``main`` and,
-    for a model measured over training (the config's ``series``, Fig. 4), every listed one."""
+    """The ``source: hub`` model ids of a pipeline config, each with its revisions: ``main``, the
+    ones models pin (``revision: step0``, a checkpoint as a model of its own) and, for a model
+    measured over training (the config's ``series``, Fig. 4), every listed one."""
     models = config.get("models", {})
     revisions: dict[str, list[str]] = {spec["id"]: [] for spec in models.values() if spec.get("source") == "hub"}
+    for spec in models.values():
+        if spec.get("source") == "hub" and spec.get("revision"):
+            revisions[spec["id"]].append(spec["revision"])
     for series in config.get("series", {}).values():
         model = models.get(series["model"], {})
         if model.get("source") == "hub":

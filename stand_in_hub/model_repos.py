@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -81,7 +82,17 @@ STYLES = {
          "pad_token": "<|pad|>"},
         max_positions=65536,
     ),
+    # Pythia: GPT-NeoX-20B's tokenizer, no pad token declared (lm-eval sets one), float16
+    # checkpoints, the embedding padded to 50,304 rows (a multiple of 128)
+    "pythia": FamilyStyle(
+        "GPTNeoXTokenizerFast", ("<|endoftext|>", "<|padding|>"), 2048,
+        {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"},
+        dtype="float16", vocab_multiple=128, max_positions=2048,
+    ),
 }
+LEGACY_WEIGHTS_ONLY = re.compile(r"^step\d+$")
+"""Revisions whose real repositories hold ``pytorch_model.bin`` alone: Pythia's training
+checkpoints (branches ``step0`` ... ``step143000``); its ``main`` holds both formats."""
 # Qwen2.5-Math was trained with a 4k context; the other Qwen2.5 bases with 32k.
 MATH_MAX_POSITIONS = 4096
 
@@ -196,9 +207,20 @@ def _qwen1(model: ModelRepo, shape: Shape, vocab: int, ids: dict[str, int]):
     )
 
 
+def _gptneox(model: ModelRepo, shape: Shape, vocab: int, ids: dict[str, int]):
+    from transformers import GPTNeoXConfig
+
+    return GPTNeoXConfig(
+        vocab_size=vocab, hidden_size=shape.hidden, num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+        intermediate_size=shape.intermediate, rotary_pct=0.25, use_parallel_residual=True,
+        max_position_embeddings=STYLES["pythia"].max_positions, tie_word_embeddings=False,
+        architectures=["GPTNeoXForCausalLM"], **ids,
+    )
+
+
 CONFIG_BUILDERS: dict[str, Callable] = {
     "gpt2": _gpt2, "qwen1": _qwen1, "qwen2.5": _qwen2, "r1-distill": _qwen2, "qwen3": _qwen3,
-    "bloom": _bloom, "olmo3": _olmo3,
+    "bloom": _bloom, "olmo3": _olmo3, "pythia": _gptneox,
 }
 
 
@@ -224,6 +246,17 @@ def random_model(config, seed: int):
     return AutoModelForCausalLM.from_config(config)
 
 
+def write_legacy_weights(network, directory: Path, alone: bool) -> None:
+    """``pytorch_model.bin`` (a pickled state dict) beside the safetensors, or instead of them
+    (``alone``): the format of the Hub's older checkpoints, which a client must still load."""
+    import torch
+
+    torch.save({name: tensor.contiguous() for name, tensor in network.state_dict().items()},
+               directory / "pytorch_model.bin")
+    if alone:
+        (directory / "model.safetensors").unlink()
+
+
 def write_model_repo(root: str | Path, model: ModelRepo, core) -> list[Path]:
     """Every revision of a model repository: config, weights, tokenizer (and Qwen-1's code)."""
     import torch
@@ -236,6 +269,8 @@ def write_model_repo(root: str | Path, model: ModelRepo, core) -> list[Path]:
         directory = revision_dir(root, "models", model.repo_id, revision)
         network = random_model(config, weight_seed(model.repo_id, revision)).to(getattr(torch, style.dtype))
         network.save_pretrained(directory)
+        if model.family == "pythia":
+            write_legacy_weights(network, directory, alone=bool(LEGACY_WEIGHTS_ONLY.match(revision)))
         write_tokenizer(tokenizer, style, directory)
         if model.family == "qwen1":
             for name in ("configuration_qwen.py", "modeling_qwen.py"):

@@ -36,6 +36,7 @@ LONGEST_FIRST = (
     "tests/workflow/test_pipeline.py",  # builds the tiny run later modules read (tests/workflow/conftest.py)
     "tests/workflow/test_paper_miniature.py",  # as long: when it ends, the tiny run is there to read
     "tests/workflow/test_rerun_sets.py",
+    "tests/workflow/test_polypythia_miniature.py",
     "tests/workflow/test_gpu_rehearsal.py",
     "tests/workflow/test_slurm.py",
     "tests/unit/test_multinode.py",

@@ -177,7 +177,8 @@ class ModelSpec:
     """Name shown in figures and tables; the same label on several models marks replicates."""
     seed: int | None = None
     """pretrain / init: the seed of the initial weights (None: the ``of`` model's, else pretrain.seed);
-    run: the run's seed."""
+    run: the run's seed; hub: the seed of a published run of a suite of seeds (one draw of its
+    training procedure)."""
     trust_remote_code: bool
     tie_word_embeddings: bool | None = None
     """init of a hub, local or gguf model: tie or untie the input and output embeddings of its

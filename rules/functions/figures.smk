@@ -3,15 +3,22 @@
 
 from condensation.config.plan import score_tables, series_model_name
 
-# Models whose weights this workflow draws (pre-trained, initialised or trained in a study here):
-# one run of them leaves the training noise unmeasured; any other model is one given checkpoint.
-DRAWN_MODELS = [name for name, spec in MODELS.items() if spec.source in ("pretrain", "init", "run")]
+# Models that are one draw of a training procedure: those whose weights this workflow draws
+# (pre-trained, initialised or trained in a study here) and published runs of a suite of seeds (a
+# hub model with `seed:`, PolyPythia's). One run of them leaves the training noise unmeasured;
+# any other model is one given checkpoint.
+DRAWN_MODELS = [
+    name
+    for name, spec in MODELS.items()
+    if spec.source in ("pretrain", "init", "run") or (spec.source == "hub" and spec.seed is not None)
+]
 
 
 def series_group(spec):
     """Which runs the findings page reads together for the Fig. 4 claim: the pre-training runs of
-    one family done here (every width and seed: draws of one procedure), else the series' model."""
-    if spec["model"] in DRAWN_MODELS:
+    one family done here (every width and seed: draws of one procedure), else the series' model's
+    label (a published suite's seeds of one size share it)."""
+    if MODELS[spec["model"]].source == "pretrain":
         for family, members in config["families"].items():
             if spec["model"] in members["models"]:
                 return f"{family}, pre-trained here"

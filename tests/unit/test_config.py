@@ -196,7 +196,8 @@ def test_missing_config_file(tmp_path):
     [["config.yaml"], ["configs/paper.yaml"], ["configs/paper.yaml", "configs/paper-miniature.yaml"],
      ["configs/paper.yaml", "configs/paper-fullscale.yaml"],
      ["config.yaml", "configs/offline-full.yaml"], ["configs/smollm2.yaml"],
-     ["configs/smollm2.yaml", "configs/smollm2-cpu.yaml"]],
+     ["configs/smollm2.yaml", "configs/smollm2-cpu.yaml"], ["configs/polypythia.yaml"],
+     ["configs/polypythia-miniature.yaml"]],
 )
 def test_shipped_configs_are_valid(repo, names):
     """Each shipped config, overlays merged over their base as Snakemake merges several --configfile."""
@@ -207,6 +208,39 @@ def test_shipped_configs_are_valid(repo, names):
         update_config(merged, yaml.safe_load((repo / name).read_text()))
     config = validate_config(merged)
     assert config["families"] or config["midtrain"]["models"], f"{names} measure nothing"
+
+
+def test_the_polypythia_miniature_is_the_full_config_shortened(repo):
+    """What the miniature runs (tests/workflow/test_polypythia_miniature.py) stands for the full
+    config: each model, family, pair, series, method and task it names is polypythia.yaml's entry,
+    its lists shortened; only the budgets (sampling, training, scoring) are the CPU's."""
+    full = yaml.safe_load((repo / "configs/polypythia.yaml").read_text())
+    mini = yaml.safe_load((repo / "configs/polypythia-miniature.yaml").read_text())
+
+    def shortened(small, large, where):
+        if isinstance(small, dict):
+            assert isinstance(large, dict) and set(small) <= set(large), f"{where}: {set(small) - set(large)}"
+            for key, value in small.items():
+                shortened(value, large[key], f"{where}.{key}")
+        elif isinstance(small, list):
+            assert isinstance(large, list), where
+            if all(isinstance(item, str) for item in small):
+                assert [item for item in large if item in small] == small, f"{where}: not a sublist in order"
+            else:
+                for item in small:
+                    assert item in large, f"{where}: {item}"
+        else:
+            assert small == large, f"{where}: {small!r} != {large!r}"
+
+    for section in ("datasets", "models", "families", "pairs", "series"):
+        shortened(mini[section], full[section], section)
+    shortened(mini["midtrain"]["methods"], full["midtrain"]["methods"], "midtrain.methods")
+    shortened(mini["midtrain"]["models"], full["midtrain"]["models"], "midtrain.models")
+    shortened(list(mini["evaluation"]["tasks"]), list(full["evaluation"]["tasks"]), "evaluation.tasks")
+    assert {mini["midtrain"]["dataset"], mini["midtrain"]["geometry_dataset"]} == {
+        full["midtrain"]["dataset"], full["midtrain"]["geometry_dataset"]}
+    seeds = {spec["seed"] for spec in mini["models"].values()}
+    assert len(seeds) >= 2, "replicates: at least two seeds"
 
 
 MIDTRAIN = {"models": ["m"], "dataset": "austen", "geometry_dataset": "austen",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from stand_in_hub import OLMO3_REPO, CatalogError, Hub, load_catalog
 from stand_in_hub.catalog import MMLU_SUBJECTS, PAPER_CONFIG, nominal_size
 from stand_in_hub.repository import scan
 
+ROOT = Path(__file__).resolve().parents[2]
 PAPER = yaml.safe_load(PAPER_CONFIG.read_text())
 PAPER_HUB_MODELS = {spec["id"] for spec in PAPER["models"].values() if spec["source"] == "hub"}
 OLMO3_REVISIONS = tuple(point["revision"] for point in PAPER["series"]["olmo3-7b-pretraining"]["checkpoints"])
@@ -450,3 +452,80 @@ def test_every_model_and_revision_loads(stand_in_hub):
     result = stand_in_hub.run_client(ALL_MODELS_CLIENT, *(json.dumps(s) for s in specs))
     assert len(result) == len(specs) == len(PAPER_HUB_MODELS) - 1 + len(OLMO3_REVISIONS)  # Olmo at every revision
     assert all(count > 0 for count in result.values())
+
+
+# --------------------------------------------------------------------------------------------
+# PolyPythia (configs/polypythia.yaml): GPTNeoX repositories, seeds, and checkpoints as branches
+# in the older weight format
+# --------------------------------------------------------------------------------------------
+
+POLYPYTHIA_MINIATURE = PAPER_CONFIG.parent / "polypythia-miniature.yaml"
+
+
+def test_the_polypythia_catalog_keeps_each_size_s_depth_order_and_every_revision_a_model_pins():
+    catalog = load_catalog(POLYPYTHIA_MINIATURE)
+    shapes = {model.repo_id: model.shape for model in catalog.models}
+    assert shapes["EleutherAI/pythia-70m"] == shapes["EleutherAI/pythia-70m-seed1"]
+    assert (shapes["EleutherAI/pythia-70m"].layers, shapes["EleutherAI/pythia-160m"].layers) == (3, 6)
+    assert all(shape.intermediate == 4 * shape.hidden and shape.hidden % 32 == 0 for shape in shapes.values())
+    revisions = {model.repo_id: model.revisions for model in catalog.models}
+    # step0 pinned by the init models; step1000 by the series; main always
+    assert revisions["EleutherAI/pythia-70m"] == ("step0", "step1000", "main")
+    assert revisions["EleutherAI/pythia-160m"] == ("step0", "main")
+    assert nominal_size("EleutherAI/pythia-160m-data-seed2") == 0.16
+
+
+@pytest.fixture(scope="module")
+def pythia_hub(tmp_path_factory):
+    """Two PolyPythia repositories of the miniature, served; clients in fresh processes."""
+    from stand_in_hub import build, client_env, serve
+
+    root = tmp_path_factory.mktemp("pythia-hub") / "tree"
+    build(root, POLYPYTHIA_MINIATURE, only=["EleutherAI/pythia-70m", "EleutherAI/pythia-160m-seed1"])
+    caches = tmp_path_factory.mktemp("pythia-hub-clients")
+    with serve(root) as url:
+        yield root, os.environ | client_env(url, str(caches)) | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+PREPARE_CLIENT = r"""
+import json, sys, torch
+from pathlib import Path
+from huggingface_hub import constants
+from condensation.models import load_model, prepare_hub
+torch.set_num_threads(1)
+result = {}
+for repo, revision in (("EleutherAI/pythia-70m", "step0"), ("EleutherAI/pythia-70m", "main"),
+                       ("EleutherAI/pythia-160m-seed1", "step0")):
+    handle = prepare_hub("m", repo, revision, False)
+    folder = Path(constants.HF_HUB_CACHE) / f"models--{repo.replace('/', '--')}" / "snapshots" / handle.revision
+    model = load_model(handle, dtype="float32", device="cpu")
+    result[f"{repo}@{revision}"] = {
+        "files": sorted(path.name for path in folder.iterdir()), "parameters": handle.num_parameters,
+        "loaded": sum(p.numel() for p in model.parameters()), "layers": handle.num_layers,
+        "model": type(model).__name__, "first": model.get_input_embeddings().weight[0, :4].tolist(),
+        "head": model.config.hidden_size * model.config.vocab_size,
+    }
+print(json.dumps(result))
+"""
+
+
+@pytest.mark.slow  # a client in a process of its own
+def test_a_checkpoint_branch_loads_from_pytorch_model_bin_and_main_from_safetensors_alone(pythia_hub):
+    """Pythia's step branches hold only the older format; its main holds both, of which one is
+    fetched. Every revision is its own weights, read the same either way."""
+    root, env = pythia_hub
+    files = {revision: sorted(path.name for path in (root / "models/EleutherAI/pythia-70m" / revision).iterdir())
+             for revision in ("step0", "main")}
+    assert "pytorch_model.bin" in files["step0"] and "model.safetensors" not in files["step0"]
+    assert {"pytorch_model.bin", "model.safetensors"} <= set(files["main"])
+    done = subprocess.run([sys.executable, "-c", PREPARE_CLIENT], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    step0, main = result["EleutherAI/pythia-70m@step0"], result["EleutherAI/pythia-70m@main"]
+    assert "pytorch_model.bin" in step0["files"] and not any(name.endswith(".safetensors") for name in step0["files"])
+    assert "model.safetensors" in main["files"] and "pytorch_model.bin" not in main["files"], "one copy of the weights"
+    for loaded in result.values():  # measured as the base model; counted with the (untied) head either way
+        assert loaded["model"] == "GPTNeoXModel" and loaded["parameters"] == loaded["loaded"] + loaded["head"]
+    assert step0["layers"] == main["layers"] == 3 and result["EleutherAI/pythia-160m-seed1@step0"]["layers"] == 6
+    assert step0["first"] != main["first"], "each revision holds its own weights"
+    assert step0["parameters"] == main["parameters"], "the count does not depend on the format"

@@ -303,6 +303,25 @@ def test_lint_finds_nothing_but_the_missing_conda_environments(clean_clone):
 
 
 @pytest.mark.plans
+def test_polypythia_config_plans_every_seed_its_initialisation_and_checkpoints(clean_clone):
+    """configs/polypythia.yaml: five sizes x ten seeds, each at its final weights and at step0;
+    70M's and 160M's twenty runs over six more checkpoints (Fig. 4); the 160M runs of one noise
+    source; mid-training from three 160M seeds."""
+    result = run([str(BIN / "snakemake"), "-n", "--configfile", "configs/polypythia.yaml"], clean_clone)
+    counts = dict(
+        line.split() for line in result.stdout.splitlines() if len(line.split()) == 2 and line.split()[1].isdigit()
+    )
+    models = 50 + 50 + 20 * 8 + 6  # finals, initialisations, series points (step0 and main again), sources
+    assert counts["fetch_model"] == str(models)
+    # each model on wikitext-103, the 50 finals on the Python docs too (Fig. S2)
+    assert counts["extract"] == str(models + 50)
+    assert counts["family_figure"] == "3"  # the sizes on each of two texts, the 160M runs on one
+    assert counts["dataset_figure"] == "1" and counts["paired_figure"] == "5" and counts["series_figure"] == "20"
+    assert counts["train_study_run"] == str(3 * 2 * 2)  # bases x methods x seeds
+    assert counts["evaluate_pretrained"] == "3"
+
+
+@pytest.mark.plans
 def test_paper_config_plans_every_observation_job(clean_clone):
     result = run([str(BIN / "snakemake"), "-n", "--configfile", "configs/paper.yaml"], clean_clone)
     counts = dict(

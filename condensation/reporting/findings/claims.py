@@ -22,8 +22,9 @@ a claim takes a verdict only when both give it, and otherwise "depends on the st
   compared rows were seen, a paired t over seeds with the items' main effect.
 
 Replicates are rows with the same label: one model trained (or initialised) with another seed. A
-model in ``drawn`` was trained or initialised by this workflow, so one run of it leaves its training
-noise unmeasured; any other model (a published checkpoint) is one given object, a fixed reference.
+model in ``drawn`` is one draw of a training procedure (trained or initialised by this workflow, or
+a published run of a suite of seeds such as PolyPythia), so one run of it leaves its training noise
+unmeasured; any other model (a published checkpoint) is one given object, a fixed reference.
 """
 
 from __future__ import annotations
