@@ -852,14 +852,20 @@ def workflow_evidence(work: Path, with_tables: bool) -> dict[str, Any]:
 
 
 def job_seconds(work: Path) -> dict[str, dict[str, float]]:
-    """Each rule's finished jobs from their ``benchmark:`` files: how many, their total and longest
-    wall seconds (what to size the next lease's box by)."""
+    """Each rule's finished jobs, read as ``benchmarks/default_pipeline.py --report`` reads a run
+    (Snakemake's log, then each job's ``benchmark:`` file): how many, their total and longest wall
+    seconds (what to size the next lease's box by)."""
+    default_pipeline = sys.modules.get("default_pipeline")
+    if default_pipeline is None:  # a script beside the benchmarks, not a package: loaded by path
+        spec = importlib.util.spec_from_file_location("default_pipeline", REPO / "benchmarks" / "default_pipeline.py")
+        default_pipeline = sys.modules["default_pipeline"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(default_pipeline)  # its dataclasses look their module up
+    if not any((work / ".snakemake" / "log").glob("*.snakemake.log")):
+        return {}
     by_rule: dict[str, list[float]] = {}
-    for path in sorted((work / "logs" / "benchmarks").glob("*/**/*.tsv")):
-        lines = path.read_text().splitlines()
-        if len(lines) >= 2 and lines[0].split("\t")[0] == "s":
-            rule = path.relative_to(work / "logs" / "benchmarks").parts[0]
-            by_rule.setdefault(rule, []).append(float(lines[1].split("\t")[0]))
+    for job in default_pipeline.read_run(work).values():
+        if job.seconds is not None:
+            by_rule.setdefault(job.rule, []).append(job.seconds)
     return {
         rule: {"jobs": len(times), "total_s": round(sum(times), 1), "longest_s": round(max(times), 1)}
         for rule, times in by_rule.items()

@@ -442,15 +442,21 @@ def test_workflow_evidence_reads_devices_and_precisions(tmp_path):
     assert gpu_check.workflow_evidence(tmp_path, with_tables=False)["all_on_gpu"] is False
 
 
+BENCHMARK = ("s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+             "{}\t0:00:00\t1\t1\t1\t1\t0\t0\t50\t1.0\n")
+"""A job's ``benchmark:`` file as Snakemake writes it (wall seconds first)."""
+
+
 def test_a_workflow_copy_s_records_come_back_without_weights_and_within_the_limit(tmp_path, monkeypatch):
     """What a stopped SmolLM2 run leaves is read after the lease: job logs, benchmark files, run
     records and tables travel back; weights, and anything past the size limit, stay there."""
     work = tmp_path / "work" / "smollm2"
     files = {
         "logs/train/midtrain/m/ce/seed0.log": b"step 1 loss 3.2",
-        "logs/benchmarks/evaluate/midtrain/m/ce/seed0/selected.tsv": b"s\th:m:s\n41.5\t0:00:41\n",
-        "logs/benchmarks/evaluate/midtrain/m/ce/seed1/selected.tsv": b"s\th:m:s\n38.0\t0:00:38\n",
-        "logs/benchmarks/train/midtrain/m/ce/seed0.tsv": b"s\th:m:s\n57.25\t0:00:57\n",
+        "logs/benchmarks/evaluate/midtrain/m/ce/seed0/selected.tsv": BENCHMARK.format(41.5).encode(),
+        "logs/benchmarks/evaluate/midtrain/m/ce/seed1/selected.tsv": BENCHMARK.format(38.0).encode(),
+        "logs/benchmarks/train/midtrain/m/ce/seed0.tsv": BENCHMARK.format(57.25).encode(),
+        "logs/benchmarks/findings.tsv": BENCHMARK.format(3.5).encode(),  # a localrule's, at the top
         "runs/midtrain/m/ce/seed0/final/train_summary.json": b"{}",
         "runs/midtrain/m/ce/seed0/final/model.safetensors": b"w" * (gpu_check.RECORD_MAX_BYTES + 1),
         "results/tables/table2.md": b"| method |",
@@ -461,6 +467,17 @@ def test_a_workflow_copy_s_records_come_back_without_weights_and_within_the_limi
     for relative, data in files.items():
         (work / relative).parent.mkdir(parents=True, exist_ok=True)
         (work / relative).write_bytes(data)
+    # Snakemake's log names each job's rule and benchmark file; the second training run was
+    # stopped by the box, so it has no benchmark file and is not counted
+    jobs = [("evaluate_checkpoint", "evaluate/midtrain/m/ce/seed0/selected.tsv"),
+            ("evaluate_checkpoint", "evaluate/midtrain/m/ce/seed1/selected.tsv"),
+            ("train_study_run", "train/midtrain/m/ce/seed0.tsv"), ("train_study_run", "train/midtrain/m/ce/seed1.tsv"),
+            ("findings", "findings.tsv")]
+    log = "".join(f"[Fri Nov 27 22:55:{10 + i} 2026]\n{'localrule' if rule == 'findings' else 'rule'} {rule}:\n"
+                  f"    jobid: {i + 1}\n    benchmark: logs/benchmarks/{bench}\n\n"
+                  for i, (rule, bench) in enumerate(jobs))
+    (work / ".snakemake/log").mkdir(parents=True)
+    (work / ".snakemake/log/2026-11-27T225509.snakemake.log").write_text(log)
     monkeypatch.setattr(gpu_check, "RECORDS_MAX_BYTES", 1_000_000)
     left = gpu_check.pack_records(work, tmp_path / "records.tar.gz")
     with tarfile.open(tmp_path / "records.tar.gz") as archive:
@@ -472,10 +489,12 @@ def test_a_workflow_copy_s_records_come_back_without_weights_and_within_the_limi
     }
     assert left == ["results/bigger.dat", "runs/midtrain/m/ce/seed0/final/model.safetensors"]
     assert gpu_check.job_seconds(work) == {
-        "evaluate": {"jobs": 2, "total_s": 79.5, "longest_s": 41.5},
-        "train": {"jobs": 1, "total_s": 57.2, "longest_s": 57.2},
+        "evaluate_checkpoint": {"jobs": 2, "total_s": 79.5, "longest_s": 41.5},
+        "train_study_run": {"jobs": 1, "total_s": 57.2, "longest_s": 57.2},
+        "findings": {"jobs": 1, "total_s": 3.5, "longest_s": 3.5},
     }
-    assert gpu_check.workflow_evidence(work, with_tables=True)["job_seconds"]["train"]["jobs"] == 1
+    assert gpu_check.workflow_evidence(work, with_tables=True)["job_seconds"]["train_study_run"]["jobs"] == 1
+    assert gpu_check.job_seconds(tmp_path / "never-ran") == {}
     ctx = gpu_check.Context(out=tmp_path / "out", work=tmp_path / "work", cpu=False)
     summary = {
         "call": SUMMARY["call"],
@@ -487,7 +506,7 @@ def test_a_workflow_copy_s_records_come_back_without_weights_and_within_the_limi
     gpu_check.save_summary(ctx, summary)
     assert (ctx.out / "workflow-smollm2.tar.gz").is_file()
     text = (ctx.out / "summary.md").read_text()
-    assert "* jobs of evaluate: 2, 79.5 s in all, longest 41.5 s" in text
+    assert "* jobs of evaluate_checkpoint: 2, 79.5 s in all, longest 41.5 s" in text
     assert "* records: `workflow-smollm2.tar.gz` (2 files too large left there)" in text
 
 
