@@ -84,8 +84,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from condensation.config.specs import ExtractionConfig  # noqa: E402
 from condensation.cosine import accumulate  # noqa: E402
-from condensation.geometry import CosineAccumulator, CosineStatistics  # noqa: E402
-from condensation.lenses import LensAccumulator  # noqa: E402
+from condensation.cosine_extraction import CosineAccumulator  # noqa: E402
+from condensation.geometry import CosineStatistics  # noqa: E402
+from condensation.lens_extraction import LensAccumulator  # noqa: E402
 from condensation.measurement import measure  # noqa: E402
 
 AGREEMENT_TOLERANCE = 1e-3  # on the per-layer mean cosine, float32 only

@@ -1,8 +1,8 @@
 """Extraction's peak memory and time against the context length T: ours (memory linear in T) vs
 the T^2 accumulator it replaced, side by side in one run.
 
-``ours``       ``geometry.extract_cosine_statistics`` as ``condensation.measure`` calls it: the
-               cosines in chunks of rows (``geometry.CHUNK_VALUES``), the position-wise mean
+``ours``       ``cosine_extraction.extract_cosine_statistics`` as ``condensation.measure`` calls it: the
+               cosines in chunks of rows (``cosine_extraction.CHUNK_VALUES``), the position-wise mean
                matrix whole up to T = 256 and block-averaged to 256 x 256 above it, the lenses.
 ``quadratic``  the accumulator before this change, copied below as it was: each layer's whole
                ``[B, T, T]`` cosine matrices, their float64 sum per layer (``[L+1, T, T]``) kept
@@ -41,13 +41,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from condensation import geometry, lenses  # noqa: E402
+from condensation import cosine_extraction, geometry, lens_extraction  # noqa: E402
 
 AGREEMENT_TOLERANCE = 1e-8
 
 
 class QuadraticAccumulator:
-    """``geometry.CosineAccumulator`` before linear memory (commit 4b60cb7), unchanged."""
+    """``cosine_extraction.CosineAccumulator`` before linear memory (commit 4b60cb7), unchanged."""
 
     def __init__(self, bins: int = geometry.NUM_BINS) -> None:
         self.bins = bins
@@ -60,9 +60,9 @@ class QuadraticAccumulator:
         per_layer_sum, per_layer_counts, per_sequence = [], [], []
         device = hidden_states[0].device
         for hidden in hidden_states:
-            cos = geometry.cosine_matrices(hidden)
+            cos = cosine_extraction.cosine_matrices(hidden)
             per_layer_sum.append(cos.sum(dim=0, dtype=torch.float64).to(device))
-            per_layer_counts.append(geometry.histogram_counts(cos, self.bins).to(device))
+            per_layer_counts.append(cosine_extraction.histogram_counts(cos, self.bins).to(device))
             diagonal = torch.diagonal(cos, dim1=-2, dim2=-1)
             per_sequence.append(torch.stack([cos.sum(dim=(-2, -1), dtype=torch.float64),
                                              diagonal.sum(dim=-1, dtype=torch.float64)]).to(device))
@@ -81,7 +81,8 @@ class QuadraticAccumulator:
         seq_len = mean.shape[-1]
         diag = torch.diagonal(mean, dim1=-2, dim2=-1).sum(-1)
         total = mean.sum(dim=(-2, -1))
-        np.stack([geometry.density_histogram(m, self.bins) for m in mean])  # the histogram of the mean, as it did
+        # the histogram of the mean, as it did
+        np.stack([cosine_extraction.density_histogram(m, self.bins) for m in mean])
         return {"layer_mean": (total / seq_len**2).numpy(),
                 "layer_mean_offdiag": ((total - diag) / max(seq_len * (seq_len - 1), 1)).numpy()}
 
@@ -89,7 +90,7 @@ class QuadraticAccumulator:
 @torch.inference_mode()
 def quadratic_extraction(model: torch.nn.Module, input_ids: torch.Tensor, batch_size: int) -> dict[str, np.ndarray]:
     accumulator = QuadraticAccumulator()
-    lens_sums = lenses.LensAccumulator(*input_ids.shape)
+    lens_sums = lens_extraction.LensAccumulator(*input_ids.shape)
     for start in range(0, input_ids.shape[0], batch_size):
         batch = input_ids[start : start + batch_size]
         hidden = model(input_ids=batch, output_hidden_states=True, use_cache=False).hidden_states
@@ -105,7 +106,8 @@ measured (measure's default, ``ExtractionConfig.heatmap_size``, is 512: 1.5 MB m
 
 
 def our_extraction(model: torch.nn.Module, input_ids: torch.Tensor, batch_size: int) -> dict[str, np.ndarray]:
-    stats = geometry.extract_cosine_statistics(model, input_ids, batch_size=batch_size, heatmap_size=HEATMAP_CELLS)
+    stats = cosine_extraction.extract_cosine_statistics(model, input_ids, batch_size=batch_size,
+                                                        heatmap_size=HEATMAP_CELLS)
     return {"layer_mean": stats.layer_mean, "layer_mean_offdiag": stats.layer_mean_offdiag}
 
 

@@ -5,10 +5,11 @@ Folders by stage of the pipeline, in the order the data flows (each folder's doc
               what a config implies (torch-free: the Snakemake planner imports it)
   data/       offline corpora, a dataset's rows and sampled sequences, packed training blocks
   models      one place for loading: hub id, local directory, pkg:// path, GGUF, init, GPT2 shape
-  geometry    per-layer cosine statistics reduced on the fly, trend statistics, the
-              condensation probe; lenses: anisotropy, IsoScore*, effective rank, PC1 share
-              from the same pass; cosine: the one cosine helper (unit rows), which both and
-              the losses normalise through
+  geometry    the stored per-layer cosine statistics and their trend statistics (no torch);
+              cosine_extraction reduces them on the fly from hidden states (and the
+              condensation probe); lenses: anisotropy, IsoScore*, effective rank, PC1 share
+              (no torch), lens_extraction measures them in the same pass; cosine: the one
+              cosine helper (unit rows), which both extractions and the losses normalise through
   hidden_states where a measurement's hidden states come from: Hugging Face, TransformerLens,
               nnsight, or any callable
   measurement ``measure``: one model measured in one call (API and command; the extract rule's
@@ -23,11 +24,13 @@ Folders by stage of the pipeline, in the order the data flows (each folder's doc
   stages/     one function per workflow rule, grouped like rules/*.smk: what the rules call
 
 Imports point down the pipeline and never back (stages -> reporting, evaluation, training ->
-geometry, models, data -> config -> runtime; geometry -> lenses -> cosine), at the top of each
-module, with no circle; one deferred exception: ``measurement`` draws its figures with
-reporting/figures/ (which reads geometry and lenses alone) when asked to draw. A function imports
-only a deliberately deferred heavy or optional library, under a ``# deferred:`` comment (ruff's
-PLC0415, pyproject.toml); tests/unit/test_code_layout.py checks the direction.
+geometry, models, data -> config -> runtime; cosine_extraction -> lens_extraction, geometry ->
+lenses; both extractions -> cosine), at the top of each module, with no circle; one deferred
+exception: ``measurement`` draws its figures with reporting/figures/ (which reads geometry and
+lenses alone) when asked to draw. A function imports only a deliberately deferred heavy or
+optional library (torch, in a stage module whose other jobs never need it), under a
+``# deferred:`` comment (ruff's PLC0415, pyproject.toml); tests/unit/test_code_layout.py checks
+the direction, and that the reporting jobs' modules import no torch.
 ``python -m condensation verify`` checks every artifact.
 
 Public names (docs/measuring.md, docs/loss.md): ``measure(model, texts)`` (a model's condensation layer by

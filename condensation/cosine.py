@@ -1,6 +1,6 @@
 """The one cosine helper: token states as unit rows, with a floored norm.
 
-The measurements (:mod:`condensation.geometry`, :mod:`condensation.lenses`), the losses and the
+The measurements (:mod:`condensation.cosine_extraction`, :mod:`condensation.lens_extraction`), the losses and the
 loss kernel (:mod:`condensation.training.losses`, :mod:`condensation.training.kernels`) all
 normalise through :func:`unit_rows`, so a loss sees the cosines the figures report. It sits below
 all of them and imports nothing of the package. The measurements, which need no gradient and no

@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 from condensation import geometry, lenses, models
 from condensation.config.corpora import CORPORA
 from condensation.config.specs import DatasetSpec, ExtractionConfig, SamplingConfig, TrendConfig, typed
+from condensation.cosine_extraction import extract_cosine_statistics
 from condensation.data import corpus, packing, text
 from condensation.hidden_states import UnsupportedModelError, source_of
 from condensation.runtime.io import atomic_path, manifest_path, write_json
@@ -308,7 +309,7 @@ def measure(
     update, close = _progress(len(input_ids), label) if progress is True else (progress or None, lambda: None)
     started = time.perf_counter()
     try:
-        stats = geometry.extract_cosine_statistics(
+        stats = extract_cosine_statistics(
             source, input_ids, batch_size=extraction.batch_size, progress=update, lens_tokens=extraction.lens_tokens,
             heatmap_size=extraction.heatmap_size,
             meta={**meta, "model": name, "num_parameters": source.num_parameters,

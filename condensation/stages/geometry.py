@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from condensation import geometry, models, similarity
+from condensation import geometry, models
 from condensation.config.plan import check_size_order
 from condensation.config.specs import (
     ExtractionConfig,
@@ -19,10 +18,11 @@ from condensation.config.specs import (
     typed,
 )
 from condensation.data import text
-from condensation.measurement import measure
 from condensation.runtime.io import atomic_path, write_json
 
-if TYPE_CHECKING:  # pandas and the table module load in the table stages only, not in extraction jobs
+# torch, the measuring modules, pandas and the table modules load in the stages that use them:
+# extraction jobs need no tables, and the table jobs (trend tables and metrics) no torch
+if TYPE_CHECKING:
     import pandas as pd
 
 log = logging.getLogger("condensation")
@@ -34,6 +34,11 @@ def extract(
 ) -> None:
     """Cosine statistics of one prepared model on one dataset's samples: :func:`condensation.measure`
     on the sampled texts, saved as the workflow's ``.npz``."""
+    # deferred: torch and the measuring modules, see the imports
+    import torch  # noqa: PLC0415
+
+    from condensation.measurement import measure  # noqa: PLC0415
+
     sampling = typed(SamplingConfig, sampling)
     extraction = typed(ExtractionConfig, extraction)
     torch.set_num_threads(threads)
@@ -49,7 +54,7 @@ def trend_rows(
 ) -> pd.DataFrame:
     """One row per model: its name, label, size, then :meth:`~condensation.geometry.TrendStatistics.as_row`
     of its depth trend (rho, tau, last-n means, the last-half interval, the depth slope and its interval)."""
-    # deferred: not in extraction jobs, see the imports
+    # deferred: pandas and the table modules, see the imports
     import pandas as pd  # noqa: PLC0415
 
     trend = typed(TrendConfig, trend)
@@ -84,7 +89,7 @@ def trend_table(
     csv_path: str | Path, markdown_path: str | Path, compares_size: bool,
 ) -> None:
     """A family's trend table, and beside it the per-sequence profiles its claims are tested on."""
-    # deferred: not in extraction jobs, see the imports
+    # deferred: pandas and the table modules, see the imports
     from condensation.reporting.tables import profiles, trend_tables  # noqa: PLC0415
 
     trend = typed(TrendConfig, trend)
@@ -102,7 +107,7 @@ def trend_metrics(
     plot_path: str | Path,
 ) -> None:
     """DVC metrics (rho, tau per family, dataset and model) and a per-layer plot table."""
-    # deferred: not in extraction jobs, see the imports
+    # deferred: pandas and the table modules, see the imports
     import pandas as pd  # noqa: PLC0415
 
     metrics: dict[str, Any] = {}
@@ -139,6 +144,12 @@ def similarity_table(
     """One ``similarity`` comparison (:func:`condensation.config.plan.similarity_rows`): each row's
     model (a handle, or a study run's final weights) measured on the dataset's samples as the
     extract rule measures it, then compared with its reference (:func:`condensation.similarity.compare`)."""
+    # deferred: torch and the measuring modules, see the imports
+    import torch  # noqa: PLC0415
+
+    from condensation import similarity  # noqa: PLC0415
+    from condensation.measurement import measure  # noqa: PLC0415
+
     sampling = typed(SamplingConfig, sampling)
     extraction = typed(ExtractionConfig, extraction)
     torch.set_num_threads(threads)

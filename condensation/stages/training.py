@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from condensation import models
+from condensation import geometry, models
 from condensation.config.runs import RunPlan, plan_run
 from condensation.config.specs import (
     ExtractionConfig,
@@ -112,7 +112,6 @@ def measure_checkpoints(
     import pandas as pd  # noqa: PLC0415
     import torch  # noqa: PLC0415
 
-    from condensation import geometry  # noqa: PLC0415
     from condensation.measurement import measure  # noqa: PLC0415
 
     sampling = typed(SamplingConfig, sampling)

@@ -77,7 +77,7 @@ from condensation.config.runs import (
     tokens_per_step,
     total_steps,
 )
-from condensation.geometry import condensation_probe
+from condensation.cosine_extraction import condensation_probe
 from condensation.runtime.io import read_json
 from condensation.runtime.progress import (
     TRACKER_DIR,

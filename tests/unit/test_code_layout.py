@@ -1,6 +1,8 @@
 """The house rules the code keeps (issue 32): short functions, one home for each setting."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,3 +79,28 @@ def test_imports_point_down_the_pipeline():
                     and (module, other) != ("condensation.measurement", "condensation.reporting.figures.trends")):
                 wrong.append(f"{module} -> {other}")
     assert not wrong, "imports against the pipeline's direction:\n" + "\n".join(sorted(wrong))
+
+
+REPORTING_SCRIPTS = ("dataset_figure", "family_figure", "findings", "paired_figure", "pick_selected_score",
+                     "score_tables", "scores_by_step", "series_figure", "study_figures", "study_metrics",
+                     "study_tables", "trend_metrics", "trend_table")
+"""The workflow scripts that read stored results and write tables, figures and findings: a job
+each per family, pair, series, study and table, some hundred in the test suite's runs."""
+
+
+def test_the_reporting_jobs_start_without_torch():
+    """Their modules (every reporting/ module, and the stage modules their scripts import) load
+    without torch or transformers: about a second of each such job's start (docs/tests.md). A
+    stage that needs torch imports it in the function that does (``# deferred:``)."""
+    modules = {"condensation.reporting." + ".".join(path.relative_to(REPO / "condensation/reporting")
+                                                    .with_suffix("").parts).removesuffix(".__init__")
+               for path in (REPO / "condensation/reporting").rglob("*.py")}
+    for script in REPORTING_SCRIPTS:
+        for node in ast.parse((REPO / f"workflow_scripts/{script}.py").read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ImportFrom) and node.module.startswith("condensation"):
+                modules.add(node.module)
+    assert "condensation.stages.figures" in modules and "condensation.reporting.findings.page" in modules
+    code = ("import sys\n" + "".join(f"import {module}\n" for module in sorted(modules))
+            + "print(sorted(name for name in ('torch', 'transformers', 'lm_eval') if name in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr

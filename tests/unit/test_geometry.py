@@ -11,24 +11,26 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from condensation import cosine
 from condensation.config.specs import TrendConfig
-from condensation.geometry import (
+from condensation.cosine_extraction import (
     CHUNK_VALUES,
     DEVICE_CHUNK_VALUES,
-    NUM_BINS,
     CosineAccumulator,
-    CosineStatistics,
-    bootstrap_mean_interval,
     closed_counts,
     cosine_matrices,
     density_histogram,
-    depth_trend,
     edge_counts,
     extract_cosine_statistics,
     histogram_counts,
     position_blocks,
+)
+from condensation.geometry import (
+    NUM_BINS,
+    CosineStatistics,
+    bootstrap_mean_interval,
+    depth_trend,
     trend_statistics,
 )
-from condensation.lenses import LensAccumulator
+from condensation.lens_extraction import LensAccumulator
 from condensation.runtime.io import CorruptArtifactError, write_manifest
 from tests.unit.float_bounds import U32, histogram_tolerance, mean_cosine_bound
 

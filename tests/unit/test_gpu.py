@@ -34,8 +34,8 @@ import torch
 from condensation import models
 from condensation.config.objectives import OBJECTIVES, AuxLossConfig
 from condensation.config.runs import plan_run
+from condensation.cosine_extraction import extract_cosine_statistics, histogram_counts
 from condensation.data.packing import pack_token_blocks
-from condensation.geometry import extract_cosine_statistics, histogram_counts
 from condensation.runtime.run_dir import RunDir
 from condensation.training import kernels
 from condensation.training.kernels import dispersion_tiled

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from condensation import geometry, lenses
+from condensation import cosine_extraction, geometry, lens_extraction, lenses
 from tests.unit.float_bounds import U64, gamma
 
 LENS_TOLERANCE = 1e-6
@@ -21,7 +21,7 @@ over sequences are ~1e-2 wide."""
 def accumulate(hidden: list[torch.Tensor], batch: int, **options) -> lenses.LensStatistics:
     """Feed ``[N, T, d]`` hidden states per layer in batches of ``batch`` sequences."""
     n, t = hidden[0].shape[:2]
-    acc = lenses.LensAccumulator(n, t, **options)
+    acc = lens_extraction.LensAccumulator(n, t, **options)
     for start in range(0, n, batch):
         acc.update([h[start : start + batch] for h in hidden])
     return acc.finalize()
@@ -31,7 +31,7 @@ def test_isoscore_star_is_the_packages():
     isoscore = pytest.importorskip("IsoScore.IsoScore")  # the reference implementation (PyPI IsoScore, MIT)
     rng = np.random.default_rng(0)
     points = rng.normal(size=(400, 24)) * np.linspace(0.05, 2.0, 24)
-    eigenvalues = lenses.covariance_eigenvalues(torch.from_numpy(points))
+    eigenvalues = lens_extraction.covariance_eigenvalues(torch.from_numpy(points))
     target = np.eye(24) * np.trace(np.cov(points.T)) / 24  # the scaled identity our shrinkage uses
     assert lenses.isoscore_star(eigenvalues, 0.1) == pytest.approx(float(isoscore.IsoScore_star(points, target, 0.1)),
                                                                    rel=1e-7)
@@ -42,14 +42,14 @@ def test_spectral_lenses_known_answers():
     d = 16
     line = torch.zeros(200, d, dtype=torch.float64)
     line[:, 0] = torch.randn(200, dtype=torch.float64)  # every token on one axis
-    eigenvalues = lenses.covariance_eigenvalues(line)
+    eigenvalues = lens_extraction.covariance_eigenvalues(line)
     # float64 throughout, the rounding-level eigenvalues floored to 0: float64 rounding is left (~1e-15)
     assert lenses.isoscore_star(eigenvalues, 0.0) == pytest.approx(0.0, abs=1e-12)
     assert lenses.pc1_share(eigenvalues) == pytest.approx(1.0)
     assert lenses.effective_rank_share(eigenvalues, d) == pytest.approx(1 / d)
     even = torch.eye(d, dtype=torch.float64).repeat(20, 1)  # the d axes, equally often
     even = torch.cat([even, -even])  # mean zero: every axis carries the same variance
-    eigenvalues = lenses.covariance_eigenvalues(even)
+    eigenvalues = lens_extraction.covariance_eigenvalues(even)
     assert lenses.isoscore_star(eigenvalues, 0.0) == pytest.approx(1.0)
     assert lenses.pc1_share(eigenvalues) == pytest.approx(1 / d)
     assert lenses.effective_rank_share(eigenvalues, d) == pytest.approx(1.0)
@@ -58,7 +58,7 @@ def test_spectral_lenses_known_answers():
 
 def test_gram_and_scatter_give_one_spectrum():
     tokens = torch.randn(12, 40, dtype=torch.float64)  # fewer tokens than dimensions: the Gram route
-    wide = lenses.covariance_eigenvalues(tokens)
+    wide = lens_extraction.covariance_eigenvalues(tokens)
     assert wide.shape == (40,)
     reference = np.linalg.eigvalsh(np.cov(tokens.numpy().T))
     np.testing.assert_allclose(np.sort(wide), np.clip(reference, 0, None), atol=1e-10)
@@ -127,7 +127,7 @@ def test_batching_and_memory_do_not_depend_on_the_number_of_sequences():
     many = accumulate(hidden, batch=7, sample_tokens=100)
     np.testing.assert_allclose(one.values, many.values, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(one.jackknife, many.jackknife, rtol=1e-10, atol=1e-12, equal_nan=True)
-    acc = lenses.LensAccumulator(400, 32, sample_tokens=100)
+    acc = lens_extraction.LensAccumulator(400, 32, sample_tokens=100)
     acc.update([torch.randn(8, 32, 24) for _ in range(3)])
     assert tuple(acc._sample.shape) == (3, 100, 24)  # K tokens x width per layer, whatever N
     # the spectral jackknife covers the deeper half of the layers only
@@ -151,7 +151,7 @@ def test_summary_interval_and_storage(tmp_path):
             return type("Out", (), {"hidden_states": (h, h + 1.0, h + 3.0)})
 
     ids, model = torch.randint(0, 50, (12, 10)), Model()
-    stats = geometry.extract_cosine_statistics(model, ids, batch_size=5)
+    stats = cosine_extraction.extract_cosine_statistics(model, ids, batch_size=5)
     summary = geometry.lens_summary(stats, TrendConfig(include_embedding_layer=True, include_diagonal=True))
     assert summary["anisotropy_low"] < summary["anisotropy"] < summary["anisotropy_high"]
     stats.save(tmp_path / "s.npz")
@@ -159,7 +159,7 @@ def test_summary_interval_and_storage(tmp_path):
     np.testing.assert_array_equal(loaded.lenses.values, stats.lenses.values)
     np.testing.assert_array_equal(loaded.lenses.jackknife, stats.lenses.jackknife)
     assert geometry.lens_summary(loaded, TrendConfig(True, True)) == summary
-    cosines_only = geometry.extract_cosine_statistics(model, ids, batch_size=5, lens_tokens=None)
+    cosines_only = cosine_extraction.extract_cosine_statistics(model, ids, batch_size=5, lens_tokens=None)
     assert cosines_only.lenses is None
     np.testing.assert_array_equal(cosines_only.layer_mean, stats.layer_mean)  # the lenses change no cosine
 
@@ -173,14 +173,14 @@ def test_one_batched_eigendecomposition_gives_each_layers_own_lenses():
     torch.manual_seed(3)
     n, t, d, layers = 12, 16, 10, 5
     hidden = [torch.randn(n, t, d) + scale * torch.randn(d) for scale in np.linspace(0.0, 3.0, layers)]
-    acc = lenses.LensAccumulator(n, t, sample_tokens=150)
+    acc = lens_extraction.LensAccumulator(n, t, sample_tokens=150)
     for start in range(0, n, 5):
         acc.update([h[start : start + 5] for h in hidden])
     result = acc.finalize()
     deep = range(layers - (layers + 1) // 2, layers)
     assert acc.groups == lenses.JACKKNIFE_GROUPS
     for layer in range(layers):
-        alone = lenses.spectral_lenses(acc._sample[layer], acc._sample_group if layer in deep else None)
+        alone = lens_extraction.spectral_lenses(acc._sample[layer], acc._sample_group if layer in deep else None)
         np.testing.assert_allclose(result.values[2:, layer], alone[:, 0], rtol=0, atol=LENS_TOLERANCE)
         if layer in deep:
             np.testing.assert_allclose(result.jackknife[2:, :, layer], alone[:, 1:], rtol=0, atol=LENS_TOLERANCE)
@@ -189,7 +189,7 @@ def test_one_batched_eigendecomposition_gives_each_layers_own_lenses():
     np.testing.assert_array_equal(on_host.jackknife, result.jackknife)
     # a leave-one-group-out covariance is the covariance of the tokens left in
     sample, groups = acc._sample[layers - 1].double(), acc._sample_group
-    covariances = lenses.replicate_covariances(sample, groups, acc.groups)
+    covariances = lens_extraction.replicate_covariances(sample, groups, acc.groups)
     for group in range(acc.groups):
         kept = sample[groups != group].numpy()
         np.testing.assert_allclose(covariances[1 + group].numpy(), np.cov(kept.T), atol=1e-12)
@@ -201,10 +201,10 @@ def spectra_as_before(sample: torch.Tensor, groups: torch.Tensor | None, count: 
     when the sample is at least as wide as the tokens, else each replicate's own Gram matrix."""
     width = sample.shape[1]
     if sample.shape[0] < width:
-        return [lenses.covariance_eigenvalues(tokens)
+        return [lens_extraction.covariance_eigenvalues(tokens)
                 for tokens in [sample] + [sample[groups != g] for g in range(count)]]
-    covariances = lenses.replicate_covariances(sample, groups, count)
-    return [lenses._floored(values, width) for values in lenses.covariance_spectra(covariances)]
+    covariances = lens_extraction.replicate_covariances(sample, groups, count)
+    return [lenses.floored_eigenvalues(values, width) for values in lens_extraction.covariance_spectra(covariances)]
 
 
 @pytest.mark.parametrize("sample_tokens", [150, 8], ids=["covariances", "gram"])
@@ -218,7 +218,7 @@ def test_the_lenses_are_those_of_the_spectra_as_before(sample_tokens):
     n, t, d, layers = 12, 16, 10, 4
     spread = torch.linspace(0.2, 2.0, d)  # unequal variances: IsoScore* well inside (0, 1)
     hidden = [torch.randn(n, t, d) * spread + scale * torch.randn(d) for scale in np.linspace(0.0, 3.0, layers)]
-    acc = lenses.LensAccumulator(n, t, sample_tokens=sample_tokens)
+    acc = lens_extraction.LensAccumulator(n, t, sample_tokens=sample_tokens)
     for start in range(0, n, 5):
         acc.update([h[start : start + 5] for h in hidden])
     result = acc.finalize()
@@ -246,6 +246,7 @@ def test_tokens_sharing_one_direction_keep_their_spread_in_float32():
     tokens = torch.nn.functional.normalize(100 * shared + torch.randn(n, d) * torch.linspace(0.2, 1.0, d), dim=1)
     assert tokens.mean(0).norm() ** 2 > 0.999
     groups = torch.arange(n) % 4
-    found, exact = lenses.spectral_lenses(tokens, groups), lenses.spectral_lenses(tokens.double(), groups)
+    found = lens_extraction.spectral_lenses(tokens, groups)
+    exact = lens_extraction.spectral_lenses(tokens.double(), groups)
     np.testing.assert_allclose(found, exact, rtol=0, atol=gamma(n))
     assert 0.05 < exact[0].min() and exact[1].min() > 0.5  # a spread that is far from degenerate

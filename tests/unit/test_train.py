@@ -23,7 +23,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from condensation import geometry
+from condensation import cosine_extraction, geometry
 from condensation.config.runs import (
     TrainConfig,
     checkpoint_steps,
@@ -31,7 +31,7 @@ from condensation.config.runs import (
     tokens_per_step,
     total_steps,
 )
-from condensation.geometry import condensation_probe
+from condensation.cosine_extraction import condensation_probe
 from condensation.runtime.run_dir import RunDir, select_step
 from condensation.stages import logged
 from condensation.training import loop
@@ -606,7 +606,7 @@ def test_probe_values_equal_an_independent_measurement(uninterrupted):
     bound = 2 * mean_cosine_bound(32, probe_ids.numel() * BLOCK)
     for step in (0, 15, 20):  # the steps with both a probe and a checkpoint
         model = GPT2LMHeadModel.from_pretrained(out_dir / "checkpoints" / f"step-{step:07d}")
-        stats = geometry.extract_cosine_statistics(model, probe_ids, batch_size=4)
+        stats = cosine_extraction.extract_cosine_statistics(model, probe_ids, batch_size=4)
         trend = geometry.trend_statistics(stats.layer_mean)
         expected = {"rho": trend.spearman_rho, "tau": trend.kendall_tau, "deep_cos": trend.last_n["last_half"]}
         found = {name: values[step] for name, values in series.items()}

@@ -53,7 +53,6 @@ from condensation.reporting.statistics.panel import (
     slope,
 )
 from condensation.reporting.tables.profiles import STATISTICS, Profiles
-from condensation.similarity import summarise
 
 DECIDING_STATISTICS = ("last_half", "spearman_rho")
 """The statistics every condensation claim is decided on: the deeper layers' mean cosine (the size
@@ -433,6 +432,10 @@ def _similarity_notes(evidence: Evidence, kind: str) -> list[str]:
     to a wider model's (condensation.similarity), shown beside the claim, not counted in it."""
     if evidence.similarity is None or evidence.similarity.empty:
         return []
+    # deferred: condensation.similarity measures models (torch); the findings job of a config
+    # without comparisons never needs it, see test_code_layout
+    from condensation.similarity import summarise  # noqa: PLC0415
+
     chosen = [name for name, found in evidence.similarity_kinds.items() if found == kind]
     table = evidence.similarity[evidence.similarity["comparison"].isin(chosen)]
     return ([f"closeness to the wider model (shown, not counted): {line}" for line in summarise(table)]
