@@ -16,7 +16,7 @@ from condensation.config.corpora import CORPORA
 from condensation.config.datasets import local_files
 from condensation.config.launch import LocalText, launch_command, spread, training_resources
 from condensation.config.paths import path
-from condensation.config.plan import STUDIES, gpus_needed, studies, study_methods, study_runs
+from condensation.config.plan import STUDIES, gpus_needed, pooled_bases, studies, study_methods, study_runs
 from condensation.config.specs import DatasetSpec, ModelSpec
 from condensation.config.validate import validate_config
 from condensation.runtime.io import read_json
@@ -36,6 +36,8 @@ STUDY_RUNS = {study: study_runs(config, study) for study in STUDIES}  # (model, 
 MODELS = {name: ModelSpec.from_config(name, entry) for name, entry in config["models"].items()}
 DATASETS = {name: DatasetSpec.from_config(name, entry) for name, entry in config["datasets"].items()}
 LABELS = {name: spec.label for name, spec in MODELS.items()}
+# study -> band -> the study's models that share a label (a suite's seeds): compared pooled too
+POOLED_BASES = pooled_bases(config, LABELS)
 GPU_MODEL = config["gpu_model"]  # the site's GPU type for SLURM (None: any GPU)
 
 
@@ -59,6 +61,7 @@ wildcard_constraints:
     study=_alternatives(STUDIES),
     method=_alternatives({method for methods in STUDY_METHODS.values() for method in methods}),
     seed=r"\d+",
+    bases=_alternatives({band for bands in POOLED_BASES.values() for band in bands}),
     checkpoint=f"selected|{STEP_PATTERN}",
 
 

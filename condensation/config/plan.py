@@ -10,6 +10,7 @@ A *series* is one model measured at several points of its training (Fig. 4).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -236,6 +237,41 @@ def check_study(config: Mapping[str, Any], study: str) -> list[str]:
 def series_model_name(series: str, label: str) -> str:
     """The model entry of the checkpoint ``label`` of the hub series ``series``."""
     return f"{series}.{label}"
+
+
+def band_name(label: str) -> str:
+    """A seeds' band's file name: its runs' shared label, lowercased, other characters as ``-``."""
+    return re.sub(r"[^a-z0-9.]+", "-", label.lower()).strip("-")
+
+
+def series_bands(series: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str]) -> dict[str, list[str]]:
+    """Fig. 4's seeds' bands: band name -> the series whose models share a label (one
+    configuration's seeds, as replicates share a label), where two or more do."""
+    bands: dict[str, list[str]] = {}
+    titles: dict[str, str] = {}
+    for name, spec in series.items():
+        label = labels[spec["model"]]
+        band = band_name(label)
+        if titles.setdefault(band, label) != label:
+            raise ValueError(f"series: the labels {titles[band]!r} and {label!r} name the same band file {band!r}; "
+                              "rename one")
+        bands.setdefault(band, []).append(name)
+    return {band: names for band, names in bands.items() if len(names) >= 2}
+
+
+def pooled_bases(config: Mapping[str, Any], labels: Mapping[str, str]) -> dict[str, dict[str, list[str]]]:
+    """Each study's models that share a label (several pre-training runs of one model, such as a
+    published suite's seeds), by band name: study -> band -> models, where two or more do. Their
+    runs are compared once more with the base model as a replicate too."""
+    pooled: dict[str, dict[str, list[str]]] = {}
+    for study in studies(config):
+        groups: dict[str, list[str]] = {}
+        for model in config[study]["models"]:
+            groups.setdefault(band_name(labels[model]), []).append(model)
+        found = {band: models for band, models in groups.items() if len(models) >= 2}
+        if found:
+            pooled[study] = found
+    return pooled
 
 
 def series_models(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

@@ -18,6 +18,7 @@ import pandas as pd
 from condensation import geometry, models
 from condensation.config.specs import TrendConfig, typed
 from condensation.reporting.tables.trend_tables import write_trend_table
+from condensation.runtime.io import atomic_path
 from condensation.runtime.run_dir import RunDir, parse_step
 from condensation.stages.geometry import check_family_sizes
 
@@ -194,6 +195,28 @@ def series_figure(
     profiles.write_profiles_of(profiles.profile_path(csv_path), keys, geometry_paths, trend)
 
 
+
+def series_band(
+    *, label: str, dataset: str, series: Sequence[str], profile_paths: Sequence[str | Path], out_path: str | Path,
+    csv_path: str | Path,
+) -> None:
+    """Fig. 4 over the seeds of one configuration (the ``series``, whose models share ``label``):
+    each checkpoint's condensation as the runs' mean with its interval over runs and sequences
+    (:mod:`condensation.reporting.tables.series_bands`), drawn and written as a table."""
+    # deferred: matplotlib and scipy, see the imports
+    from condensation.reporting.figures.runs import plot_series_band  # noqa: PLC0415
+    from condensation.reporting.tables import profiles, series_bands  # noqa: PLC0415
+
+    runs = {name: profiles.read_profiles(path) for name, path in zip(series, profile_paths, strict=True)}
+    for missing in series_bands.left_out(runs):
+        log.warning("series band %s: checkpoint %s is not in every run; left out", label, missing)
+    table = series_bands.band_table(runs)
+    if table.empty:
+        raise ValueError(f"series band {label}: its runs {list(series)} share no checkpoint")
+    plot_series_band(table, out_path, title=f"{label} over training: {len(series)} runs, {dataset}")
+    with atomic_path(csv_path) as tmp:
+        table.to_csv(tmp, index=False, float_format="%.5f")
+
 def run_series_points(index_path: str | Path, geometry_dir: str | Path) -> tuple[list[tuple[str, float]], list[Path]]:
     """The points of a series made of a training run's checkpoints: ``step N`` with its tokens,
     and the checkpoint geometry ``measure_checkpoints`` wrote for each."""
@@ -212,7 +235,8 @@ def findings(
     drawn_models: Sequence[str] = (),
     series_groups: Mapping[str, str] | None = None, drawn_series: Sequence[str] = (), tasks: Sequence[str] = (),
     counted_tasks: Sequence[str] | None = None, similarity: Sequence[str | Path] = (),
-    similarity_kinds: Mapping[str, str] | None = None,
+    similarity_kinds: Mapping[str, str] | None = None, pooled_effects: Sequence[str | Path] = (),
+    pooled: Mapping[str, Sequence[str]] | None = None,
 ) -> None:
     """The findings page: each of the paper's claims against what this run measured. The tables'
     per-sequence profiles (``*_profiles``: trend tables, pairs, series), the studies' effects and
@@ -221,7 +245,9 @@ def findings(
     ``drawn_series``: trained or initialised here, so one run leaves training noise unmeasured;
     ``series_groups``: series -> the group of runs read together; ``similarity``: the comparison
     tables of condensation.similarity (``similarity_kinds``: comparison -> "pair" or "study"), shown
-    beside the distillation and dispersion claims."""
+    beside the distillation and dispersion claims; ``pooled_effects``: the effects of a study's
+    base models that share a label, pooled (``pooled``: each one's name, in order, -> the per-model
+    effects it replaces in the verdict)."""
     # deferred: scipy, see the imports
     from condensation.reporting.findings import claims, page  # noqa: PLC0415
     from condensation.reporting.tables.profiles import read_all  # noqa: PLC0415
@@ -233,7 +259,8 @@ def findings(
         trends=read_all(trend_profiles),
         pairs={name: (pair_labels[name], table) for name, table in read_all(pair_profiles).items()},
         series=read_all(series_profiles),
-        effects={study_name(path): pd.read_csv(path) for path in effects},
+        effects={study_name(path): pd.read_csv(path) for path in effects}
+        | {name: pd.read_csv(path) for name, path in zip(pooled or {}, pooled_effects, strict=True)},
         trajectories={study_name(path): pd.read_csv(path) for path in trajectories},
         scores={Path(path).stem: pd.read_csv(path) for path in score_tables},
         similarity=pd.concat([pd.read_csv(path) for path in similarity]) if similarity else None,
@@ -241,7 +268,8 @@ def findings(
     )
     design = claims.Design(drawn=frozenset(drawn_models), uncounted=frozenset(uncounted_families),
                            families=dict(families), series_groups=dict(series_groups or {}),
-                           drawn_series=frozenset(drawn_series))
+                           drawn_series=frozenset(drawn_series),
+                           pooled={name: tuple(members) for name, members in (pooled or {}).items()})
     counted = list(counted_tasks) if counted_tasks else list(tasks)
     left_out = [task for task in tasks if task not in counted]
     sentence = ""

@@ -168,8 +168,23 @@ def study_tables(
             )
     profiles_path = profiles.profile_path(trajectory_path)
     profiles.write_profiles_of(profiles_path, keys_of_checkpoints, checkpoint_files, trend)
-    write_condensation_effects(profiles_path=profiles_path, csv_path=effects_csv, markdown_path=effects_markdown)
+    write_condensation_effects(profiles=profiles.read_profiles(profiles_path), csv_path=effects_csv,
+                               markdown_path=effects_markdown)
 
+
+
+def pooled_effects(
+    *, bases: Sequence[str], profile_paths: Sequence[str | Path], csv_path: str | Path, markdown_path: str | Path,
+) -> None:
+    """The condensation effects of several base models' runs (one label: a suite's seeds) with
+    the base as a replicate: each base's seeds averaged, the interval over the bases
+    (:func:`condensation.reporting.tables.condensation_effects.pool_bases`)."""
+    # deferred: the reporting modules, see the imports
+    from condensation.reporting.tables import condensation_effects, profiles  # noqa: PLC0415
+
+    by_base = {base: profiles.read_profiles(path) for base, path in zip(bases, profile_paths, strict=True)}
+    condensation_effects.write_condensation_effects(profiles=condensation_effects.pool_bases(by_base),
+                                                    csv_path=csv_path, markdown_path=markdown_path, pooled=True)
 
 def study_metrics(
     *, models: Sequence[str], trajectory_paths: Sequence[str | Path], loss_paths: Sequence[str | Path],

@@ -1,7 +1,7 @@
 # The input functions and helpers that rules/figures.smk alone uses (Snakemake's lint keeps
 # functions out of a file with rules); what several rule files share is in rules/common.smk.
 
-from condensation.config.plan import score_tables, series_model_name
+from condensation.config.plan import score_tables, series_bands, series_model_name
 
 # Models that are one draw of a training procedure: those whose weights this workflow draws
 # (pre-trained, initialised or trained in a study here) and published runs of a suite of seeds (a
@@ -26,6 +26,8 @@ def series_group(spec):
 
 
 SERIES_GROUPS = {name: series_group(spec) for name, spec in config["series"].items()}
+# Fig. 4 with its seeds' band: band -> the series of one configuration's seeds (models sharing a label)
+SERIES_BANDS = series_bands(config["series"], LABELS)
 
 
 def pair_geometry(wildcards):
@@ -71,6 +73,18 @@ def study_figure(kind, caption, figure):
     """One of a study model's figures (``kind``), in the report under its study."""
     file = fill(path.study_figure, kind=kind)
     return in_report(file, caption, "Training studies", "{study}", model="{model}", figure=figure)
+
+
+def pooled_effect_files():
+    """Each study's pooled effects (POOLED_BASES), and what the findings call them and the
+    per-model effects each replaces: {"paths": [...], "names": {name: [member names]}}."""
+    paths, names = [], {}
+    for study, bands in POOLED_BASES.items():
+        for band, models in bands.items():
+            paths.append(f"{fill(path.pooled_effects, study=study, bases=band)}.csv")
+            names[f"{study}, {LABELS[models[0]]} ({len(models)} base runs pooled)"] = [
+                f"{study}, {model}" for model in models]
+    return {"paths": paths, "names": names}
 
 
 def every_study_model(template):

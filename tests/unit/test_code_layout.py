@@ -82,7 +82,7 @@ def test_imports_point_down_the_pipeline():
 
 
 REPORTING_SCRIPTS = ("dataset_figure", "family_figure", "findings", "paired_figure", "pick_selected_score",
-                     "score_tables", "scores_by_step", "series_figure", "study_figures", "study_metrics",
+                     "score_tables", "scores_by_step", "series_band", "series_figure", "study_figures", "study_metrics",
                      "study_tables", "trend_metrics", "trend_table")
 """The workflow scripts that read stored results and write tables, figures and findings: a job
 each per family, pair, series, study and table, some hundred in the test suite's runs."""

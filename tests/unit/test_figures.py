@@ -746,3 +746,30 @@ def test_replicates_are_numbered_and_a_model_shown_again_is_not(tmp_path):
     entries = _entries(names, paths, None, {"ce-s0": "CE", "ce-s1": "CE", "teacher": "MLP 1024"},
                        TrendConfig(include_embedding_layer=True, include_diagonal=True))
     assert [e.label for e in entries] == ["CE #1", "CE #2", "MLP 1024", "MLP 1024"]
+
+
+def test_the_series_band_stage_draws_each_run_their_mean_and_band_and_writes_the_numbers(tmp_path):
+    """Two runs measured on the same sequences at three checkpoints (the third only in one):
+    a figure with a panel per statistic and the table of the two shared checkpoints."""
+    import pandas as pd
+
+    from condensation.reporting.tables.profiles import write_profiles
+    from condensation.stages.figures import series_band
+
+    rng = np.random.default_rng(0)
+    base = np.linspace(0.1, 0.6, 5)[None, :] + rng.normal(0, 0.02, size=(8, 5))
+    paths = []
+    for seed, (offset, points) in enumerate(((0.0, 3), (0.05, 2))):
+        rows = pd.DataFrame([{"checkpoint": f"step {k * 10}", "tokens": k * 640.0} for k in range(points)])
+        paths.append(tmp_path / f"seed{seed}.profiles.npz")
+        write_profiles(paths[-1], rows, [base * (1 - k / 4) + offset for k in range(points)], [None] * points)
+    series_band(label="MLP 32", dataset="persuasion", series=["toy-s0", "toy-s1"], profile_paths=paths,
+                out_path=tmp_path / "band.png", csv_path=tmp_path / "band.csv")
+    image = mpimg.imread(tmp_path / "band.png")
+    assert image.shape[1] > image.shape[0] > 200  # two panels side by side
+    table = pd.read_csv(tmp_path / "band.csv")
+    assert table["checkpoint"].tolist() == ["step 0", "step 10"] * 2
+    assert table["statistic"].tolist() == ["last_half"] * 2 + ["spearman_rho"] * 2
+    deep = table[table["statistic"] == "last_half"]
+    assert (deep["low"] < deep["mean"]).all() and (deep["mean"] < deep["high"]).all()
+    assert {"run:toy-s0", "run:toy-s1"} <= set(table.columns)

@@ -3,6 +3,7 @@ no effect with a wide spread between seeds, one run, a published model, a replic
 statistic stuck at 1.00, collapsed runs, and the multiplicity of a claim's pieces."""
 
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -189,3 +190,73 @@ def test_series_first_against_last_checkpoint_paired_by_run(verdict):
     found = claims.series_pieces(series, claims.Design(series_groups={f"run{r}": "toy" for r in range(3)},
                                                         drawn_series=frozenset(series)), "last_half")
     assert len(found) == 1 and claims.decide(found).verdict == verdict and "toy (3 runs)" in found[0].text
+
+
+def test_the_noise_sources_of_a_family_that_groups_them_are_shown_with_their_variance_ratio():
+    """Full seeds, data-order runs and weight runs of one size (one label each): each group's run
+    spread, against the full seeds' as a ratio with its F interval, worked out by hand; shown on
+    the page beside the size claim, counted in no verdict."""
+    from scipy import stats
+
+    from condensation.reporting.findings.noise_sources import noise_source_line, variance_ratio
+
+    full, data, weights = [0.50, 0.56, 0.44, 0.53, 0.47], [0.49, 0.51, 0.50], [0.45, 0.55]
+    sources = family({("160M", 1.6e8): full, ("160M data seed", 1.6e8): data, ("160M weight seed", 1.6e8): weights,
+                      ("160M other", 1.6e8): [0.5]})
+    deep = [float(layers[:, LAYERS // 2:].mean()) for layers in sources.layers]
+    ratio, low, high = variance_ratio(np.array(deep[5:8]), np.array(deep[:5]))
+    expected = np.var(deep[5:8], ddof=1) / np.var(deep[:5], ddof=1)
+    assert ratio == pytest.approx(expected)
+    assert low == pytest.approx(expected / stats.f.ppf(0.975, 2, 4))
+    assert high == pytest.approx(expected / stats.f.ppf(0.025, 2, 4))
+    line = noise_source_line("sources", sources)
+    assert line.startswith("sources: training noise by source (shown, not counted; deeper-layer cosine): ")
+    assert f"160M (5 runs): run SD {np.std(deep[:5], ddof=1):.4f}" in line
+    assert f"variance {ratio:.0%} of 160M's [{low:.0%}, {high:.0%}]" in line
+    assert "160M other (1 run): no spread" in line
+    # one label (a family of full seeds alone) has no source to compare: no line
+    assert noise_source_line("seeds", family({("160M", 1.6e8): full})) is None
+    # on the page: beside the size claim of a family that does not compare sizes
+    trends = {"sources_austen": sources}
+    found = claims.all_claims(claims.Evidence(trends=trends), claims.Design(
+        drawn=frozenset(sources.rows["model"]), families={"sources": ["austen"]}, uncounted=frozenset({"sources"})))
+    size = next(verdict for verdict in found if verdict.claim == claims.SIZE)
+    assert line in size.notes and size.verdict == UNTESTED
+
+
+def test_the_noise_source_interval_covers_the_true_variance_ratio_95_percent_of_the_time():
+    """Three runs of a source against ten full seeds (PolyPythia's 160M design), normal runs with
+    a true variance ratio of 0.4: the F interval's coverage, simulated."""
+    from condensation.reporting.findings.noise_sources import variance_ratio
+
+    rng = np.random.default_rng(7)
+    covered = 0
+    for _ in range(4000):
+        source, full = rng.normal(0, math.sqrt(0.4), 3), rng.normal(0, 1.0, 10)
+        _, low, high = variance_ratio(source, full)
+        covered += low <= 0.4 <= high
+    assert 0.94 <= covered / 4000 <= 0.96
+
+
+def test_a_pooled_study_decides_the_dispersion_claim_in_place_of_its_base_models():
+    """Two base models of one label mid-trained: each alone is inconclusive (two seeds each, wide),
+    pooled the base is a replicate and the difference is clear. The verdict counts the pooled
+    effect once (no multiplicity over its members); the members stay on the page, not counted."""
+    def effect(difference, se, seeds):
+        return pd.DataFrame([{"method": "dispersion", "step": 49, "metric": metric, "n_seeds": seeds,
+                              "mean": 0.28 + difference, "reference_mean": 0.28, "difference": difference, "se": se,
+                              "dof": seeds - 1.0, "seed_se": se, "unit_se": 0.0, "per_seed": "-0.0300; -0.0280"}
+                             for metric in ("last_half", "spearman_rho")])
+
+    pooled = "midtrain, Pythia-160M (2 base runs pooled)"
+    effects = {"midtrain, pythia-160m": effect(-0.03, 0.02, 2), "midtrain, pythia-160m-seed1": effect(-0.03, 0.02, 2),
+               pooled: effect(-0.03, 0.001, 2)}
+    found = claims.all_claims(claims.Evidence(effects=effects), claims.Design(
+        pooled={pooled: ("midtrain, pythia-160m", "midtrain, pythia-160m-seed1")}))
+    dispersion = next(verdict for verdict in found if verdict.claim == claims.DISPERSION)
+    assert dispersion.verdict == AGREES
+    assert [reading.piece.name for reading in dispersion.decisions[0].readings] == [pooled]
+    assert "over 2 base models" in dispersion.decisions[0].readings[0].piece.text
+    assert sum(note.startswith(f"shown, not counted (one base model of {pooled})") for note in dispersion.notes) == 2
+    assert any("the base model is a replicate" in note for note in dispersion.notes)
+    assert claims.ONE_BASE_MODEL not in dispersion.notes  # every mid-training model is pooled

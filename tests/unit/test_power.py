@@ -69,3 +69,15 @@ def test_the_default_size_design_is_calibrated_and_powered_at_the_slope_it_measu
     assert calibrated(power.simulate_slope(0.0, positions, seeds, draws=NULL_DRAWS))
     found = power.simulate_slope(power.MEASURED_SIZE_SLOPE, positions, seeds, draws=600)
     assert found.agrees >= 0.80, (positions, seeds, found)
+
+
+def test_mid_training_pooled_over_base_models_is_calibrated_where_the_flat_pairing_is_not():
+    """Three 160M bases with two data orders each (configs/polypythia.yaml), the effect moving by
+    base (sd 0.05): paired by base (the base a replicate) false calls stay at 5 % (4.3 % in 600
+    draws); every (base, seed) paired on its own, the bases' spread is read as six independent
+    draws and false calls reach 23 %. Pooled, an effect of -0.2 is found 88 % of the time (-0.15:
+    72 %: three bases make the detectable effect large, which the findings print beside a verdict)."""
+    assert calibrated(power.simulate_pooled_bases(0.0, 3, 2, base_sd=0.05, draws=600))
+    flat = power.simulate_pooled_bases(0.0, 3, 2, base_sd=0.05, pooled=False, draws=400)
+    assert flat.agrees + flat.disagrees > 0.10
+    assert power.simulate_pooled_bases(-0.2, 3, 2, base_sd=0.05, draws=200).agrees >= 0.80

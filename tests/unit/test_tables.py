@@ -37,7 +37,7 @@ from condensation.reporting.tables import (
 )
 from condensation.reporting.tables import score_tables as T
 from condensation.reporting.tables import table_files as F
-from condensation.reporting.tables.profiles import Profiles, write_profiles
+from condensation.reporting.tables.profiles import Profiles, read_profiles, write_profiles
 
 MODEL = "toy-mlp128"
 TASKS = ["persuasion_cloze", "next_sentence"]
@@ -1010,7 +1010,7 @@ def test_write_condensation_effects(tmp_path):
     path = tmp_path / "trajectory.profiles.npz"
     write_profiles(path, profiles.rows, profiles.layers, profiles.lens_values)
     written = condensation_effects.write_condensation_effects(
-        profiles_path=path, csv_path=tmp_path / "effects.csv", markdown_path=tmp_path / "effects.md",
+        profiles=read_profiles(path), csv_path=tmp_path / "effects.csv", markdown_path=tmp_path / "effects.md",
     )
     back = pd.read_csv(tmp_path / "effects.csv")
     assert back.columns.tolist() == list(condensation_effects.EFFECT_COLUMNS)
@@ -1022,3 +1022,85 @@ def test_write_condensation_effects(tmp_path):
                         "ci_high", "p", "MDE", "per seed"]
     assert cells[3][:4] == ["dispersion", "20", "last_half", "2"]
 
+
+
+# --------------------------------------------------------------------------------------------
+# Fig. 4 over seeds: the band of a configuration's runs (reporting/tables/series_bands.py)
+# --------------------------------------------------------------------------------------------
+
+BAND_CHECKPOINTS = (("0", 0.0), ("1k", 2.0e9), ("143k", 3.0e11))
+
+
+def band_run(offset: float, base: np.ndarray, checkpoints=BAND_CHECKPOINTS) -> Profiles:
+    """A run's series profiles: at checkpoint c every sequence's layer means are ``base`` (shared by
+    the runs: the same sequences) plus c / 10 plus the run's ``offset`` at every layer."""
+    rows = [{"checkpoint": label, "tokens": tokens} for label, tokens in checkpoints]
+    layers = [base + index / 10 + offset for index, _ in enumerate(checkpoints)]
+    return Profiles(pd.DataFrame(rows), layers, [None] * len(rows), [None] * len(rows))
+
+
+def test_a_series_band_is_the_runs_mean_with_their_spread_and_the_sequences_counted_once():
+    from condensation.reporting.tables import series_bands
+
+    rng = np.random.default_rng(3)
+    base = rng.uniform(0.1, 0.5, size=(6, 4)).cumsum(axis=1) / 4  # 6 sequences, 4 layers, rising with depth
+    offsets = {"seed0": 0.00, "seed1": 0.03, "seed2": -0.01}
+    table = series_bands.band_table({name: band_run(offset, base) for name, offset in offsets.items()})
+    deep = table[table["statistic"] == "last_half"].reset_index(drop=True)
+    assert deep["checkpoint"].tolist() == ["0", "1k", "143k"] and deep["tokens"].tolist() == [0.0, 2.0e9, 3.0e11]
+    # each run's deeper-half mean, and their mean: worked out from the construction
+    base_deep = base[:, 2:].mean(axis=1)  # the deeper ceil(4 / 2) layers of each sequence
+    for index, row in deep.iterrows():
+        for name, offset in offsets.items():
+            assert row[f"run:{name}"] == pytest.approx(base_deep.mean() + index / 10 + offset)
+        assert row["mean"] == pytest.approx(base_deep.mean() + index / 10 + np.mean(list(offsets.values())))
+    # the runs differ by a constant: no run x sequence interaction, so the variance is the seeds'
+    # spread plus the sequences' sampling error of the shared part, each once; t over the seeds
+    seeds = np.var(list(offsets.values()), ddof=1) / 3
+    units = np.var(base_deep, ddof=1) / 6
+    se = math.sqrt(seeds + units)
+    half = stats.t.ppf(0.975, 2) * se
+    np.testing.assert_allclose(deep["se"], se, rtol=1e-9)
+    np.testing.assert_allclose(deep["dof"], 2.0)
+    np.testing.assert_allclose(deep["high"] - deep["mean"], half, rtol=1e-9)
+    np.testing.assert_allclose(deep["mean"] - deep["low"], half, rtol=1e-9)
+    assert set(deep["covers"]) == {"seeds and sequences"} and set(deep["runs"]) == {3}
+    # the rank statistic: every run rises with depth at every checkpoint
+    rho = table[table["statistic"] == "spearman_rho"]
+    assert np.allclose(rho["mean"], 1.0) and len(rho) == 3
+
+
+def test_a_series_band_leaves_out_a_checkpoint_some_run_lacks_and_needs_two_runs():
+    from condensation.reporting.tables import series_bands
+
+    base = np.linspace(0.1, 0.4, 4)[None, :] + np.linspace(0, 0.05, 5)[:, None]
+    runs = {"seed0": band_run(0.0, base), "seed1": band_run(0.02, base, BAND_CHECKPOINTS[::2])}
+    assert series_bands.common_checkpoints(runs) == ["0", "143k"]
+    assert series_bands.left_out(runs) == ["seed0: 1k"]
+    assert series_bands.band_table(runs)["checkpoint"].unique().tolist() == ["0", "143k"]
+    with pytest.raises(ValueError, match="two or more runs"):
+        series_bands.band_table({"seed0": runs["seed0"]})
+
+
+def test_pooled_bases_replicate_the_base_model_with_its_seeds_nested_in_it():
+    """Three base models (one label: a suite's seeds), two mid-training seeds each: dispersion
+    against CE with the base as the replicate. Each base's seeds are averaged first; the estimate
+    is the mean over bases of their differences, its standard error their spread over sqrt(3)
+    with 2 degrees of freedom (every sequence alike here: no sequence noise), worked out by hand."""
+    gaps = {"base-a": (-0.10, -0.14), "base-b": (-0.02, -0.04), "base-c": (-0.07, -0.05)}
+    by_base = {}
+    for base, (first, second) in gaps.items():
+        points = {("ce", 0, 20): (0.60, 1.0, 1.0), ("ce", 1, 20): (0.62, 1.0, 1.0),
+                  ("dispersion", 0, 20): (0.60 + first, 1.0, 1.0), ("dispersion", 1, 20): (0.62 + second, 1.0, 1.0)}
+        by_base[base] = effect_profiles(points)
+    pooled = condensation_effects.pool_bases(by_base)
+    assert pooled.rows[["method", "seed", "base", "runs"]].drop_duplicates().shape[0] == 6
+    assert set(pooled.rows["runs"]) == {2} and sorted(set(pooled.rows["seed"])) == [0, 1, 2]
+    effect = condensation_effects.condensation_effects(pooled)
+    row = effect[effect["metric"] == "last_half"].iloc[0]
+    per_base = np.array([(first + second) / 2 for first, second in gaps.values()])
+    assert row["difference"] == pytest.approx(per_base.mean())
+    assert row["se"] == pytest.approx(per_base.std(ddof=1) / math.sqrt(3))
+    assert row["dof"] == pytest.approx(2.0) and row["n_seeds"] == 3
+    assert [float(v) for v in row["per_seed"].split("; ")] == pytest.approx(per_base, abs=1e-4)
+    assert "paired by base" in condensation_effects.effects_caption("ce", pooled=True)

@@ -317,6 +317,7 @@ def test_polypythia_config_plans_every_seed_its_initialisation_and_checkpoints(c
     assert counts["extract"] == str(models + 50)
     assert counts["family_figure"] == "3"  # the sizes on each of two texts, the 160M runs on one
     assert counts["dataset_figure"] == "1" and counts["paired_figure"] == "5" and counts["series_figure"] == "20"
+    assert counts["series_band"] == "2"  # each size's ten runs drawn together
     assert counts["train_study_run"] == str(3 * 2 * 2)  # bases x methods x seeds
     assert counts["evaluate_pretrained"] == "3"
 

@@ -14,6 +14,8 @@ import json
 import os
 import subprocess
 
+import numpy as np
+import pandas as pd
 import pytest
 from workflow_helpers import BIN
 
@@ -49,11 +51,24 @@ def test_every_figure_and_table_of_the_config_is_written(miniature):
         "paired/pythia-160m-init-vs-trained.png",
         "series/pythia-70m-pretraining.png",
         "series/pythia-70m-seed1-pretraining.png",
+        "series_bands/pythia-70m.png",
         "midtrain/pythia-160m_condensation.png",
         "midtrain/pythia-160m-seed1_condensation.png",
     ]
     assert [name for name in expected if not (figures / name).is_file()] == []
     assert (miniature / "results/tables/table2.md").is_file() and (miniature / "results/findings.md").is_file()
+
+
+def test_fig_4_over_the_seeds_of_one_size_has_a_band_over_runs_and_sequences(miniature):
+    """The two 70M seeds' series drawn together: at each of the three checkpoints both runs'
+    values, their mean and its interval (finite: two runs measured on the same sequences)."""
+    band = pd.read_csv(miniature / "results/tables/series_bands/pythia-70m.csv")
+    deep = band[band["statistic"] == "last_half"]
+    assert deep["checkpoint"].astype(str).tolist() == ["0", "1k", "143k"]
+    assert set(deep["runs"]) == {2} and set(deep["covers"]) == {"seeds and sequences"}
+    runs = deep[["run:pythia-70m-pretraining", "run:pythia-70m-seed1-pretraining"]].to_numpy()
+    np.testing.assert_allclose(deep["mean"], runs.mean(axis=1), rtol=1e-4, atol=1e-5)  # the CSV's five decimals
+    assert np.isfinite(deep[["low", "high"]]).all().all() and (deep["low"] <= deep["high"]).all()
 
 
 def test_a_checkpoint_branch_and_the_final_weights_are_one_model_s_two_revisions(miniature):
@@ -77,3 +92,11 @@ def test_the_findings_read_the_published_seeds_as_training_runs(miniature):
     series = [line for line in findings.splitlines() if line.startswith("- Pythia-70M (2 runs)")]
     assert series and all("over seeds and sequences" in line for line in series), "both seeds' series pooled"
     assert "pythia-160m-sources: not counted" in findings
+    # mid-training from two 160M seeds: the base model a replicate, pooled in place of each base alone
+    pooled = pd.read_csv(miniature / "results/midtrain/pooled/pythia-160m/condensation_effects.csv")
+    assert set(pooled["n_seeds"]) == {2} and set(pooled["method"]) == {"dispersion"}
+    assert "midtrain, Pythia-160M (2 base runs pooled), step" in findings and "over 2 base models" in findings
+    assert "shown, not counted (one base model of midtrain, Pythia-160M (2 base runs pooled))" in findings
+    # the 160M runs by noise source: the full seeds' spread, one run of each single source here
+    sources = next(line for line in findings.splitlines() if "pythia-160m-sources: training noise by source" in line)
+    assert "Pythia-160M (2 runs): run SD" in sources and "Pythia-160M data seed (1 run): no spread" in sources

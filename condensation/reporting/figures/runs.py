@@ -1,4 +1,5 @@
-"""Figures of a training study's runs (mid-training or from scratch): methods against checkpoint steps.
+"""Figures of training runs: a study's methods against checkpoint steps (mid-training or from
+scratch), and Fig. 4 over the seeds of one configuration (:func:`plot_series_band`).
 
 Given the same ``methods`` list, each method keeps its :func:`.style.method_colors` colour in
 every figure.
@@ -18,6 +19,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from condensation.geometry import CosineStatistics, TrendStatistics
@@ -29,6 +31,7 @@ from condensation.reporting.figures.heatmaps import (
 from condensation.reporting.figures.style import (
     RC,
     check_unique,
+    format_param_count,
     method_colors,
     new_figure,
     placeholder,
@@ -275,3 +278,43 @@ def plot_loss_curves(
             ax.yaxis.get_major_formatter().set_useOffset(False)
             _style_step_axis(ax)
         return _finish(fig, present, colors, title, path)
+
+
+def plot_series_band(table: pd.DataFrame, path: str | os.PathLike, title: str) -> Figure:
+    """Fig. 4 over seeds: one panel per statistic of ``table`` (rows of
+    :func:`condensation.reporting.tables.series_bands.band_table`), checkpoints along x in training
+    order (training tokens under each label): a thin line per run (its ``run:`` column), their mean,
+    and the band of the mean's interval over the runs and sequences."""
+    statistics = list(dict.fromkeys(table["statistic"]))
+    runs = [column for column in table.columns if column.startswith("run:")]
+    if not statistics or not runs:
+        raise ValueError("plot_series_band: the table has no statistic or no run: columns")
+    with matplotlib.rc_context(RC):
+        fig = new_figure(3.6 * len(statistics) + 0.6, 3.8)
+        for i, statistic in enumerate(statistics):
+            rows = table[table["statistic"] == statistic].reset_index(drop=True)
+            x = np.arange(len(rows))
+            ax = fig.add_subplot(1, len(statistics), i + 1)
+            for column in runs:
+                ax.plot(x, rows[column].to_numpy(float), color="0.55", lw=0.8, alpha=0.7, zorder=2)
+            mean, low, high = (rows[c].to_numpy(float) for c in ("mean", "low", "high"))
+            ax.fill_between(x, low, high, where=np.isfinite(low) & np.isfinite(high), color="C0", alpha=0.22, lw=0,
+                            zorder=1)
+            ax.plot(x, mean, "-o", color="C0", ms=4, lw=1.8, zorder=3)
+            if statistic in _RANK_METRICS:
+                ax.axhline(0.0, color="0.45", linestyle=":", linewidth=1.0, zorder=1)
+                ax.set_ylim(-1.05, 1.05)
+            ax.set_title(_METRIC_NAMES.get(statistic, statistic))
+            ax.set_ylabel("rank correlation with depth" if statistic in _RANK_METRICS else "mean cosine similarity")
+            ax.set_xticks(x, [f"{label}\n{format_param_count(tokens) if np.isfinite(tokens) else ''}"
+                              for label, tokens in zip(rows["checkpoint"], rows["tokens"].astype(float))])
+            ax.set_xlabel("checkpoint (training tokens)")
+            ax.grid(color="0.92", linewidth=0.6)
+            ax.set_axisbelow(True)
+            ax.spines["right"].set_visible(False)
+        handles = [Line2D([], [], color="0.55", lw=0.8, label=f"each run ({len(runs)})"),
+                   Line2D([], [], color="C0", marker="o", ms=4, lw=1.8, label="mean over runs"),
+                   Patch(color="C0", alpha=0.22, label=f"95 % interval ({table['covers'].iloc[0]})")]
+        fig.legend(handles=handles, loc="outside lower center", ncol=3, frameon=False)
+        fig.suptitle(title)
+        return save(fig, path)

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from condensation.lenses import LENS_NAMES, LENSES, Lens
+from condensation.reporting.findings.noise_sources import noise_source_line
 from condensation.reporting.statistics.decisions import (
     ANY,
     UNTESTED,
@@ -63,6 +64,10 @@ DISTILLATION_MARGIN = 0.25
 fixed before any data: a distilled student that closes less than a quarter of the way to its
 teacher's condensation stays, in the paper's words, about as condensed as one trained from scratch."""
 
+ONE_BASE_MODEL = ("mid-training runs all start from one pre-trained model: their intervals cover the mid-training "
+                  "seeds, not that model's own pre-training (a rerun that pre-trains it again may move beyond them)")
+"""The caveat of a comparison of mid-training runs from one base model (Table 2 always: its rows are per model)."""
+
 COLLAPSED = 0.99
 """A run whose deeper layers' mean cosine reaches this has collapsed (its tokens share one direction)."""
 
@@ -80,6 +85,9 @@ class Design:
     series_groups: Mapping[str, str] = field(default_factory=dict)
     """Series -> the group read together (the runs of one family pre-trained here)."""
     drawn_series: frozenset[str] = frozenset()
+    pooled: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """A study's effects with its base models pooled (a label's pre-training runs) -> the
+    per-model effects it replaces in the dispersion verdict (they stay on the page, not counted)."""
 
 
 def _fmt(value: float, digits: int = 3) -> str:
@@ -315,9 +323,10 @@ def estimate_from(row: Mapping, prefix: str = "", suffix: str = "", covers: str 
 
 
 def dispersion_condensation_pieces(effects: Mapping[str, pd.DataFrame], trajectories: Mapping[str, pd.DataFrame],
-                                   statistic: str, method: str = "dispersion") -> list[Piece]:
+                                   statistic: str, method: str = "dispersion",
+                                   pooled: Sequence[str] = ()) -> list[Piece]:
     """Dispersion against CE at the last step each study measured (its effects table), with the
-    runs that collapsed named."""
+    runs that collapsed named; the effects named in ``pooled`` replicate base models, not seeds."""
     pieces = []
     for name, table in effects.items():
         rows = table[(table["method"] == method) & (table["metric"] == statistic)]
@@ -326,7 +335,8 @@ def dispersion_condensation_pieces(effects: Mapping[str, pd.DataFrame], trajecto
         last = rows.loc[rows["step"].idxmax()]
         result = estimate_from(last.to_dict(), covers="seeds and sequences")
         text = (f"{name}, step {int(last['step'])}: {method} {last['mean']:.3f} vs CE {last['reference_mean']:.3f} "
-                f"over {int(last['n_seeds'])} seeds; {method} - CE {describe(result)}")
+                f"over {int(last['n_seeds'])} {'base models' if name in pooled else 'seeds'}; "
+                f"{method} - CE {describe(result)}")
         collapsed = _collapsed(trajectories.get(name), int(last["step"]), (method, "ce"))
         notes = ((f"{name}: collapsed at step {int(last['step'])} (deeper-layer cosine >= {COLLAPSED}): "
                   f"{collapsed}",) if collapsed else ())
@@ -407,24 +417,49 @@ def all_claims(evidence: Evidence, design: Design) -> list[Verdict]:
         by_claim[DISTILLATION].append(decide(distill, ANY, title))  # one pair: nothing to adjust
         by_claim[INIT_PAIRS].append(decide(init, ANY, title))
         by_claim[INIT_SERIES].append(decide(series_pieces(evidence.series, design, statistic), ANY, title))
-        dispersion = dispersion_condensation_pieces(evidence.effects, evidence.trajectories, statistic)
-        by_claim[DISPERSION].append(decide(dispersion, ANY, title))
+        dispersion = dispersion_condensation_pieces(evidence.effects, evidence.trajectories, statistic,
+                                                    pooled=list(design.pooled))
+        pooled_into = {member: name for name, members in design.pooled.items() for member in members}
+        by_claim[DISPERSION].append(decide([p for p in dispersion if p.name not in pooled_into], ANY, title))
         if statistic == "last_half":
             notes[DISPERSION] += [note for piece in dispersion for note in piece.notes]
+            notes[DISPERSION] += [f"shown, not counted (one base model of {pooled_into[piece.name]}): {piece.text}"
+                                  for piece in dispersion if piece.name in pooled_into]
     uncounted = [f"{family}: not counted (its models differ in more than size: compares_size is false)"
                  for family in design.families if family in design.uncounted]
-    notes[SIZE] += uncounted
+    notes[SIZE] += uncounted + _noise_source_notes(evidence, design)
     notes[DISTILLATION] += _similarity_notes(evidence, "pair")
     notes[DISPERSION] += _similarity_notes(evidence, "study")
-    base = ("mid-training runs all start from one pre-trained model: their intervals cover the mid-training "
-            "seeds, not that model's own pre-training (a rerun that pre-trains it again may move beyond them)")
-    if any(name.startswith("midtrain") for name in evidence.effects):
-        notes[DISPERSION].append(base)
+    notes[DISPERSION] += _base_model_notes(evidence, design)
     verdicts = [over_statistics(claim, decisions, notes[claim]) for claim, decisions in by_claim.items()]
     scores = score_pieces(evidence.scores)
     verdicts.append(over_statistics(SCORES, [decide(scores, ANY, "accuracy")],
-                                    [base] if any(p.name.startswith("table2") for p in scores) else []))
+                                    [ONE_BASE_MODEL] if any(p.name.startswith("table2") for p in scores) else []))
     return verdicts
+
+
+def _base_model_notes(evidence: Evidence, design: Design) -> list[str]:
+    """What the mid-training intervals cover: one base model's runs cover its mid-training seeds
+    only; a pooled study's cover its base models' pre-training too."""
+    pooled = set(design.pooled) | {member for members in design.pooled.values() for member in members}
+    notes = [f"{name}: the base model is a replicate ({len(design.pooled[name])} pre-training runs of one model, "
+             "each with its mid-training seeds): its interval covers their pre-training too"
+             for name in design.pooled if name in evidence.effects]
+    if any(name.startswith("midtrain") and name not in pooled for name in evidence.effects):
+        notes.append(ONE_BASE_MODEL)
+    return notes
+
+
+def _noise_source_notes(evidence: Evidence, design: Design) -> list[str]:
+    """Each family that does not compare sizes, on its first text: the spread of each label's runs
+    (:mod:`condensation.reporting.findings.noise_sources`), where a label has two or more."""
+    lines = []
+    for family, datasets in design.families.items():
+        table = evidence.trends.get(f"{family}_{datasets[0]}") if family in design.uncounted else None
+        line = None if table is None else noise_source_line(family, table)
+        if line is not None:
+            lines.append(line)
+    return lines
 
 
 def _similarity_notes(evidence: Evidence, kind: str) -> list[str]:

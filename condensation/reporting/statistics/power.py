@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 from scipy.stats import norm
 
 from condensation.reporting.statistics.decisions import (
@@ -33,6 +34,8 @@ from condensation.reporting.statistics.panel import (
     panel_from_units,
     slope,
 )
+from condensation.reporting.tables.condensation_effects import pool_bases
+from condensation.reporting.tables.profiles import Profiles
 
 
 @dataclass(frozen=True)
@@ -267,3 +270,39 @@ def design_table(draws: int = 1500) -> list[tuple[str, Rates, str]]:
                  f"{simulate_scores(3.0, 3, draws=draws // 5).agrees:.0%} at +3 points, "
                  f"{simulate_scores(4.0, 3, draws=draws // 5).agrees:.0%} at +4"))
     return rows
+
+
+def simulate_pooled_bases(effect: float, bases: int, seeds: int, *, base_sd: float = 0.03, pooled: bool = True,
+                          noise: ConditionNoise = ConditionNoise(), draws: int = 1000, seed: int = 0) -> Rates:
+    """Mid-training from ``bases`` pre-training runs of one model, ``seeds`` data orders each,
+    dispersion against CE (``effect``, predicted negative): each base moves the difference by its
+    own amount (``base_sd``: how much the effect depends on the starting model) and both methods
+    alike by a shift of ``noise.seed_sd``; each seed is a data order shared by both methods. Read
+    as the findings read it: ``pooled`` (each base's seeds averaged, paired by base:
+    :func:`~condensation.reporting.tables.condensation_effects.pool_bases`), or flat, every
+    (base, seed) a pair of its own, which ignores the nesting."""
+    rng = np.random.default_rng(seed)
+    calls = []
+    for _ in range(draws):
+        main = rng.normal(0, noise.sequence_sd, noise.sequences)
+        by_base = {}
+        for base in range(bases):
+            gap, shift = effect + rng.normal(0, base_sd), rng.normal(0, noise.seed_sd)
+            rows, layers = [], []
+            for order in range(seeds):
+                order_shift = rng.normal(0, noise.seed_sd)
+                for method, mean in (("ce", 0.5), ("dispersion", 0.5 + gap)):
+                    own = rng.normal(0, noise.interaction_sd, noise.sequences)
+                    rows.append({"method": method, "seed": order if pooled else base * seeds + order, "step": 1})
+                    layers.append((mean + shift + order_shift + main + own)[:, None])
+            by_base[f"base{base}"] = Profiles(pd.DataFrame(rows), layers, [None] * len(rows), [None] * len(rows))
+        if pooled:
+            profiles = pool_bases(by_base)
+        else:
+            parts = list(by_base.values())
+            profiles = Profiles(pd.concat([p.rows for p in parts], ignore_index=True),
+                                [layer for p in parts for layer in p.layers], [None] * 2 * bases * seeds,
+                                [None] * 2 * bases * seeds)
+        panel = profiles.panel("last_half", list(profiles.rows["method"]), list(profiles.rows["seed"]))
+        calls.append(decide([Piece("sim", "", difference(panel, "dispersion", "ce"), direction=-1)], ANY).verdict)
+    return _rates(calls)

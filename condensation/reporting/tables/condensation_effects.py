@@ -1,19 +1,25 @@
 """Condensation effects: how each method moved condensation against the baseline method, per study,
 at every measured checkpoint, on the deeper layers' cosine and on the depth trend (Spearman rho,
-Kendall tau), with intervals over seeds and the text sequences."""
+Kendall tau), with intervals over seeds and the text sequences.
+
+A study that mid-trains several pre-training runs of one model (a suite's seeds, sharing a label)
+is compared once more with the base model as a replicate (:func:`pool_bases`): each base's seeds
+are averaged first, and the interval is over the bases, whose spread holds both their pre-training
+and the mid-training seeds nested in them."""
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from condensation.evaluation.scores import require_columns
 from condensation.reporting.statistics.decisions import ALPHA, POWER
 from condensation.reporting.statistics.panel import difference
-from condensation.reporting.tables.profiles import STATISTICS, Profiles, read_profiles
+from condensation.reporting.tables.profiles import STATISTICS, Profiles
 from condensation.reporting.tables.table_files import (
     MISSING,
     check_unique_steps,
@@ -77,29 +83,54 @@ def _effect(profiles: Profiles, metric: str, method: str, reference: str, step: 
     }
 
 
-def effects_caption(reference: str) -> str:
-    """What the condensation-effects table shows and what its interval covers."""
+def pool_bases(by_base: Mapping[str, Profiles]) -> Profiles:
+    """Several base models' study runs as one study whose replicate is the base: per base, method
+    and step, the per-sequence layer means averaged over the base's seeds (its data orders, nested
+    in it), with the base's position as the ``seed`` (so that methods pair by base)."""
+    rows, layers = [], []
+    for position, (base, profiles) in enumerate(by_base.items()):
+        require_columns(profiles.rows, ("method", "seed", "step"), f"trajectory profiles of {base}")
+        for method, step in profiles.rows[["method", "step"]].drop_duplicates().itertuples(index=False):
+            mask = ((profiles.rows["method"] == method) & (profiles.rows["step"] == step)).to_numpy()
+            runs = [profiles.layers[i] for i in np.flatnonzero(mask)]
+            rows.append({"method": method, "seed": position, "step": int(step), "base": base, "runs": len(runs)})
+            layers.append(np.mean(runs, axis=0))
+    return Profiles(pd.DataFrame(rows), layers, [None] * len(rows), [None] * len(rows))
+
+
+def effects_caption(reference: str, pooled: bool = False) -> str:
+    """What the condensation-effects table shows and what its interval covers (``pooled``: over
+    base models, :func:`pool_bases`)."""
+    if pooled:
+        over = ("means over base models (each its seeds' mean) and their difference (method - "
+                f"{reference}) with a 95 % interval and p over the base models and the text sequences (paired by "
+                "base: each base's pre-training and the mid-training seeds nested in it; t with k - 1 degrees of "
+                "freedom, k the bases")
+    else:
+        over = (f"means over seeds and their difference (method - {reference}) with a 95 % interval and p over "
+                "the training seeds and the text sequences (paired by seed: a seed is one data order and starting "
+                "point; t with k - 1 degrees of freedom")
     return (
         f"Condensation of each method against {reference} at every measured step, on text no run trained on: "
-        f"means over seeds and their difference (method - {reference}) with a 95 % interval and p over the "
-        "training seeds and the text sequences (paired by seed: a seed is one data order and starting point; "
-        "t with k - 1 degrees of freedom; the sequences' main effect added once, their interaction with the runs "
-        f"being in the seeds' spread already); MDE: the smallest difference found with 80 % power at 5 %. Metrics: "
+        f"{over}; the sequences' main effect added once, their interaction with the runs being in the spread "
+        f"already); MDE: the smallest difference found with 80 % power at 5 %. Metrics: "
         f"{', '.join(f'{k} ({v.title})' for k, v in STATISTICS.items())}. A dash: one seed each, the training noise "
         "unmeasured."
     )
 
 
 def write_condensation_effects(
-    *, profiles_path: str | os.PathLike, csv_path: str | os.PathLike, markdown_path: str | os.PathLike,
-    reference: str = "ce",
+    *, profiles: Profiles, csv_path: str | os.PathLike, markdown_path: str | os.PathLike, reference: str = "ce",
+    pooled: bool = False,
 ) -> pd.DataFrame:
-    """:func:`condensation_effects` of one model's trajectory profiles, as CSV (5 decimals) and as
-    Markdown (4 decimals, the rule in the caption). Returns the effects frame."""
-    effects = condensation_effects(read_profiles(profiles_path), reference=reference)
+    """:func:`condensation_effects` of one model's trajectory profiles (or, ``pooled``, of base
+    models pooled by :func:`pool_bases`), as CSV (5 decimals) and as Markdown (4 decimals, the rule
+    in the caption). Returns the effects frame."""
+    effects = condensation_effects(profiles, reference=reference)
     write_csv(effects, csv_path, "%.5f")
     shown = effects.drop(columns=["n_reference_seeds", "std", "reference_std", "seed_se", "unit_se", "saturated"])
     shown["per_seed"] = [MISSING if pd.isna(text) else text for text in effects["per_seed"]]
     shown = shown.rename(columns={"reference_mean": f"{reference} mean", "per_seed": "per seed", "detectable": "MDE"})
-    write_text(markdown_path, effects_caption(reference) + "\n\n" + to_markdown(shown, float_format=".4f") + "\n")
+    caption = effects_caption(reference, pooled=pooled)
+    write_text(markdown_path, caption + "\n\n" + to_markdown(shown, float_format=".4f") + "\n")
     return effects
