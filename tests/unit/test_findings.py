@@ -256,7 +256,9 @@ def test_a_pooled_study_decides_the_dispersion_claim_in_place_of_its_base_models
     dispersion = next(verdict for verdict in found if verdict.claim == claims.DISPERSION)
     assert dispersion.verdict == AGREES
     assert [reading.piece.name for reading in dispersion.decisions[0].readings] == [pooled]
-    assert "over 2 base models" in dispersion.decisions[0].readings[0].piece.text
+    pooled_text = dispersion.decisions[0].readings[0].piece.text
+    assert "over 2 base models" in pooled_text
+    assert "(95 %, over base models and sequences); per base model" in pooled_text
     assert sum(note.startswith(f"shown, not counted (one base model of {pooled})") for note in dispersion.notes) == 2
     assert any("the base model is a replicate" in note for note in dispersion.notes)
     assert claims.ONE_BASE_MODEL not in dispersion.notes  # every mid-training model is pooled

@@ -96,6 +96,7 @@ def test_the_findings_read_the_published_seeds_as_training_runs(miniature):
     pooled = pd.read_csv(miniature / "results/midtrain/pooled/pythia-160m/condensation_effects.csv")
     assert set(pooled["n_seeds"]) == {2} and set(pooled["method"]) == {"dispersion"}
     assert "midtrain, Pythia-160M (2 base runs pooled), step" in findings and "over 2 base models" in findings
+    assert "(95 %, over base models and sequences); per base model" in findings
     assert "shown, not counted (one base model of midtrain, Pythia-160M (2 base runs pooled))" in findings
     # the 160M runs by noise source: the full seeds' spread, one run of each single source here
     sources = next(line for line in findings.splitlines() if "pythia-160m-sources: training noise by source" in line)

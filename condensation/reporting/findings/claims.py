@@ -94,14 +94,15 @@ def _fmt(value: float, digits: int = 3) -> str:
     return "nan" if value is None or not math.isfinite(value) else f"{value:+.{digits}f}"
 
 
-def describe(result: Estimate, digits: int = 3) -> str:
-    """"+0.120 [+0.080, +0.160] (95 %, over seeds and sequences)" with the same-seed values."""
+def describe(result: Estimate, digits: int = 3, per: str = "seed") -> str:
+    """"+0.120 [+0.080, +0.160] (95 %, over seeds and sequences)" with the same-seed values (the
+    same-``per`` values: "base model" for mid-training pooled over base models)."""
     if not result.measured:
         return _fmt(result.estimate, digits)
     low, high = result.interval()
     text = f"{_fmt(result.estimate, digits)} [{_fmt(low, digits)}, {_fmt(high, digits)}] (95 %, over {result.covers})"
     if len(result.per_seed) > 1:
-        text += "; per seed " + ", ".join(_fmt(v, digits) for v in result.per_seed)
+        text += f"; per {per} " + ", ".join(_fmt(v, digits) for v in result.per_seed)
     return text
 
 
@@ -333,10 +334,10 @@ def dispersion_condensation_pieces(effects: Mapping[str, pd.DataFrame], trajecto
         if rows.empty:
             continue
         last = rows.loc[rows["step"].idxmax()]
-        result = estimate_from(last.to_dict(), covers="seeds and sequences")
+        replicate = "base model" if name in pooled else "seed"
+        result = estimate_from(last.to_dict(), covers=f"{replicate}s and sequences")
         text = (f"{name}, step {int(last['step'])}: {method} {last['mean']:.3f} vs CE {last['reference_mean']:.3f} "
-                f"over {int(last['n_seeds'])} {'base models' if name in pooled else 'seeds'}; "
-                f"{method} - CE {describe(result)}")
+                f"over {int(last['n_seeds'])} {replicate}s; {method} - CE {describe(result, per=replicate)}")
         collapsed = _collapsed(trajectories.get(name), int(last["step"]), (method, "ce"))
         notes = ((f"{name}: collapsed at step {int(last['step'])} (deeper-layer cosine >= {COLLAPSED}): "
                   f"{collapsed}",) if collapsed else ())
