@@ -284,7 +284,8 @@ def plot_series_band(table: pd.DataFrame, path: str | os.PathLike, title: str) -
     """Fig. 4 over seeds: one panel per statistic of ``table`` (rows of
     :func:`condensation.reporting.tables.series_bands.band_table`), checkpoints along x in training
     order (training tokens under each label): a thin line per run (its ``run:`` column), their mean,
-    and the band of the mean's interval over the runs and sequences."""
+    and the band of the mean's interval over the runs and sequences, drawn within [-1, 1] where
+    both statistics live."""
     statistics = list(dict.fromkeys(table["statistic"]))
     runs = [column for column in table.columns if column.startswith("run:")]
     if not statistics or not runs:
@@ -298,16 +299,20 @@ def plot_series_band(table: pd.DataFrame, path: str | os.PathLike, title: str) -
             for column in runs:
                 ax.plot(x, rows[column].to_numpy(float), color="0.55", lw=0.8, alpha=0.7, zorder=2)
             mean, low, high = (rows[c].to_numpy(float) for c in ("mean", "low", "high"))
-            ax.fill_between(x, low, high, where=np.isfinite(low) & np.isfinite(high), color="C0", alpha=0.22, lw=0,
-                            zorder=1)
+            # both statistics live in [-1, 1]; a t interval over two runs can reach past it (the CSV keeps it whole)
+            ax.fill_between(x, np.clip(low, -1, 1), np.clip(high, -1, 1), where=np.isfinite(low) & np.isfinite(high),
+                            color="C0", alpha=0.22, lw=0, zorder=1)
             ax.plot(x, mean, "-o", color="C0", ms=4, lw=1.8, zorder=3)
             if statistic in _RANK_METRICS:
                 ax.axhline(0.0, color="0.45", linestyle=":", linewidth=1.0, zorder=1)
                 ax.set_ylim(-1.05, 1.05)
             ax.set_title(_METRIC_NAMES.get(statistic, statistic))
             ax.set_ylabel("rank correlation with depth" if statistic in _RANK_METRICS else "mean cosine similarity")
+            crowded = len(rows) > 5
             ax.set_xticks(x, [f"{label}\n{format_param_count(tokens) if np.isfinite(tokens) else ''}"
-                              for label, tokens in zip(rows["checkpoint"], rows["tokens"].astype(float))])
+                              for label, tokens in zip(rows["checkpoint"], rows["tokens"].astype(float))],
+                          rotation=40 if crowded else 0, ha="right" if crowded else "center",
+                          fontsize="small" if crowded else None)
             ax.set_xlabel("checkpoint (training tokens)")
             ax.grid(color="0.92", linewidth=0.6)
             ax.set_axisbelow(True)
