@@ -95,3 +95,12 @@ def accumulate(accumulators: Iterable[LayerAccumulator], hidden_states: Sequence
             accumulator.add_layers(units)
     for accumulator in accumulators:
         accumulator.end_batch()
+
+
+def join_stacks(batch: Sequence[tuple[torch.Tensor, ...]]) -> tuple[torch.Tensor, ...]:
+    """An accumulator's reductions of one batch, one tuple per stack of layers (each part
+    ``[m, ...]``), joined along the layers on the first stack's device: a model spread over several
+    GPUs leaves its stacks on several."""
+    device = batch[0][0].device
+    return tuple(parts[0] if len(parts) == 1 else torch.cat([part.to(device) for part in parts])
+                 for parts in zip(*batch))

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from condensation.cosine import accumulate, unit_directions
+from condensation.cosine import accumulate, join_stacks, unit_directions
 from condensation.geometry import NUM_BINS, CosineStatistics, counts_to_density, trend_statistics
 from condensation.hidden_states import source_of
 from condensation.lens_extraction import LensAccumulator
@@ -157,10 +157,7 @@ class CosineAccumulator:
         """Add the batch whose layers :meth:`add_layers` took. Each stack was reduced on its own
         device (a model spread over several GPUs leaves its layers on several); the reductions
         meet on the first's."""
-        device = self._batch[0][0].device
-        batch_sum, batch_counts, per_sequence = (
-            parts[0] if len(parts) == 1 else torch.cat([part.to(device) for part in parts])
-            for parts in zip(*self._batch))
+        batch_sum, batch_counts, per_sequence = join_stacks(self._batch)
         self._batch = []
         if self._sum is None:
             self._sum, self._pooled = batch_sum, batch_counts.double()

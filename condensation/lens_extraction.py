@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from condensation.cosine import accumulate
+from condensation.cosine import accumulate, join_stacks
 from condensation.lenses import (
     JACKKNIFE_GROUPS,
     LENSES,
@@ -161,10 +161,8 @@ class LensAccumulator:
     def end_batch(self) -> None:
         """Add the batch whose layers :meth:`add_layers` took; everything stays on the first
         stack's device until finalize (no host sync per layer or batch)."""
-        device = self._batch[0][0].device
-        batch_sums, batch_within, picked = (
-            parts[0] if len(parts) == 1 else torch.cat([part.to(device) for part in parts])
-            for parts in zip(*self._batch))
+        batch_sums, batch_within, picked = join_stacks(self._batch)
+        device = batch_sums.device
         self._batch = []
         if self._sums is None:
             self._sums, self._within = batch_sums, batch_within

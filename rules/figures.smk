@@ -142,7 +142,7 @@ rule findings:
         pair_profiles=expand(f"{path.pair_table}.profiles.npz", pair=config["pairs"]),
         series_profiles=expand(f"{path.series_table}.profiles.npz", series=config["series"]),
         effects=every_study_model(f"{path.effects}.csv"),
-        pooled_effects=pooled_effect_files()["paths"],
+        pooled_effects=POOLED_EFFECTS["paths"],
         trajectories=every_study_model(path.trajectory),
         similarity=expand(path.similarity_table, comparison=config["similarity"]),
     output:
@@ -159,7 +159,7 @@ rule findings:
         uncounted_families=[name for name, spec in config["families"].items() if not spec["compares_size"]],
         drawn_models=DRAWN_MODELS,
         series_groups=SERIES_GROUPS,
-        pooled=pooled_effect_files()["names"],
+        pooled=POOLED_EFFECTS["names"],
         drawn_series=[name for name, spec in config["series"].items() if spec["model"] in DRAWN_MODELS],
         tasks=list(config["evaluation"]["tasks"]),
         counted_tasks=config["evaluation"]["counted_tasks"],

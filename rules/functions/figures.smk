@@ -87,6 +87,9 @@ def pooled_effect_files():
     return {"paths": paths, "names": names}
 
 
+POOLED_EFFECTS = pooled_effect_files()
+
+
 def every_study_model(template):
     """``template`` filled for every model of every study that trains."""
     return [template.format(study=study, model=model) for study in studies(config) for model in config[study]["models"]]

@@ -169,6 +169,11 @@ def _interval_metrics(frame: pd.DataFrame, metrics: Sequence[str]) -> list[str]:
 def _style_step_axis(ax: Axes) -> None:
     ax.set_xlabel("training step")
     ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
+    _style_axis(ax)
+
+
+def _style_axis(ax: Axes) -> None:
+    """A light grid behind the data, no right spine, short ticks."""
     ax.grid(color="0.92", linewidth=0.6)
     ax.set_axisbelow(True)
     ax.spines["right"].set_visible(False)
@@ -314,9 +319,7 @@ def plot_series_band(table: pd.DataFrame, path: str | os.PathLike, title: str) -
                           rotation=40 if crowded else 0, ha="right" if crowded else "center",
                           fontsize="small" if crowded else None)
             ax.set_xlabel("checkpoint (training tokens)")
-            ax.grid(color="0.92", linewidth=0.6)
-            ax.set_axisbelow(True)
-            ax.spines["right"].set_visible(False)
+            _style_axis(ax)
         handles = [Line2D([], [], color="0.55", lw=0.8, label=f"each run ({len(runs)})"),
                    Line2D([], [], color="C0", marker="o", ms=4, lw=1.8, label="mean over runs"),
                    Patch(color="C0", alpha=0.22, label=f"95 % interval ({table['covers'].iloc[0]})")]

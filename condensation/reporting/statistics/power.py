@@ -296,13 +296,7 @@ def simulate_pooled_bases(effect: float, bases: int, seeds: int, *, base_sd: flo
                     rows.append({"method": method, "seed": order if pooled else base * seeds + order, "step": 1})
                     layers.append((mean + shift + order_shift + main + own)[:, None])
             by_base[f"base{base}"] = Profiles(pd.DataFrame(rows), layers, [None] * len(rows), [None] * len(rows))
-        if pooled:
-            profiles = pool_bases(by_base)
-        else:
-            parts = list(by_base.values())
-            profiles = Profiles(pd.concat([p.rows for p in parts], ignore_index=True),
-                                [layer for p in parts for layer in p.layers], [None] * 2 * bases * seeds,
-                                [None] * 2 * bases * seeds)
+        profiles = pool_bases(by_base) if pooled else Profiles.concat(list(by_base.values()))
         panel = profiles.panel("last_half", list(profiles.rows["method"]), list(profiles.rows["seed"]))
         calls.append(decide([Piece("sim", "", difference(panel, "dispersion", "ce"), direction=-1)], ANY).verdict)
     return _rates(calls)

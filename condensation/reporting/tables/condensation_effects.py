@@ -112,8 +112,9 @@ def effects_caption(reference: str, pooled: bool = False) -> str:
                 "point; t with k - 1 degrees of freedom")
     return (
         f"Condensation of each method against {reference} at every measured step, on text no run trained on: "
-        f"{over}; the sequences' main effect added once, their interaction with the runs being in the spread "
-        f"already); MDE: the smallest difference found with 80 % power at 5 %. Metrics: "
+        f"{over}; the sequences' main effect added once, their interaction with the runs being in the "
+        f"{'bases' if pooled else 'seeds'}' spread already); MDE: the smallest difference found with 80 % power at "
+        "5 %. Metrics: "
         f"{', '.join(f'{k} ({v.title})' for k, v in STATISTICS.items())}. A dash: one seed each, the training noise "
         "unmeasured."
     )

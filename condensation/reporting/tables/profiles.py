@@ -99,6 +99,14 @@ class Profiles:
         return Profiles(self.rows.iloc[keep].reset_index(drop=True), [self.layers[i] for i in keep],
                         [self.lens_values[i] for i in keep], [self.lens_jackknife[i] for i in keep])
 
+    @staticmethod
+    def concat(parts: Sequence[Profiles]) -> Profiles:
+        """The rows of ``parts`` one after another, as one table."""
+        return Profiles(pd.concat([part.rows for part in parts], ignore_index=True),
+                        [layers for part in parts for layers in part.layers],
+                        [values for part in parts for values in part.lens_values],
+                        [jackknife for part in parts for jackknife in part.lens_jackknife])
+
     def panel(self, statistic: str, arms: Sequence[str], seeds: Sequence, fixed: Sequence[str] = (),
               units: str = "sequences") -> Panel:
         """The rows as runs of a :class:`~condensation.reporting.statistics.panel.Panel`: row i in

@@ -45,9 +45,7 @@ def _at_checkpoint(series: Mapping[str, Profiles], checkpoint: str) -> Profiles:
             raise ValueError(f"series {name}, checkpoint {checkpoint}: no per-sequence layer means (a file written "
                              "before they were stored); re-run its extraction")
         chosen.append(row)
-    rows = pd.concat([row.rows for row in chosen], ignore_index=True)
-    return Profiles(rows, [row.layers[0] for row in chosen], [row.lens_values[0] for row in chosen],
-                    [row.lens_jackknife[0] for row in chosen])
+    return Profiles.concat(chosen)
 
 
 def band_table(series: Mapping[str, Profiles]) -> pd.DataFrame:
