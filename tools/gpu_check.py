@@ -864,7 +864,9 @@ def job_seconds(work: Path) -> dict[str, dict[str, float]]:
         return {}
     by_rule: dict[str, list[float]] = {}
     for job in default_pipeline.read_run(work).values():
-        if job.seconds is not None:
+        # finished as Snakemake's log says: a job's benchmark file is written before Snakemake
+        # registers the job, so a run stopped at its box can leave one of an unfinished job
+        if job.seconds is not None and job.end is not None:
             by_rule.setdefault(job.rule, []).append(job.seconds)
     return {
         rule: {"jobs": len(times), "total_s": round(sum(times), 1), "longest_s": round(max(times), 1)}

@@ -213,6 +213,23 @@ def _preserved_rng_state() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _without_environment_report() -> Iterator[None]:
+    """``simple_evaluate`` without lm-eval's report of the environment (torch's ``collect_env``:
+    ``pip list`` run twice and other probes in subprocesses, over a second of a scoring job's
+    wall and two of its CPU, benchmarks/scoring_job.py), which the score files never kept
+    (:data:`LM_EVAL_PARTS`; the record keeps lm-eval's version)."""
+    # deferred: lm-eval, see the imports
+    from lm_eval import evaluator  # noqa: PLC0415
+
+    report = evaluator.add_env_info
+    evaluator.add_env_info = lambda results: None
+    try:
+        yield
+    finally:
+        evaluator.add_env_info = report
+
+
+@contextlib.contextmanager
 def _no_bytecode_files() -> Iterator[None]:
     """Keep Python from writing ``__pycache__`` into task directories (lm-eval imports the task
     loader from there), so scoring leaves the built tasks as they were."""
@@ -426,7 +443,7 @@ def _run_groups(lm: Any, by_shots: Mapping[int, list[str]], manager: Any, settin
 
     run = ScoreRun(scores={}, samples=[], lm_eval=[])
     for shots, names in sorted(by_shots.items()):
-        with torch.no_grad():
+        with torch.no_grad(), _without_environment_report():
             out = simple_evaluate(
                 model=lm,
                 tasks=names,

@@ -68,8 +68,17 @@ def test_score_model_runs_local_tasks_and_groups(tiny_lm, task_dir, tmp_path, mo
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
     prefix = tmp_path / "cache" / "step-0"
     settings = EvalSettings(batch_size=8)
+    # lm-eval's environment report (torch's collect_env, pip list in subprocesses) is skipped:
+    # the score files never kept it, and it cost a scoring job a second or more
+    import torch.utils.collect_env
+    from lm_eval import evaluator
+
+    report = evaluator.add_env_info
+    probed = []
+    monkeypatch.setattr(torch.utils.collect_env, "get_pretty_env_info", lambda: probed.append(1) or "")
     torch.manual_seed(99)
     run = score_model(model, tokenizer, {"tiny_group": 0, "tiny_cloze": 1}, settings, fresh, prefix)
+    assert not probed and evaluator.add_env_info is report, "no environment report, and lm-eval's function back"
     after_scoring = torch.rand(3)
     torch.manual_seed(99)
     assert torch.equal(after_scoring, torch.rand(3)), "lm-eval's reseeding must not leak into the caller"
