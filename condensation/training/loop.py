@@ -101,6 +101,7 @@ from condensation.training.checkpointing import CheckpointManager, TrainState
 from condensation.training.distillation import Teacher
 from condensation.training.parallel import model_layout
 from condensation.training.precision import resolve_mixed_precision
+from condensation.training.preemption import StopSignal, TrainingStopped
 from condensation.training.vocabulary import cut_to_vocabulary, pad_vocabulary, true_vocabulary
 
 AuxLoss = Callable[[tuple[torch.Tensor, ...]], torch.Tensor]
@@ -147,6 +148,8 @@ class StepMetrics:
     """Before clipping."""
     seconds: float
     """Wall time of the step (forward, backward, update): the tracker's tokens/s."""
+    stop_requested: bool = False
+    """Some rank had received SIGTERM when the step's numbers were reduced (``preemption``)."""
 
     def log_row(self, step: int, tokens: int) -> dict[str, Any]:
         return {
@@ -164,8 +167,8 @@ class StepMetrics:
 
 @dataclass
 class PendingStep:
-    """An optimizer step whose numbers (``[ce sum, aux sum, ce non-finite, aux non-finite, grad
-    norm]``, see ``Trainer._train_step``) may still be on the device."""
+    """An optimizer step whose numbers (``[ce sum, aux sum, ce non-finite, aux non-finite, ranks
+    asked to stop, grad norm]``, see ``Trainer._train_step``) may still be on the device."""
 
     step: int
     """The step these numbers belong to (``state.step + 1`` when it was queued)."""
@@ -232,6 +235,8 @@ def train(
     Resumes from ``out_dir/state`` when present and ends bit-identical to an uninterrupted run;
     returns at once when ``out_dir/final`` is complete. ``stop_after_steps`` stops (saving a state)
     once the global step reaches that value: a graceful stand-in for a kill, or a time limit.
+    SIGTERM (a scheduler's preemption or time limit) stops after the step under way, saves its
+    state and raises ``preemption.TrainingStopped``: a rerun resumes there (``preemption``).
     ``baseline`` hooks a training baseline into the loop (see ``baselines.TrainingBaseline``);
     ``teacher`` distils it (``distillation.Teacher``: its term takes the auxiliary loss's place in
     the total and the logs). ``aux_weight`` weighs what is added to CE, ``aux_loss``'s value or the
@@ -246,7 +251,13 @@ def train(
         trainer = Trainer(model, train_blocks, val_blocks, config, run_dir, aux_loss, tokenizer, baseline, teacher,
                           aux_weight)
         try:
-            return trainer.run(stop_after_steps)
+            with trainer.stop_signal:
+                result = trainer.run(stop_after_steps)
+            if trainer.stop_requested:
+                raise TrainingStopped(
+                    f"training {run_dir.root} stopped on SIGTERM after step {result.steps} of {trainer.steps}; "
+                    f"its state is saved: run it again to resume at step {result.steps}")
+            return result
         finally:
             if not trainer.layout.sharded:  # a sharded model is the layout's (and never padded)
                 cut_to_vocabulary(model, trainer.vocab_size)
@@ -311,6 +322,9 @@ class Trainer:
         self.probe: dict[str, float] = {}  # the last probe's values, kept for the progress lines
         self.prefetched: tuple[int, torch.Tensor] | None = None  # (start, ids) of the next micro-batch, on CUDA
         self.waiting: PendingStep | None = None  # a step whose numbers the next step reads (see _train_step)
+        self.stop_signal = StopSignal()
+        self.stop_requested = False  # by any rank, as of the last step whose numbers were read
+        self.stop_values = torch.tensor([[0.0], [1.0]], device=accelerator.device)  # a rank's flag: 0 go on, 1 stop
         self._prepare_model(model)
 
         self.checkpointer = CheckpointManager(self.run_dir, accelerator, self._identity(), self.layout)
@@ -389,12 +403,15 @@ class Trainer:
                 self._log_step(row, {})
                 if main:
                     self.progress.report()
-            while self.state.step < stop_at:
+            while self.state.step < stop_at and not self.stop_requested:
                 metrics = self._train_step(stop_at)
                 self.state.step += 1
                 self.state.blocks_consumed += self.step_blocks
                 if metrics is not None:  # else the next step reads its numbers and ends it (see _train_step)
                     self._end_of_step(metrics)
+            if self.waiting is not None:  # stopped on a signal seen while the last step's numbers waited
+                waiting, self.waiting = self.waiting, None
+                self._end_of_step(self._read(waiting))
         return self._finish()
 
     def _train_step(self, stop_at: int) -> StepMetrics | None:
@@ -410,6 +427,8 @@ class Trainer:
         sums = torch.zeros(4, device=accelerator.device)  # see _micro_step
         for micro in range(config.grad_accum_steps):
             sums += self._micro_step(micro)
+        # this rank's SIGTERM flag, reduced with the sums (indexing a device tensor: no host sync)
+        sums = torch.cat([sums, self.stop_values[int(self.stop_signal.requested)]])
         if accelerator.device.type == "cuda":  # the next step's first batch, copied while this step's work runs
             start = self._micro_batch_start(self.state.blocks_consumed + self.step_blocks, 0)
             self.prefetched = (start, self._fetch(start))
@@ -432,7 +451,7 @@ class Trainer:
             return metrics
         # Fused AdamW skips the update on the device when `found_inf` is set, so the guard may
         # read the flags later and still stop before a non-finite step's update.
-        self.optimizer.found_inf = ((numbers[2] + numbers[3] > 0) | ~numbers[4].isfinite()).float()
+        self.optimizer.found_inf = ((numbers[2] + numbers[3] > 0) | ~numbers[5].isfinite()).float()
         self._update()
         pending.copy_to_host()
         if self._numbers_may_wait(pending.step, stop_at):
@@ -458,7 +477,7 @@ class Trainer:
     def _read(self, pending: PendingStep) -> StepMetrics:
         """``pending``'s numbers on the host (a host sync unless they have arrived), checked by the
         NaN guard: a non-finite value stops the run, and nothing is written for that step."""
-        ce_sum, aux_sum, ce_nonfinite, aux_nonfinite, grad_norm = pending.host_numbers()
+        ce_sum, aux_sum, ce_nonfinite, aux_nonfinite, stopping, grad_norm = pending.host_numbers()
         guard = {"ce loss": ce_nonfinite > 0, "aux loss": aux_nonfinite > 0, "grad norm": not math.isfinite(grad_norm)}
         for what, nonfinite in guard.items():  # the first one found names the error
             if nonfinite:
@@ -469,7 +488,7 @@ class Trainer:
         loss = ce_mean if aux_mean is None else ce_mean + self.aux_weight * aux_mean
         return StepMetrics(
             lr=pending.lr, loss=loss, ce_loss=ce_mean, aux_loss=aux_mean, grad_norm=grad_norm,
-            seconds=(pending.ended or time.perf_counter()) - pending.started,
+            seconds=(pending.ended or time.perf_counter()) - pending.started, stop_requested=stopping > 0,
         )
 
     def _micro_step(self, micro: int) -> torch.Tensor:
@@ -532,6 +551,7 @@ class Trainer:
         records (log row, probe, tracker, progress), state."""
         step = self.state.step
         self.state.train_loss = metrics.loss
+        self.stop_requested |= metrics.stop_requested
         if self.baseline is not None:  # before the checkpoint and state of this step record the weights
             self.baseline.after_step(step, self.module, self.optimizer, seed=self.config.seed, final=step == self.steps)
         row = metrics.log_row(step, tokens=step * self.step_tokens)

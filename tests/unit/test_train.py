@@ -368,6 +368,52 @@ def test_resume_after_sigkill_is_bit_identical(uninterrupted, tmp_path):
     assert_same_series_except_timings(series, read_series(reference_dir))
 
 
+def test_sigterm_saves_the_step_it_ends_and_the_rerun_resumes_there_bit_identically(uninterrupted, tmp_path):
+    """A scheduler's preemption or time limit (SIGTERM, then a kill after a grace period): the run
+    ends the step under way, saves that step's state, fails naming it, and a rerun resumes there:
+    no step trained twice, weights as an uninterrupted run's."""
+    reference, _, reference_dir = uninterrupted
+    script = KILLED_RUN.format(repo=str(REPO), tests=str(REPO / "tests" / "unit"))
+    process = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "log.csv").exists() or len(read_log(tmp_path)) < 4:  # a few steps in
+            assert process.poll() is None, "training subprocess exited before the signal"
+            assert time.monotonic() < deadline, "no steps logged within 120 s"
+            time.sleep(0.01)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)  # the grace: one step and a save
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == 1, stderr[-2000:]
+    assert "TrainingStopped" in stderr and "stopped on SIGTERM after step" in stderr, stderr[-2000:]
+    assert not (tmp_path / "final").exists()
+    rows = read_log(tmp_path)
+    stopped_at = state_step(tmp_path / "state" / "progress.json")
+    assert 3 <= stopped_at < 20 and int(rows[-1]["step"]) == stopped_at  # the state is the last step logged
+    assert f"after step {stopped_at} of 20" in stderr
+
+    resumed = make_model(seed=123)
+    train(resumed, TRAIN_BLOCKS, VAL_BLOCKS, resume_config(), tmp_path)
+    assert_same_weights(resumed, reference)
+    rows = read_log(tmp_path)
+    assert [int(r["step"]) for r in rows] == list(range(21))
+    assert_same_log_except_time(rows, read_log(reference_dir))
+
+
+def test_the_stop_signal_handles_one_sigterm_and_gives_the_handler_back():
+    from condensation.training.preemption import StopSignal
+
+    before = signal.getsignal(signal.SIGTERM)
+    with StopSignal() as stop:
+        assert not stop.requested
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)  # Python runs the handler between bytecodes of the main thread
+        assert stop.requested
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def test_finished_run_is_skipped(uninterrupted):
     _, reference_result, out_dir = uninterrupted
     summary = out_dir / "final" / "train_summary.json"
