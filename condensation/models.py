@@ -21,6 +21,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from condensation.config.plan import gpus_needed
+from condensation.runtime.hub_retry import with_hub_retries
 from condensation.runtime.io import (
     atomic_path,
     manifest_path,
@@ -301,23 +302,37 @@ has both, as Pythia's ``main`` does, one copy of the weights is enough)."""
 
 def prepare_hub(name: str, model_id: str, revision: str | None, trust_remote_code: bool) -> ModelHandle:
     """Download (or find in the cache) a hub model and pin the handle to the commit it resolved to.
-    Its weights as safetensors where the revision has them, else as ``pytorch_model.bin``."""
+    Its weights as safetensors where the revision has them, else as ``pytorch_model.bin``. The Hub's
+    transient faults are retried (``runtime.hub_retry``); a gated or missing model or revision
+    stops with what to do."""
     # deferred: heavy, see the imports
     from huggingface_hub import snapshot_download  # noqa: PLC0415
     from huggingface_hub.errors import (  # noqa: PLC0415
+        GatedRepoError,
         HFValidationError,
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
 
-    try:
+    def fetch() -> str:
         folder = snapshot_download(model_id, revision=revision, allow_patterns=[*HUB_FILES, "*.safetensors"])
         if not any(Path(folder).glob("*.safetensors")):  # an older checkpoint (Pythia's step branches)
             folder = snapshot_download(model_id, revision=revision, allow_patterns=LEGACY_WEIGHTS)
+        return folder
+
+    try:
+        folder = with_hub_retries(fetch, f"model '{name}': fetching '{model_id}'")
+    except GatedRepoError as error:  # before its base class, RepositoryNotFoundError
+        raise ModelError(
+            f"model '{name}': '{model_id}' is gated: accept its licence at https://huggingface.co/{model_id} "
+            "with your account, then give that account's token to every job (HF_TOKEN in the environment, "
+            "or `hf auth login` on each machine)") from error
     except (RepositoryNotFoundError, HFValidationError) as error:
-        raise ModelError(f"model '{name}': no such model id on the Hugging Face Hub: '{model_id}'") from error
+        raise ModelError(f"model '{name}': no such model id on the Hugging Face Hub: '{model_id}' (or it is private: "
+                         "set HF_TOKEN to a token that may read it)") from error
     except RevisionNotFoundError as error:
-        raise ModelError(f"model '{name}': '{model_id}' has no revision '{revision}'") from error
+        branches = _branches_of(model_id)
+        raise ModelError(f"model '{name}': '{model_id}' has no revision '{revision}'{branches}") from error
     except Exception as error:  # connection errors come in many types across hub versions
         raise ModelError(
             f"model '{name}': cannot fetch '{model_id}' from the Hugging Face Hub and it is not cached "
@@ -325,6 +340,19 @@ def prepare_hub(name: str, model_id: str, revision: str | None, trust_remote_cod
         ) from error
     handle = ModelHandle(name=name, location=model_id, revision=Path(folder).name, trust_remote_code=trust_remote_code)
     return _describe(handle, Path(folder))
+
+
+def _branches_of(model_id: str) -> str:
+    """``; its branches: a, b, ...`` as the Hub lists them, or nothing where it cannot."""
+    # deferred: heavy, see the imports
+    from huggingface_hub import list_repo_refs  # noqa: PLC0415
+
+    try:
+        branches = [branch.name for branch in list_repo_refs(model_id).branches]
+    except Exception:  # the message is complete without them
+        return ""
+    shown = ", ".join(sorted(branches)[:20]) + (f", ... ({len(branches)} in all)" if len(branches) > 20 else "")
+    return f"; its branches: {shown}" if branches else ""
 
 
 def prepare_local(name: str, path: str, trust_remote_code: bool = False) -> ModelHandle:

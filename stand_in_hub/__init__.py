@@ -75,19 +75,22 @@ from stand_in_hub.catalog import (
     ModelRepo,
     load_catalog,
 )
-from stand_in_hub.server import Hub, HubServer, serve
+from stand_in_hub.server import Fault, Hub, HubServer, inject, requests_answered, serve
 
 __all__ = [
     "OLMO3_REPO",
     "BuildSummary",
     "Catalog",
     "CatalogError",
+    "Fault",
     "Hub",
     "HubServer",
     "ModelRepo",
     "build",
     "client_env",
+    "inject",
     "load_catalog",
+    "requests_answered",
     "serve",
 ]
 

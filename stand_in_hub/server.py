@@ -15,6 +15,13 @@ Errors are 404 with the Hub's ``X-Error-Code``: ``RepoNotFound`` (unknown reposi
 ``RevisionNotFound`` (unknown branch or sha) and ``EntryNotFound`` (missing file or folder),
 which ``huggingface_hub`` raises as ``RepositoryNotFoundError``, ``RevisionNotFoundError`` and
 ``EntryNotFoundError``.
+
+Faults on request, for the tests of what a real Hub does under load (:class:`Fault`):
+``POST /_stand_in/faults`` with a fault's fields as JSON (:func:`inject`) makes the next
+``times`` requests whose path matches ``path`` answer with ``status`` (429 with ``Retry-After``,
+5xx, 401 for a gated repository with ``X-Error-Code: GatedRepo``), wait ``delay`` seconds first,
+or close the connection after ``drop_after`` bytes of a file. ``GET /_stand_in/requests`` lists
+every request answered so far (method, path, ``Range`` header, status).
 """
 
 from __future__ import annotations
@@ -24,7 +31,10 @@ import hashlib
 import json
 import re
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -44,6 +54,38 @@ API_ROUTES = (
 )
 RESOLVE_ROUTE = re.compile(rf"^/(?P<datasets>datasets/)?{_REPO}/resolve/{_REV}/(?P<path>.+)$")
 TIMESTAMP = "2025-01-01T00:00:00.000Z"
+
+
+@dataclass
+class Fault:
+    """A misbehaviour for the next ``times`` requests whose URL path ``path`` (a regex) matches."""
+
+    path: str
+    times: int = 1
+    status: int | None = None
+    """Answer with this status instead (a JSON error body)."""
+    retry_after: int | None = None
+    """``Retry-After`` seconds, with ``status`` (429, 503)."""
+    error_code: str | None = None
+    """``X-Error-Code`` with ``status`` (``GatedRepo`` with 401 or 403)."""
+    delay: float = 0.0
+    """Seconds to wait before answering (past a client's timeout: a slow answer)."""
+    drop_after: int | None = None
+    """Send this many bytes of the file's body, then close the connection."""
+
+
+def inject(url: str, **fault: object) -> None:
+    """Add a :class:`Fault` (its fields as keywords) to the stand-in at ``url``."""
+    request = urllib.request.Request(f"{url}/_stand_in/faults", data=json.dumps(asdict(Fault(**fault))).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=10):
+        pass
+
+
+def requests_answered(url: str) -> list[dict[str, Any]]:
+    """Every request the stand-in at ``url`` answered so far: method, path, range, status."""
+    with urllib.request.urlopen(f"{url}/_stand_in/requests", timeout=10) as answer:
+        return json.loads(answer.read())
 
 
 class HubError(Exception):
@@ -157,10 +199,27 @@ class HubRequestHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._answer(send_body=True)
 
+    def send_response(self, code: int, message: str | None = None) -> None:
+        self.server.record(self.command, urlsplit(self.path).path, self.headers.get("Range"), code)
+        super().send_response(code, message)
+
     def _answer(self, send_body: bool) -> None:
         url = urlsplit(self.path)
         # Read a request body first, even one that is refused: a keep-alive connection must not keep it.
         self.body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+        if url.path.startswith("/_stand_in/"):
+            return self._control(url.path, send_body)
+        self.fault = self.server.take_fault(url.path, self.command)
+        if self.fault is not None:
+            time.sleep(self.fault.delay)
+            if self.fault.status is not None:
+                headers = {"X-Error-Message": f"fault injected: {self.fault.status}"}
+                if self.fault.retry_after is not None:
+                    headers["Retry-After"] = str(self.fault.retry_after)
+                if self.fault.error_code:
+                    headers["X-Error-Code"] = self.fault.error_code
+                return self._send_json({"error": f"fault injected: {self.fault.status}"}, send_body,
+                                       status=self.fault.status, headers=headers)
         try:
             resolve = RESOLVE_ROUTE.match(url.path)
             if resolve and self.command in ("GET", "HEAD"):
@@ -175,6 +234,14 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             if error.commit:
                 headers["X-Repo-Commit"] = error.commit
             self._send_json({"error": str(error)}, send_body, status=404, headers=headers)
+
+    def _control(self, path: str, send_body: bool) -> None:
+        if path == "/_stand_in/faults" and self.command == "POST":
+            self.server.add_fault(Fault(**json.loads(self.body)))
+            return self._send_json({"faults": len(self.server.faults)}, send_body)
+        if path == "/_stand_in/requests":
+            return self._send_json(self.server.answered, send_body)
+        self._send_json({"error": f"no such control: {self.command} {path}"}, send_body, status=404)
 
     def _snapshot(self, match: re.Match) -> tuple[str, Snapshot]:
         groups = match.groupdict()
@@ -233,7 +300,14 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         if send_body:
             with open(snapshot.directory / path, "rb") as handle:
                 handle.seek(start)
-                self.wfile.write(handle.read(end - start))
+                body = handle.read(end - start)
+            if self.fault is not None and self.fault.drop_after is not None:  # a connection dropped mid-file
+                self.wfile.write(body[: self.fault.drop_after])
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return
+            self.wfile.write(body)
 
 
 def _byte_range(header: str | None, size: int) -> tuple[int, int, int]:
@@ -253,7 +327,31 @@ class HubServer(ThreadingHTTPServer):
 
     def __init__(self, root: str | Path, host: str = "127.0.0.1", port: int = 0):
         self.hub = Hub(root)
+        self.faults: list[Fault] = []
+        self.answered: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
         super().__init__((host, port), HubRequestHandler)
+
+    def add_fault(self, fault: Fault) -> None:
+        with self._lock:
+            self.faults.append(fault)
+
+    def take_fault(self, path: str, method: str) -> Fault | None:
+        """The first fault whose ``path`` matches, one of its ``times`` used up (a dropped
+        connection only by a GET: a HEAD has no body to cut)."""
+        with self._lock:
+            for fault in self.faults:
+                if re.search(fault.path, path) and (fault.drop_after is None or method == "GET"):
+                    fault.times -= 1
+                    if fault.times <= 0:
+                        self.faults.remove(fault)
+                    return fault
+        return None
+
+    def record(self, method: str, path: str, byte_range: str | None, status: int) -> None:
+        if not path.startswith("/_stand_in/"):
+            with self._lock:
+                self.answered.append({"method": method, "path": path, "range": byte_range, "status": status})
 
     @property
     def url(self) -> str:

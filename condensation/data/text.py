@@ -21,6 +21,7 @@ import numpy as np
 from condensation.config.datasets import local_files, too_short
 from condensation.config.specs import DatasetSpec, SamplingConfig
 from condensation.data.corpus import paragraphs
+from condensation.runtime.hub_retry import with_hub_retries
 from condensation.runtime.io import (
     atomic_path,
     manifest_path,
@@ -59,12 +60,14 @@ def read_local_documents(spec: DatasetSpec, corpus_dir: str | Path | None) -> di
 
 def load_hub_dataset(spec: DatasetSpec):
     """The hub dataset's split as an Arrow table (memory-mapped), checked to hold the configured
-    text column. Downloads (or reads the Hugging Face cache)."""
+    text column. Downloads (or reads the Hugging Face cache), retrying the Hub's transient faults."""
     # deferred: datasets, of the workflow extra, is slow; hub datasets only
     import datasets  # noqa: PLC0415
 
     try:
-        table = datasets.load_dataset(spec.path, spec.name, split=spec.split, data_files=spec.data_files)
+        table = with_hub_retries(
+            lambda: datasets.load_dataset(spec.path, spec.name, split=spec.split, data_files=spec.data_files),
+            f"dataset '{spec.dataset}': fetching {spec.path}")
     except (FileNotFoundError, ValueError, ConnectionError) as error:
         raise DatasetError(f"dataset '{spec.dataset}': cannot load {spec.path} ({spec.name}): {error}") from error
     if spec.field not in table.column_names:

@@ -1,0 +1,118 @@
+"""The Hub's faults, injected into a stand-in that serves the session's tree: a model fetch
+(``models.prepare_hub``, in a fresh process as a job runs it) retries what is transient and ends
+with the same handle as without faults; what is permanent stops it with the cause and the fix."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from condensation.runtime.hub_retry import HubRetries, transient_fault, with_hub_retries
+from stand_in_hub import client_env, inject, requests_answered, serve
+
+pytestmark = pytest.mark.slow
+
+MODEL = "openai-community/gpt2"
+FETCH = ("import dataclasses, json, sys\n"
+         "from condensation.models import prepare_hub\n"
+         "handle = prepare_hub('gpt2', sys.argv[1], None if sys.argv[2] == '-' else sys.argv[2], False)\n"
+         "print(json.dumps(dataclasses.asdict(handle)))")
+
+
+@pytest.fixture
+def hub(stand_in_hub):
+    """A server of its own (faults stay in this test) over the session's tree, and a client
+    environment with an empty cache."""
+    with serve(stand_in_hub.root) as url, tempfile.TemporaryDirectory() as caches:
+        yield url, os.environ | client_env(url, caches) | {"PYTHONPATH": stand_in_hub.env["PYTHONPATH"]}
+
+
+def fetch(env: dict[str, str], model: str = MODEL, revision: str = "-") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", FETCH, model, revision], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_transient_faults_are_retried_and_the_fetch_ends_as_without_them(hub, stand_in_hub):
+    url, env = hub
+    clean = fetch(stand_in_hub.env)  # the session's own server: no faults
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    inject(url, path=rf"^/api/models/{MODEL}", status=429, retry_after=1, times=2)  # the rate limit
+    inject(url, path=r"/config\.json$", status=503, times=1)
+    inject(url, path=r"/model\.safetensors$", drop_after=1000, times=1)  # a connection dropped mid-file
+    done = fetch(env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == clean.stdout  # the same commit, parameter and layer counts
+    assert done.stderr.count("HTTP 429") == 2 and "trying again in 1 s" in done.stderr  # Retry-After honoured
+    answered = [(r["method"], r["path"].rsplit("/", 1)[-1], r["status"]) for r in requests_answered(url)]
+    assert answered.count(("GET", "main", 429)) == 2 and ("HEAD", "config.json", 503) in answered
+    assert answered.count(("GET", "model.safetensors", 200)) == 2  # cut short once, then whole
+
+
+def test_a_gated_model_names_its_licence_page_and_the_token(hub):
+    url, env = hub
+    inject(url, path=MODEL, status=401, error_code="GatedRepo", times=100)
+    done = fetch(env)
+    assert done.returncode == 1
+    assert f"'{MODEL}' is gated: accept its licence at https://huggingface.co/{MODEL}" in done.stderr
+    assert "HF_TOKEN" in done.stderr and "trying again" not in done.stderr  # permanent: no retry
+
+
+def test_a_missing_revision_lists_the_branches_and_an_unknown_id_says_so(hub):
+    _, env = hub
+    done = fetch(env, revision="step99")
+    assert done.returncode == 1 and f"'{MODEL}' has no revision 'step99'; its branches: main" in done.stderr
+    done = fetch(env, model="openai-community/no-such-model")
+    assert done.returncode == 1 and "no such model id on the Hugging Face Hub: 'openai-community/no-such-model'" \
+        in done.stderr
+
+
+class Answer:
+    def __init__(self, status, headers=None):
+        self.status_code, self.headers = status, headers or {}
+
+
+class HTTPFault(Exception):
+    def __init__(self, status, headers=None):
+        super().__init__(f"HTTP {status}")
+        self.response = Answer(status, headers)
+
+
+class TransportError(Exception):  # as httpx names them: transient by a class name in the MRO
+    pass
+
+
+class ConnectError(TransportError):
+    pass
+
+
+def test_retries_wait_as_the_hub_asks_double_otherwise_and_stop_at_the_limit(monkeypatch):
+    waits = []
+    monkeypatch.setattr("condensation.runtime.hub_retry.time.sleep", waits.append)
+    faults = iter([HTTPFault(429, {"Retry-After": "7"}), HTTPFault(502), ConnectError("reset"), HTTPFault(503)])
+
+    def call():
+        fault = next(faults, None)
+        if fault is not None:
+            raise fault
+        return "done"
+
+    assert with_hub_retries(call, "test", HubRetries(attempts=5, first_wait_s=2, max_wait_s=5)) == "done"
+    assert waits == [5, 4, 5, 5]  # Retry-After 7 capped at 5; then 2 x 2, 2 x 4 and 2 x 8 capped
+    with pytest.raises(HTTPFault):  # the last fault once the attempts are spent
+        with_hub_retries(lambda: (_ for _ in ()).throw(HTTPFault(500)), "test", HubRetries(attempts=2))
+    with pytest.raises(HTTPFault):  # a permanent answer at once
+        with_hub_retries(lambda: (_ for _ in ()).throw(HTTPFault(404)), "test")
+    wrapped = RuntimeError("snapshot folder not found")
+    wrapped.__cause__ = HTTPFault(429)
+    assert transient_fault(wrapped) == ("HTTP 429", None) and transient_fault(ValueError("x")) is None
+    offline = RuntimeError("not cached")
+    offline.__cause__ = OfflineModeIsEnabled("HF_HUB_OFFLINE=1")  # a ConnectionError no wait cures
+    assert transient_fault(offline) is None
+
+
+class OfflineModeIsEnabled(ConnectionError):  # huggingface_hub's, by name
+    pass
