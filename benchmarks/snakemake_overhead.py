@@ -6,7 +6,7 @@ Plans config.yaml (``snakemake -n``: the jobs, their dependencies and the rules'
 replays it as a workflow of the same jobs that only sleep, each for its wall time in the finished
 run DIR times ``--scale``, with a ``benchmark:`` file each as the real rules have. The replay runs
 twice at once on 2 cores, once with Snakemake's defaults (the ILP scheduler, its loop woken every
-second) and once with the settings of ``profiles/default/config.yaml``; the jobs cost no CPU, so
+second) and once with the settings of ``profiles/default/profile.yaml``; the jobs cost no CPU, so
 what each Snakemake process spends is its own. It prints Snakemake's own CPU seconds per minute
 of run, its most threads, the makespan against the list-scheduling bound of
 ``default_pipeline.py``'s simulation, and how long it took to exit after its last job.
@@ -37,7 +37,7 @@ DEFAULTS = ["--scheduler", "ilp", "--max-jobs-per-timespan", "100/1s"]
 
 
 def profile_settings() -> list[str]:
-    profile = yaml.safe_load((REPO / "profiles" / "default" / "config.yaml").read_text())
+    profile = yaml.safe_load((REPO / "profiles" / "default" / "profile.yaml").read_text())
     return ["--scheduler", profile["scheduler"], "--max-jobs-per-timespan", profile["max-jobs-per-timespan"]]
 
 
