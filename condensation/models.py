@@ -315,6 +315,7 @@ def prepare_hub(name: str, model_id: str, revision: str | None, trust_remote_cod
     )
 
     def fetch() -> str:
+        check_free_space(model_id, revision)
         folder = snapshot_download(model_id, revision=revision, allow_patterns=[*HUB_FILES, "*.safetensors"])
         if not any(Path(folder).glob("*.safetensors")):  # an older checkpoint (Pythia's step branches)
             folder = snapshot_download(model_id, revision=revision, allow_patterns=LEGACY_WEIGHTS)
@@ -322,6 +323,8 @@ def prepare_hub(name: str, model_id: str, revision: str | None, trust_remote_cod
 
     try:
         folder = with_hub_retries(fetch, f"model '{name}': fetching '{model_id}'")
+    except ModelError as error:
+        raise ModelError(f"model '{name}': {error}") from None
     except GatedRepoError as error:  # before its base class, RepositoryNotFoundError
         raise ModelError(
             f"model '{name}': '{model_id}' is gated: accept its licence at https://huggingface.co/{model_id} "
@@ -340,6 +343,32 @@ def prepare_hub(name: str, model_id: str, revision: str | None, trust_remote_cod
         ) from error
     handle = ModelHandle(name=name, location=model_id, revision=Path(folder).name, trust_remote_code=trust_remote_code)
     return _describe(handle, Path(folder))
+
+
+def check_free_space(model_id: str, revision: str | None) -> None:
+    """Stop before a download that the Hugging Face cache's disk cannot hold: the weights and files
+    :func:`prepare_hub` would fetch (their sizes from the Hub's listing, less what is cached) against
+    the free space there, both named. Offline, or where the Hub lists no sizes, it checks nothing."""
+    # deferred: heavy, see the imports
+    import shutil  # noqa: PLC0415
+    from fnmatch import fnmatch  # noqa: PLC0415
+
+    from huggingface_hub import HfApi, constants, try_to_load_from_cache  # noqa: PLC0415
+
+    if constants.HF_HUB_OFFLINE:
+        return
+    info = HfApi().model_info(model_id, revision=revision, files_metadata=True)
+    files = {sibling.rfilename: sibling.size or 0 for sibling in info.siblings or ()}
+    weights = ["*.safetensors"] if any(fnmatch(name, "*.safetensors") for name in files) else list(LEGACY_WEIGHTS)
+    needed = sum(size for name, size in files.items()
+                 if any(fnmatch(name, pattern) for pattern in (*HUB_FILES, *weights))
+                 and not isinstance(try_to_load_from_cache(model_id, name, revision=info.sha), str))
+    cache = Path(constants.HF_HUB_CACHE)
+    cache.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(cache).free
+    if needed > free:
+        raise ModelError(f"'{model_id}' needs {needed / 1e9:.2f} GB more in the Hugging Face cache ({cache}), "
+                         f"which has {free / 1e9:.2f} GB free: free space there, or point HF_HOME at a larger disk")
 
 
 def _branches_of(model_id: str) -> str:
