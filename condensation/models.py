@@ -348,7 +348,8 @@ def prepare_hub(name: str, model_id: str, revision: str | None, trust_remote_cod
 def check_free_space(model_id: str, revision: str | None) -> None:
     """Stop before a download that the Hugging Face cache's disk cannot hold: the weights and files
     :func:`prepare_hub` would fetch (their sizes from the Hub's listing, less what is cached) against
-    the free space there, both named. Offline, or where the Hub lists no sizes, it checks nothing."""
+    the free space there, both named. Offline, where the Hub does not answer, or where it lists no
+    sizes, it checks nothing."""
     # deferred: heavy, see the imports
     import shutil  # noqa: PLC0415
     from fnmatch import fnmatch  # noqa: PLC0415
@@ -357,7 +358,10 @@ def check_free_space(model_id: str, revision: str | None) -> None:
 
     if constants.HF_HUB_OFFLINE:
         return
-    info = HfApi().model_info(model_id, revision=revision, files_metadata=True)
+    try:
+        info = HfApi().model_info(model_id, revision=revision, files_metadata=True)
+    except Exception:  # unreachable, gated, missing: the download says so, or serves a cached copy
+        return
     files = {sibling.rfilename: sibling.size or 0 for sibling in info.siblings or ()}
     weights = ["*.safetensors"] if any(fnmatch(name, "*.safetensors") for name in files) else list(LEGACY_WEIGHTS)
     needed = sum(size for name, size in files.items()
