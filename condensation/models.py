@@ -315,16 +315,14 @@ def prepare_hub(name: str, model_id: str, revision: str | None, trust_remote_cod
     )
 
     def fetch() -> str:
-        check_free_space(model_id, revision)
         folder = snapshot_download(model_id, revision=revision, allow_patterns=[*HUB_FILES, "*.safetensors"])
         if not any(Path(folder).glob("*.safetensors")):  # an older checkpoint (Pythia's step branches)
             folder = snapshot_download(model_id, revision=revision, allow_patterns=LEGACY_WEIGHTS)
         return folder
 
+    check_free_space(name, model_id, revision)  # once, before the retried download (it skips itself if unanswered)
     try:
         folder = with_hub_retries(fetch, f"model '{name}': fetching '{model_id}'")
-    except ModelError as error:
-        raise ModelError(f"model '{name}': {error}") from None
     except GatedRepoError as error:  # before its base class, RepositoryNotFoundError
         raise ModelError(
             f"model '{name}': '{model_id}' is gated: accept its licence at https://huggingface.co/{model_id} "
@@ -345,7 +343,7 @@ def prepare_hub(name: str, model_id: str, revision: str | None, trust_remote_cod
     return _describe(handle, Path(folder))
 
 
-def check_free_space(model_id: str, revision: str | None) -> None:
+def check_free_space(name: str, model_id: str, revision: str | None) -> None:
     """Stop before a download that the Hugging Face cache's disk cannot hold: the weights and files
     :func:`prepare_hub` would fetch (their sizes from the Hub's listing, less what is cached) against
     the free space there, both named. Offline, where the Hub does not answer, or where it lists no
@@ -371,8 +369,9 @@ def check_free_space(model_id: str, revision: str | None) -> None:
     cache.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(cache).free
     if needed > free:
-        raise ModelError(f"'{model_id}' needs {needed / 1e9:.2f} GB more in the Hugging Face cache ({cache}), "
-                         f"which has {free / 1e9:.2f} GB free: free space there, or point HF_HOME at a larger disk")
+        raise ModelError(f"model '{name}': '{model_id}' needs {needed / 1e9:.2f} GB more in the Hugging Face cache "
+                         f"({cache}), which has {free / 1e9:.2f} GB free: free space there, or point HF_HOME at a "
+                         "larger disk")
 
 
 def _branches_of(model_id: str) -> str:

@@ -3,9 +3,10 @@
 Under load the Hub answers 429 (with ``Retry-After``) or 5xx, and connections drop or time out;
 ``huggingface_hub`` retries some of its calls but lets others fail at once (a 429 on the
 repository's info ends ``snapshot_download``). :func:`with_hub_retries` calls again after a bounded
-exponential wait, or the ``Retry-After`` the Hub asked for; a file cut short resumes, since
-``huggingface_hub`` keeps the ``.incomplete`` part and asks for the rest. Anything else (a gated
-or missing repository, a missing revision) is raised at once, for the caller to explain.
+exponential wait, or the ``Retry-After`` the Hub asked for. A file cut short is fetched again
+by ``huggingface_hub`` itself: from where it stopped once a write chunk (10 MB) of it is in the
+``.incomplete`` part, from its start before that. Anything else (a gated or missing repository, a
+missing revision) is raised at once, for the caller to explain.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def miniature(tmp_path_factory, repo, stand_in_hub):
                           env=env | {"HF_ENDPOINT": f"http://127.0.0.1:{closed_port()}"}, capture_output=True,
                           text=True, timeout=3000)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    assert not set(rules_in(done.stdout + done.stderr)) & set(FETCH_RULES)  # nothing left to download
+    assert not rules_in(done.stdout + done.stderr) & set(FETCH_RULES)  # nothing left to download
     return root, planned.stdout + planned.stderr, fetched.stdout + fetched.stderr + done.stdout + done.stderr
 
 
