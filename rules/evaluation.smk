@@ -65,14 +65,14 @@ rule evaluate_checkpoint:
         handle=path.handle,  # its size sets the GPUs
     output:
         multiext(path.score, **SCORE_FILES),
-    wildcard_constraints:
-        # with every checkpoint scored, the selected one is picked from those (pick_selected_score)
-        checkpoint=STEP_PATTERN if config["evaluation"]["checkpoints"] == "all" else f"selected|{STEP_PATTERN}",
     log:
         "logs/evaluate/{study}/{model}/{method}/seed{seed}/{checkpoint}.log",
     benchmark:
         "logs/benchmarks/evaluate/{study}/{model}/{method}/seed{seed}/{checkpoint}.tsv"
     priority: PRIORITY.after_training
+    wildcard_constraints:
+        # with every checkpoint scored, the selected one is picked from those (pick_selected_score)
+        checkpoint=STEP_PATTERN if config["evaluation"]["checkpoints"] == "all" else f"selected|{STEP_PATTERN}",
     params:
         tasks=get_eval_tasks,
         settings=EVAL_SETTINGS,
@@ -91,7 +91,9 @@ if config["evaluation"]["checkpoints"] == "all":
         input:
             index=path.study_run.index,
             scores=lambda wildcards: expand(
-                f"{path.score}{{suffix}}", **wildcards, checkpoint=study_checkpoints(config, wildcards.study)[1:],
+                f"{path.score}{{suffix}}",
+                **wildcards,
+                checkpoint=study_checkpoints(config, wildcards.study)[1:],
                 suffix=list(SCORE_FILES.values()),
             ),
         output:

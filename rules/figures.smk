@@ -88,7 +88,6 @@ rule series_figure:
         "../workflow_scripts/series_figure.py"
 
 
-
 wildcard_constraints:
     band=_alternatives(SERIES_BANDS),
 
@@ -110,6 +109,7 @@ rule series_band:
         dataset=lambda wildcards: config["series"][SERIES_BANDS[wildcards.band][0]]["dataset"],
     script:
         "../workflow_scripts/series_band.py"
+
 
 rule study_figures:
     localrule: True

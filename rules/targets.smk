@@ -10,7 +10,9 @@ def observation_targets():
         for ext in ("csv", "md")
     ]
     targets += [
-        figure for family, spec in families.items() for figure in expand(path.family_figure, family=family, dataset=spec["datasets"])
+        figure
+        for family, spec in families.items()
+        for figure in expand(path.family_figure, family=family, dataset=spec["datasets"])
     ]
     targets += expand(path.paired_figure, pair=config["pairs"])
     targets += expand(path.similarity_table, comparison=config["similarity"])
@@ -27,8 +29,9 @@ def study_targets():
     for study in studies(config):
         targets += expand(path.study_figure, study=study, model=config[study]["models"], kind=STUDY_FIGURE_KINDS)
         targets += expand(path.metrics, name=[f"{study}.json", f"{study}_training.csv", f"{study}_checkpoints.csv"])
-        targets += expand(f"{path.pooled_effects}.{{ext}}", study=study, bases=POOLED_BASES.get(study, {}),
-                          ext=["csv", "md"])
+        targets += expand(
+            f"{path.pooled_effects}.{{ext}}", study=study, bases=POOLED_BASES.get(study, {}), ext=["csv", "md"]
+        )
     return targets
 
 

@@ -117,12 +117,14 @@ rule study_tables:
         "../workflow_scripts/study_tables.py"
 
 
-
 rule pooled_effects:
     localrule: True
     input:
-        profiles=lambda wildcards: expand(path.trajectory.replace(".csv", ".profiles.npz"), study=wildcards.study,
-                                          model=POOLED_BASES[wildcards.study][wildcards.bases]),
+        profiles=lambda wildcards: expand(
+            path.trajectory.replace(".csv", ".profiles.npz"),
+            study=wildcards.study,
+            model=POOLED_BASES[wildcards.study][wildcards.bases],
+        ),
     output:
         csv=f"{path.pooled_effects}.csv",
         markdown=f"{path.pooled_effects}.md",
@@ -135,10 +137,13 @@ rule pooled_effects:
     script:
         "../workflow_scripts/pooled_effects.py"
 
+
 rule study_metrics:
     localrule: True
     input:
-        trajectories=lambda wildcards: expand(path.trajectory, study=wildcards.study, model=config[wildcards.study]["models"]),
+        trajectories=lambda wildcards: expand(
+            path.trajectory, study=wildcards.study, model=config[wildcards.study]["models"]
+        ),
         losses=lambda wildcards: expand(path.losses, study=wildcards.study, model=config[wildcards.study]["models"]),
     output:
         metrics=fill(path.metrics, name="{study}.json"),

@@ -45,7 +45,9 @@ def score_files(study, checkpoints=("selected",), suffix=SCORE_FILES["record"]):
     if study == "midtrain":
         files += expand(f"{path.pretrained_score}{suffix}", study=study, model=config[study]["models"])
     for model, method, seed in STUDY_RUNS[study]:
-        files += expand(f"{path.score}{suffix}", study=study, model=model, method=method, seed=seed, checkpoint=checkpoints)
+        files += expand(
+            f"{path.score}{suffix}", study=study, model=model, method=method, seed=seed, checkpoint=checkpoints
+        )
     return files
 
 

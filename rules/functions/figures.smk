@@ -83,7 +83,8 @@ def pooled_effect_files():
         for band, models in bands.items():
             paths.append(f"{fill(path.pooled_effects, study=study, bases=band)}.csv")
             names[f"{study}, {LABELS[models[0]]} ({len(models)} base runs pooled)"] = [
-                f"{study}, {model}" for model in models]
+                f"{study}, {model}" for model in models
+            ]
     return {"paths": paths, "names": names}
 
 

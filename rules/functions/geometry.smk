@@ -12,7 +12,9 @@ def all_geometry():
     """Every (model, dataset) measured for a family, a pair or a dataset comparison."""
     families, pairs = config["families"], config["pairs"].values()
     measured = {(m, d) for spec in families.values() for m in spec["models"] for d in spec["datasets"]}
-    measured |= {(m, spec["dataset"]) for spec in pairs for m in spec["first"] + spec["second"] + spec.get("reference", [])}
+    measured |= {
+        (m, spec["dataset"]) for spec in pairs for m in spec["first"] + spec["second"] + spec.get("reference", [])
+    }
     for family, datasets in config["dataset_robustness"].items():
         measured |= {(m, d) for m in families[family]["models"] for d in datasets}
     return sorted(fill(path.geometry, model=m, dataset=d) for m, d in measured)
@@ -23,8 +25,13 @@ def similarity_inputs(wildcards):
     handle; and the dataset's samples."""
     rows = SIMILARITY_ROWS[wildcards.comparison]
     compared = [
-        fill(path.study_run.final, study=row["run"][0], model=row["run"][1], method=row["run"][2], seed=row["run"][3])
-        if row["run"] else fill(path.handle, model=row["model"])
+        (
+            fill(
+                path.study_run.final, study=row["run"][0], model=row["run"][1], method=row["run"][2], seed=row["run"][3]
+            )
+            if row["run"]
+            else fill(path.handle, model=row["model"])
+        )
         for row in rows
     ]
     return {
