@@ -21,7 +21,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from condensation.config.plan import gpus_needed
-from condensation.runtime.hub_retry import with_hub_retries
+from condensation.runtime.hub_retry import DownloadMismatch, with_hub_retries
 from condensation.runtime.io import (
     atomic_path,
     manifest_path,
@@ -307,6 +307,35 @@ def prepare_hub(name: str, model_id: str, revision: str | None, trust_remote_cod
     stops with what to do."""
     # deferred: heavy, see the imports
     from huggingface_hub import snapshot_download  # noqa: PLC0415
+
+    def fetch() -> str:
+        folder = snapshot_download(model_id, revision=revision, allow_patterns=[*HUB_FILES, "*.safetensors"])
+        if not any(Path(folder).glob("*.safetensors")):  # an older checkpoint (Pythia's step branches)
+            folder = snapshot_download(model_id, revision=revision, allow_patterns=LEGACY_WEIGHTS)
+        verify_checksums(Path(folder))  # a mismatch is removed and raised as transient: fetched again
+        return folder
+
+    check_free_space(name, model_id, revision)  # once, before the retried download (it skips itself if unanswered)
+    try:
+        folder = with_hub_retries(fetch, f"model '{name}': fetching '{model_id}'")
+    except Exception as error:  # connection errors come in many types across hub versions
+        raise permanent_hub_error(name, model_id, revision, error) or ModelError(
+            f"model '{name}': cannot fetch '{model_id}' from the Hugging Face Hub and it is not cached "
+            f"({type(error).__name__}: {error}); run with network access once, or use a local copy"
+        ) from error
+    missing = missing_weights(Path(folder))
+    if missing:
+        raise ModelError(
+            f"model '{name}': the cached snapshot of '{model_id}' ({Path(folder).name}) lacks {missing}, as a "
+            "download cut short leaves it; fetch it again where the Hub answers (docs/cluster.md)")
+    handle = ModelHandle(name=name, location=model_id, revision=Path(folder).name, trust_remote_code=trust_remote_code)
+    return _describe(handle, Path(folder))
+
+
+def permanent_hub_error(name: str, model_id: str, revision: str | None, error: Exception) -> ModelError | None:
+    """What to do about a fault of the Hub that no retry cures (a gated model, an unknown id or
+    revision), or None for any other error."""
+    # deferred: heavy, see the imports
     from huggingface_hub.errors import (  # noqa: PLC0415
         GatedRepoError,
         HFValidationError,
@@ -314,33 +343,100 @@ def prepare_hub(name: str, model_id: str, revision: str | None, trust_remote_cod
         RevisionNotFoundError,
     )
 
-    def fetch() -> str:
-        folder = snapshot_download(model_id, revision=revision, allow_patterns=[*HUB_FILES, "*.safetensors"])
-        if not any(Path(folder).glob("*.safetensors")):  # an older checkpoint (Pythia's step branches)
-            folder = snapshot_download(model_id, revision=revision, allow_patterns=LEGACY_WEIGHTS)
-        return folder
-
-    check_free_space(name, model_id, revision)  # once, before the retried download (it skips itself if unanswered)
-    try:
-        folder = with_hub_retries(fetch, f"model '{name}': fetching '{model_id}'")
-    except GatedRepoError as error:  # before its base class, RepositoryNotFoundError
-        raise ModelError(
+    if isinstance(error, GatedRepoError):  # before its base class, RepositoryNotFoundError
+        return ModelError(
             f"model '{name}': '{model_id}' is gated: accept its licence at https://huggingface.co/{model_id} "
             "with your account, then give that account's token to every job (HF_TOKEN in the environment, "
-            "or `hf auth login` on each machine)") from error
-    except (RepositoryNotFoundError, HFValidationError) as error:
-        raise ModelError(f"model '{name}': no such model id on the Hugging Face Hub: '{model_id}' (or it is private: "
-                         "set HF_TOKEN to a token that may read it)") from error
-    except RevisionNotFoundError as error:
-        branches = _branches_of(model_id)
-        raise ModelError(f"model '{name}': '{model_id}' has no revision '{revision}'{branches}") from error
-    except Exception as error:  # connection errors come in many types across hub versions
-        raise ModelError(
-            f"model '{name}': cannot fetch '{model_id}' from the Hugging Face Hub and it is not cached "
-            f"({type(error).__name__}: {error}); run with network access once, or use a local copy"
-        ) from error
-    handle = ModelHandle(name=name, location=model_id, revision=Path(folder).name, trust_remote_code=trust_remote_code)
-    return _describe(handle, Path(folder))
+            "or `hf auth login` on each machine)")
+    if isinstance(error, (RepositoryNotFoundError, HFValidationError)):
+        return ModelError(f"model '{name}': no such model id on the Hugging Face Hub: '{model_id}' (or it is "
+                          "private: set HF_TOKEN to a token that may read it)")
+    if isinstance(error, RevisionNotFoundError):
+        return ModelError(f"model '{name}': '{model_id}' has no revision '{revision}'{_branches_of(model_id)}")
+    return None
+
+
+def hub_access_problems(hub_models: Mapping[str, tuple[str, str | None]], workers: int = 8) -> list[str] | None:
+    """What a dry run can see of the hub models ``{name: (id, revision)}`` without downloading
+    them: for each, the message :func:`prepare_hub` would stop with (a gated model this account
+    may not read, an unknown id or revision). None where the Hub does not answer the first
+    question (offline, or no network): nothing is checked, and the fetch jobs say what they meet.
+    One question a model (two for a gated one), ``workers`` at a time, none retried: a model
+    whose answer is a transient fault is left to its fetch."""
+    # deferred: heavy, see the imports
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    from huggingface_hub import HfApi, constants, get_hf_file_metadata, hf_hub_url  # noqa: PLC0415
+
+    if constants.HF_HUB_OFFLINE:
+        return None
+    api = HfApi()
+
+    def problem(name: str, model_id: str, revision: str | None) -> str | None:
+        try:
+            info = api.model_info(model_id, revision=revision)
+            if info.gated:  # the listing is public; the files may not be, for this account
+                get_hf_file_metadata(hf_hub_url(model_id, "config.json", revision=info.sha))
+        except Exception as error:
+            explained = permanent_hub_error(name, model_id, revision, error)
+            if explained is None:
+                raise
+            return str(explained)
+        return None
+
+    def checked(item: tuple[str, tuple[str, str | None]]) -> str | None:
+        try:
+            return problem(item[0], *item[1])
+        except Exception:  # transient: its fetch retries it
+            return None
+
+    items = list(hub_models.items())
+    try:
+        found = [problem(items[0][0], *items[0][1])] if items else []
+    except Exception:  # unanswered
+        return None
+    with ThreadPoolExecutor(workers) as pool:
+        found += pool.map(checked, items[1:])
+    return [message for message in found if message]
+
+
+def missing_weights(folder: Path) -> str:
+    """What of a snapshot's weights is not there: every shard its index names, or else one
+    safetensors or ``pytorch_model.bin`` file; an empty string when nothing is missing. Offline,
+    ``snapshot_download`` returns a revision's folder as the cache holds it, without the files a
+    killed download never finished."""
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (folder / index).exists():
+            shards = sorted(set(json.loads((folder / index).read_text())["weight_map"].values()))
+            absent = [shard for shard in shards if not (folder / shard).exists()]
+            return f"{len(absent)} of the {len(shards)} shards its {index} names ({', '.join(absent[:3])})" \
+                if absent else ""
+    present = [*folder.glob("*.safetensors"), *folder.glob("pytorch_model*.bin")]
+    return "" if any(path.exists() for path in present) else "its weights (no *.safetensors, no pytorch_model.bin)"
+
+
+def verify_checksums(folder: Path) -> None:
+    """Each file of a fetched snapshot against the checksum the Hub gave for it, where it gave one:
+    a file kept in LFS (the weights) is cached under its SHA-256, which its content must have.
+    ``huggingface_hub`` checks the sizes only. A file that fails is removed from the cache (the
+    next download fetches it again) and raised as :class:`DownloadMismatch`."""
+    # deferred: only fetch jobs hash
+    import hashlib  # noqa: PLC0415
+
+    for pointer in sorted(folder.rglob("*")):
+        blob = pointer.resolve()
+        expected = blob.name
+        if not pointer.is_symlink() or len(expected) != 64 or not blob.is_file():
+            continue  # not in the Hub cache's layout, or a git file (its id is a SHA-1 of a header too)
+        digest = hashlib.sha256()
+        with open(blob, "rb") as stream:
+            while chunk := stream.read(1 << 24):
+                digest.update(chunk)
+        if digest.hexdigest() != expected:
+            blob.unlink()
+            pointer.unlink()
+            raise DownloadMismatch(f"{pointer.relative_to(folder)} arrived with SHA-256 {digest.hexdigest()[:12]}..., "
+                                   f"not the Hub's {expected[:12]}...; removed from the cache")
 
 
 def check_free_space(name: str, model_id: str, revision: str | None) -> None:

@@ -111,6 +111,8 @@ rule measure_pretraining:
 
 rule fetch_model:
     localrule: True
+    input:
+        hub_checked_in_a_dry_run,
     output:
         handle=path.handle,
     log:

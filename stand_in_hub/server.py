@@ -20,8 +20,10 @@ Faults on request, for the tests of what a real Hub does under load (:class:`Fau
 ``POST /_stand_in/faults`` with a fault's fields as JSON (:func:`inject`) makes the next
 ``times`` requests whose path matches ``path`` answer with ``status`` (429 with ``Retry-After``,
 5xx, 401 for a gated repository with ``X-Error-Code: GatedRepo``), wait ``delay`` seconds first,
-or close the connection after ``drop_after`` bytes of a file. ``GET /_stand_in/requests`` lists
-every request answered so far (method, path, ``Range`` header, status).
+close the connection after ``drop_after`` bytes of a file, stall ``delay`` seconds after
+``stall_after`` bytes of it, or send it with the byte at ``corrupt_at`` changed.
+``GET /_stand_in/requests`` lists every request answered so far (method, path, ``Range`` header,
+status, and when its answer began).
 """
 
 from __future__ import annotations
@@ -72,6 +74,12 @@ class Fault:
     """Seconds to wait before answering (past a client's timeout: a slow answer)."""
     drop_after: int | None = None
     """Send this many bytes of the file's body, then close the connection."""
+    stall_after: int | None = None
+    """Send this many bytes of the file's body, then wait ``delay`` seconds (instead of before
+    answering) before the rest: a download in progress, for as long as a test needs one."""
+    corrupt_at: int | None = None
+    """Send the file whole but with the byte at this offset changed: its size is right, its
+    checksum is not."""
 
 
 def inject(url: str, **fault: object) -> None:
@@ -83,7 +91,8 @@ def inject(url: str, **fault: object) -> None:
 
 
 def requests_answered(url: str) -> list[dict[str, Any]]:
-    """Every request the stand-in at ``url`` answered so far: method, path, range, status."""
+    """Every request the stand-in at ``url`` answered so far: method, path, range, status, and
+    ``at``, the time its answer began (seconds since the epoch)."""
     with urllib.request.urlopen(f"{url}/_stand_in/requests", timeout=10) as answer:
         return json.loads(answer.read())
 
@@ -211,7 +220,8 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             return self._control(url.path, send_body)
         self.fault = self.server.take_fault(url.path, self.command)
         if self.fault is not None:
-            time.sleep(self.fault.delay)
+            if self.fault.stall_after is None:
+                time.sleep(self.fault.delay)
             if self.fault.status is not None:
                 headers = {"X-Error-Message": f"fault injected: {self.fault.status}"}
                 if self.fault.retry_after is not None:
@@ -301,12 +311,20 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             with open(snapshot.directory / path, "rb") as handle:
                 handle.seek(start)
                 body = handle.read(end - start)
-            if self.fault is not None and self.fault.drop_after is not None:  # a connection dropped mid-file
-                self.wfile.write(body[: self.fault.drop_after])
+            fault = self.fault or Fault(path="")
+            if fault.drop_after is not None:  # a connection dropped mid-file
+                self.wfile.write(body[: fault.drop_after])
                 self.wfile.flush()
                 self.close_connection = True
                 self.connection.shutdown(2)
                 return
+            if fault.stall_after is not None:  # a download in progress
+                self.wfile.write(body[: fault.stall_after])
+                self.wfile.flush()
+                time.sleep(fault.delay)
+                body = body[fault.stall_after :]
+            elif fault.corrupt_at is not None and fault.corrupt_at < len(body):
+                body = body[: fault.corrupt_at] + bytes([body[fault.corrupt_at] ^ 0xFF]) + body[fault.corrupt_at + 1 :]
             self.wfile.write(body)
 
 
@@ -338,10 +356,11 @@ class HubServer(ThreadingHTTPServer):
 
     def take_fault(self, path: str, method: str) -> Fault | None:
         """The first fault whose ``path`` matches, one of its ``times`` used up (a dropped
-        connection only by a GET: a HEAD has no body to cut)."""
+        connection, a stall or a changed byte only by a GET: a HEAD has no body)."""
         with self._lock:
             for fault in self.faults:
-                if re.search(fault.path, path) and (fault.drop_after is None or method == "GET"):
+                of_body = (fault.drop_after, fault.stall_after, fault.corrupt_at) != (None, None, None)
+                if re.search(fault.path, path) and (not of_body or method == "GET"):
                     fault.times -= 1
                     if fault.times <= 0:
                         self.faults.remove(fault)
@@ -351,7 +370,8 @@ class HubServer(ThreadingHTTPServer):
     def record(self, method: str, path: str, byte_range: str | None, status: int) -> None:
         if not path.startswith("/_stand_in/"):
             with self._lock:
-                self.answered.append({"method": method, "path": path, "range": byte_range, "status": status})
+                self.answered.append({"method": method, "path": path, "range": byte_range, "status": status,
+                                      "at": time.time()})
 
     @property
     def url(self) -> str:

@@ -19,18 +19,24 @@ from typing import TypeVar
 
 log = logging.getLogger("condensation")
 
-__all__ = ["HubRetries", "transient_fault", "with_hub_retries"]
+__all__ = ["DownloadMismatch", "HubRetries", "transient_fault", "with_hub_retries"]
 
 T = TypeVar("T")
 
 TRANSIENT_STATUS = (408, 429, 500, 502, 503, 504)
 """HTTP statuses worth another try: a timeout, the rate limit, the server's own faults."""
 TRANSIENT_ERRORS = ("TransportError", "TimeoutException", "ConnectionError", "Timeout", "ChunkedEncodingError",
-                    "IncompleteRead", "ProtocolError")
+                    "IncompleteRead", "ProtocolError", "DownloadMismatch")
 """Class names (anywhere in an exception's MRO) of dropped or slow connections in httpx, requests
 and urllib3: named, not imported, so that the library's version decides nothing."""
+SIZE_MISMATCH = "Consistency check failed"
+"""How ``huggingface_hub`` begins the ``OSError`` of a file whose size is not the Hub's: cut short."""
 OFFLINE_ERRORS = ("OfflineModeIsEnabled",)
 """``HF_HUB_OFFLINE=1`` refusing the network: a ``ConnectionError`` that no wait cures."""
+
+
+class DownloadMismatch(OSError):
+    """A downloaded file whose checksum is not the one the Hub gave: removed, and fetched again."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,8 @@ def transient_fault(error: BaseException) -> tuple[str, float | None] | None:
         status = getattr(response, "status_code", None)
         if status in TRANSIENT_STATUS:
             return f"HTTP {status}", _retry_after(response)
-        if {cls.__name__ for cls in type(link).__mro__} & set(TRANSIENT_ERRORS):
+        if {cls.__name__ for cls in type(link).__mro__} & set(TRANSIENT_ERRORS) or (
+                isinstance(link, OSError) and str(link).startswith(SIZE_MISMATCH)):
             return f"{type(link).__name__}: {link}", None
     return None
 

@@ -1,9 +1,51 @@
 # The input functions and helpers that rules/models.smk alone uses (Snakemake's lint keeps
 # functions out of a file with rules); what several rule files share is in rules/common.smk.
 
+import os
+
+from snakemake.exceptions import WorkflowError
+
 from condensation.config.plan import model_seed as plan_model_seed
 
 HUB_MODELS = [name for name, spec in MODELS.items() if spec.source == "hub"]
+
+
+def hub_checked_in_a_dry_run(wildcards):
+    """No input. In a dry run the first fetch_model planned asks the Hub about every hub model not
+    fetched yet, and stops the plan with what each fetch would stop with: a gated model, an
+    unknown id or revision (models.hub_access_problems). A real run leaves that to the fetches."""
+    if workflow.dryrun and not HUB_CHECKED:
+        HUB_CHECKED.append(True)
+        check_hub_models(
+            {
+                name: (MODELS[name].id, MODELS[name].revision)
+                for name in HUB_MODELS
+                if not os.path.exists(fill(path.handle, model=name))
+            }
+        )
+    return []
+
+
+HUB_CHECKED = []
+
+
+def check_hub_models(hub_models):
+    # deferred: huggingface_hub, in the dry runs that have hub models to fetch only
+    from condensation.models import hub_access_problems
+
+    if not hub_models:
+        return
+    problems = hub_access_problems(hub_models)
+    if problems is None:
+        print(
+            f"Dry run: the Hugging Face Hub did not answer (or HF_HUB_OFFLINE is set): {len(hub_models)} hub "
+            "models to fetch were not checked for a gate or a missing revision.",
+            file=sys.stderr,
+        )
+    elif problems:
+        raise WorkflowError(
+            f"{len(problems)} of the {len(hub_models)} hub models to fetch would fail:\n" + "\n".join(problems)
+        )
 
 
 def model_seed(wildcards):
@@ -45,7 +87,11 @@ def get_model_inputs(wildcards):
     if spec.source == "pretrain":
         return {"pretrained": fill(path.pretrain_run.final, model=wildcards.model)}
     if spec.source == "run":
-        return {"pretrained": fill(path.study_run.final, study=spec.study, model=spec.of, method=spec.method, seed=spec.seed)}
+        return {
+            "pretrained": fill(
+                path.study_run.final, study=spec.study, model=spec.of, method=spec.method, seed=spec.seed
+            )
+        }
     if spec.source == "init" and MODELS[spec.of].source == "pretrain":
         return {"tokenizer": path.tokenizer}
     if spec.source == "init":  # the architecture and tokenizer of a hub model

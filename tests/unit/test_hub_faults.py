@@ -4,16 +4,22 @@ with the same handle as without faults; what is permanent stops it with the caus
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
+from condensation.models import missing_weights
 from condensation.runtime.hub_retry import HubRetries, transient_fault, with_hub_retries
 from stand_in_hub import client_env, inject, requests_answered, serve
+from stand_in_hub.repository import revision_dir
 
 pytestmark = pytest.mark.slow
 
@@ -37,6 +43,26 @@ def fetch(env: dict[str, str], model: str = MODEL, revision: str = "-") -> subpr
                           timeout=300)
 
 
+def start_fetch(env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", FETCH, MODEL, "-"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def weights_fetched(url: str) -> list[tuple[str | None, int]]:
+    """``(Range, status)`` of each download of a ``model.safetensors`` the stand-in answered."""
+    return [(r["range"], r["status"]) for r in requests_answered(url)
+            if r["method"] == "GET" and r["path"].endswith("/model.safetensors")]
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def cached_snapshot(env: dict[str, str], model: str = MODEL) -> Path:
+    org, name = model.split("/")
+    return next(Path(env["HF_HUB_CACHE"], f"models--{org}--{name}", "snapshots").iterdir())
+
+
 def test_transient_faults_are_retried_and_the_fetch_ends_as_without_them(hub, stand_in_hub):
     url, env = hub
     clean = fetch(stand_in_hub.env)  # the session's own server: no faults
@@ -53,6 +79,94 @@ def test_transient_faults_are_retried_and_the_fetch_ends_as_without_them(hub, st
     answered = [(r["method"], r["path"].rsplit("/", 1)[-1], r["status"]) for r in requests_answered(url)]
     assert [status for _, _, status in answered].count(429) == 2 and ("HEAD", "config.json", 503) in answered
     assert answered.count(("GET", "model.safetensors", 200)) == 2  # cut short once, then whole
+
+
+def test_a_file_cut_short_resumes_from_its_last_whole_chunk(tmp_path):
+    """A 16 MB weights file dropped after 12 MB: the next request asks for the rest from the
+    10 MB that ``huggingface_hub`` had written (its write chunk), not for the whole file again."""
+    model = "stand-in/large-weights"
+    folder = revision_dir(tmp_path / "hub", "models", model, "main")
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 1, "n_embd": 8}))
+    values = 4 * 1024 * 1024  # float32: 16 MB
+    header = json.dumps({"wte.weight": {"dtype": "F32", "shape": [values], "data_offsets": [0, 4 * values]}}).encode()
+    weights = len(header).to_bytes(8, "little") + header + bytes(range(256)) * (values // 64)
+    (folder / "model.safetensors").write_bytes(weights)
+    with serve(tmp_path / "hub") as url, tempfile.TemporaryDirectory() as caches:
+        env = os.environ | client_env(url, caches) | {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+        inject(url, path=r"/model\.safetensors$", drop_after=12_000_000)
+        done = fetch(env, model=model)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert json.loads(done.stdout)["num_parameters"] == values
+        assert weights_fetched(url) == [(None, 200), (f"bytes={10 * 1024 * 1024}-", 206)]
+        assert sha256(cached_snapshot(env, model) / "model.safetensors") == hashlib.sha256(weights).hexdigest()
+
+
+def test_a_file_that_arrives_changed_is_fetched_again(hub, stand_in_hub):
+    """The right size, one byte wrong: ``huggingface_hub`` checks sizes only; the fetch checks the
+    SHA-256 the Hub gave, drops the file from the cache and downloads it again."""
+    url, env = hub
+    inject(url, path=r"/model\.safetensors$", corrupt_at=5000)
+    done = fetch(env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "model.safetensors arrived with SHA-256" in done.stderr and "trying again" in done.stderr
+    assert weights_fetched(url) == [(None, 200), (None, 200)]
+    served = revision_dir(stand_in_hub.root, "models", MODEL, "main") / "model.safetensors"
+    assert sha256(cached_snapshot(env) / "model.safetensors") == sha256(served)
+
+
+def test_a_killed_fetch_leaves_nothing_a_later_job_takes_for_a_model(hub, stand_in_hub):
+    """A fetch killed while the weights stream in: offline, the cache's half snapshot is refused with
+    what to do (not read as a model without weights); where the Hub answers, the next fetch
+    completes it to the same model."""
+    url, env = hub
+    clean = fetch(stand_in_hub.env)
+    inject(url, path=r"/model\.safetensors$", stall_after=100_000, delay=300)
+    job = start_fetch(env)
+    deadline = time.monotonic() + 120
+    while not weights_fetched(url) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert weights_fetched(url), "the fetch never asked for the weights"
+    time.sleep(0.5)  # the first bytes arrive
+    job.kill()
+    job.communicate()
+    snapshot = cached_snapshot(env)
+    assert (snapshot / "config.json").exists() and not (snapshot / "model.safetensors").exists()
+    offline = fetch(env | {"HF_HUB_OFFLINE": "1"})
+    assert offline.returncode == 1 and offline.stdout == ""
+    # huggingface_hub names what is missing where it cached the repository's listing; else missing_weights
+    assert f"model 'gpt2': cannot fetch '{MODEL}'" in offline.stderr and "incomplete: 1 file(s) are missing " \
+        "(model.safetensors)" in offline.stderr, offline.stderr[-2000:]
+    done = fetch(env)
+    assert done.returncode == 0 and done.stdout == clean.stdout, done.stderr[-3000:]
+
+
+def test_a_snapshot_without_all_its_weights_is_named_as_such(tmp_path):
+    assert missing_weights(tmp_path) == "its weights (no *.safetensors, no pytorch_model.bin)"
+    (tmp_path / "pytorch_model.bin").write_bytes(b"weights")
+    assert missing_weights(tmp_path) == ""
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"shard")
+    assert missing_weights(tmp_path) == ("1 of the 2 shards its model.safetensors.index.json names "
+                                         "(model-00002-of-00002.safetensors)")
+
+
+def test_two_jobs_fetching_one_repository_download_it_once(hub, stand_in_hub):
+    """Two fetches of one model at once (two configured names of one repository): the weights are
+    downloaded once, the second job waiting on the cache's lock, and both end with the same handle."""
+    url, env = hub
+    clean = fetch(stand_in_hub.env)
+    inject(url, path=r"/model\.safetensors$", stall_after=100_000, delay=5)  # the first download takes 5 s
+    jobs = [start_fetch(env) for _ in range(2)]
+    outputs = [job.communicate(timeout=300) for job in jobs]
+    assert [job.returncode for job in jobs] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert [out for out, _ in outputs] == [clean.stdout] * 2
+    assert weights_fetched(url) == [(None, 200)]
+    weights = [r for r in requests_answered(url) if r["path"].endswith("/model.safetensors")]
+    download = next(r for r in weights if r["method"] == "GET")
+    looked_up = [r["at"] for r in weights if r["method"] == "HEAD"]
+    assert len(looked_up) == 2 and max(looked_up) < download["at"] + 5  # both jobs were at it while it streamed
 
 
 def test_a_gated_model_names_its_licence_page_and_the_token(hub):

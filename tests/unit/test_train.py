@@ -402,6 +402,37 @@ def test_sigterm_saves_the_step_it_ends_and_the_rerun_resumes_there_bit_identica
     assert_same_log_except_time(rows, read_log(reference_dir))
 
 
+def test_sigterm_while_a_steps_numbers_wait_ends_the_next_step_and_resumes_bit_identically(
+        one_thread, tmp_path, monkeypatch):
+    """The path CUDA takes (fused AdamW skips a non-finite update on the device, so a step whose end
+    only reports it leaves its numbers there for the next step to read), on the CPU: the signal
+    lands in step 2, whose numbers wait; step 3 runs and reads them, the run stops after step 3
+    with its state and log row, and the rerun resumes to an uninterrupted run's weights and log."""
+    from condensation.training.preemption import TrainingStopped
+
+    monkeypatch.setattr(loop, "fused_adamw", lambda device: True)
+    reference = make_model()
+    train(reference, TRAIN_BLOCKS, VAL_BLOCKS, resume_config(), tmp_path / "reference")
+
+    model, forwards = make_model(), []
+
+    def preempt_in_step_2(module, args):
+        forwards.append(module.training)
+        if forwards.count(True) == 3:  # step 2's first micro-batch (two a step); step 2 ends only reporting
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    model.register_forward_pre_hook(preempt_in_step_2)
+    with pytest.raises(TrainingStopped, match="after step 3 of 20"):
+        train(model, TRAIN_BLOCKS, VAL_BLOCKS, resume_config(), tmp_path / "run")
+    assert state_step(tmp_path / "run" / "state" / "progress.json") == 3
+    assert [int(row["step"]) for row in read_log(tmp_path / "run")] == [0, 1, 2, 3]
+
+    resumed = make_model(seed=123)
+    train(resumed, TRAIN_BLOCKS, VAL_BLOCKS, resume_config(), tmp_path / "run")
+    assert_same_weights(resumed, reference)
+    assert_same_log_except_time(read_log(tmp_path / "run"), read_log(tmp_path / "reference"))
+
+
 def test_the_stop_signal_handles_one_sigterm_and_gives_the_handler_back():
     from condensation.training.preemption import StopSignal
 

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from workflow_helpers import BIN, copy_workflow, run
 
 from condensation.geometry import CosineStatistics
 from condensation.runtime.io import sha256_file, verify_manifest
+from stand_in_hub import client_env, inject, requests_answered, serve
 
 pytestmark = pytest.mark.slow
 
@@ -181,3 +183,37 @@ def test_bad_input_is_named_and_loses_nothing(project, tmp_path, case):
     text = failed.stdout + failed.stderr + ((project / log_name).read_text() if log_name else "")
     assert message in text
     assert fingerprint(project) == before, "a failed run changed results that were already built"
+
+
+HUB_CONFIG = """\
+sampling: {num_sequences: 2, seq_len: 16, min_words: 20}
+datasets: {austen: {source: austen}}
+models:
+  gpt2: {source: hub, id: openai-community/gpt2}
+  gpt2-step99: {source: hub, id: openai-community/gpt2, revision: step99}
+  gpt2-medium: {source: hub, id: openai-community/gpt2-medium}
+  unknown: {source: hub, id: openai-community/no-such-model}
+families: {hub: {models: [gpt2, gpt2-step99, gpt2-medium, unknown], datasets: [austen]}}
+"""
+
+
+def test_a_dry_run_names_every_hub_model_its_fetch_would_stop_at(tmp_path, repo, stand_in_hub):
+    """`snakemake -n` asks the Hub what it can without downloading: a missing revision, an unknown
+    id and a gated model each named with what to do, in one message; offline it plans as before."""
+    project = copy_workflow(repo, tmp_path / "project", HUB_CONFIG)
+    with serve(stand_in_hub.root) as url, tempfile.TemporaryDirectory() as caches:
+        env = os.environ | client_env(url, caches) | {"PYTHONPATH": str(project)}
+        inject(url, path="openai-community/gpt2-medium", status=401, error_code="GatedRepo", times=100)
+        planned = snakemake(project, "-n", env=env, check=False)
+        said = planned.stdout + planned.stderr  # Snakemake logs the error to either, by version
+        assert planned.returncode == 1
+        assert "3 of the 4 hub models to fetch would fail:" in said, said[-3000:]
+        for message in ("model 'gpt2-step99': 'openai-community/gpt2' has no revision 'step99'; its branches: main",
+                        "model 'unknown': no such model id on the Hugging Face Hub: 'openai-community/no-such-model'",
+                        "model 'gpt2-medium': 'openai-community/gpt2-medium' is gated: accept its licence at "
+                        "https://huggingface.co/openai-community/gpt2-medium"):
+            assert message in said
+        assert not any(r["path"].endswith(".safetensors") for r in requests_answered(url))  # nothing downloaded
+        offline = snakemake(project, "-n", env=env | {"HF_HUB_OFFLINE": "1"}, check=False)
+        assert offline.returncode == 0, offline.stderr[-3000:]
+        assert "4 hub models to fetch were not checked" in offline.stderr
