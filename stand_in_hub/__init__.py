@@ -75,7 +75,7 @@ from stand_in_hub.catalog import (
     ModelRepo,
     load_catalog,
 )
-from stand_in_hub.server import Fault, Hub, HubServer, inject, requests_answered, serve
+from stand_in_hub.server import Fault, Hub, HubServer, inject, requests_received, serve
 
 __all__ = [
     "OLMO3_REPO",
@@ -90,7 +90,7 @@ __all__ = [
     "client_env",
     "inject",
     "load_catalog",
-    "requests_answered",
+    "requests_received",
     "serve",
 ]
 

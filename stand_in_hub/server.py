@@ -22,8 +22,9 @@ Faults on request, for the tests of what a real Hub does under load (:class:`Fau
 5xx, 401 for a gated repository with ``X-Error-Code: GatedRepo``), wait ``delay`` seconds first,
 close the connection after ``drop_after`` bytes of a file, stall ``delay`` seconds after
 ``stall_after`` bytes of it, or send it with the byte at ``corrupt_at`` changed.
-``GET /_stand_in/requests`` lists every request answered so far (method, path, ``Range`` header,
-status, and when its answer began).
+``GET /_stand_in/requests`` lists every request received so far (method, path, ``Range`` header,
+when it arrived, and its status once answered: None for one still waiting, or given up on by a
+client that timed out).
 """
 
 from __future__ import annotations
@@ -90,9 +91,10 @@ def inject(url: str, **fault: object) -> None:
         pass
 
 
-def requests_answered(url: str) -> list[dict[str, Any]]:
-    """Every request the stand-in at ``url`` answered so far: method, path, range, status, and
-    ``at``, the time its answer began (seconds since the epoch)."""
+def requests_received(url: str) -> list[dict[str, Any]]:
+    """Every request the stand-in at ``url`` received so far: method, path, range, ``at`` (when it
+    arrived, seconds since the epoch) and status (None until answered: a request the client gave
+    up on, past its timeout, may never be)."""
     with urllib.request.urlopen(f"{url}/_stand_in/requests", timeout=10) as answer:
         return json.loads(answer.read())
 
@@ -209,15 +211,18 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         self._answer(send_body=True)
 
     def send_response(self, code: int, message: str | None = None) -> None:
-        self.server.record(self.command, urlsplit(self.path).path, self.headers.get("Range"), code)
+        if self.received is not None:
+            self.received["status"] = code
         super().send_response(code, message)
 
     def _answer(self, send_body: bool) -> None:
         url = urlsplit(self.path)
         # Read a request body first, even one that is refused: a keep-alive connection must not keep it.
         self.body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+        self.received = None  # a keep-alive connection's handler answers several requests
         if url.path.startswith("/_stand_in/"):
             return self._control(url.path, send_body)
+        self.received = self.server.record(self.command, url.path, self.headers.get("Range"))
         self.fault = self.server.take_fault(url.path, self.command)
         if self.fault is not None:
             if self.fault.stall_after is None:
@@ -250,7 +255,9 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             self.server.add_fault(Fault(**json.loads(self.body)))
             return self._send_json({"faults": len(self.server.faults)}, send_body)
         if path == "/_stand_in/requests":
-            return self._send_json(self.server.answered, send_body)
+            with self.server._lock:
+                received = [dict(entry) for entry in self.server.received]
+            return self._send_json(received, send_body)
         self._send_json({"error": f"no such control: {self.command} {path}"}, send_body, status=404)
 
     def _snapshot(self, match: re.Match) -> tuple[str, Snapshot]:
@@ -346,7 +353,7 @@ class HubServer(ThreadingHTTPServer):
     def __init__(self, root: str | Path, host: str = "127.0.0.1", port: int = 0):
         self.hub = Hub(root)
         self.faults: list[Fault] = []
-        self.answered: list[dict[str, Any]] = []
+        self.received: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         super().__init__((host, port), HubRequestHandler)
 
@@ -367,11 +374,12 @@ class HubServer(ThreadingHTTPServer):
                     return fault
         return None
 
-    def record(self, method: str, path: str, byte_range: str | None, status: int) -> None:
-        if not path.startswith("/_stand_in/"):
-            with self._lock:
-                self.answered.append({"method": method, "path": path, "range": byte_range, "status": status,
-                                      "at": time.time()})
+    def record(self, method: str, path: str, byte_range: str | None) -> dict[str, Any]:
+        """A request as it arrives; its handler sets ``status`` when it answers."""
+        entry = {"method": method, "path": path, "range": byte_range, "at": time.time(), "status": None}
+        with self._lock:
+            self.received.append(entry)
+        return entry
 
     @property
     def url(self) -> str:

@@ -18,7 +18,7 @@ import pytest
 
 from condensation.models import missing_weights
 from condensation.runtime.hub_retry import HubRetries, transient_fault, with_hub_retries
-from stand_in_hub import client_env, inject, requests_answered, serve
+from stand_in_hub import client_env, inject, requests_received, serve
 from stand_in_hub.repository import revision_dir
 
 pytestmark = pytest.mark.slow
@@ -50,7 +50,7 @@ def start_fetch(env: dict[str, str]) -> subprocess.Popen:
 
 def weights_fetched(url: str) -> list[tuple[str | None, int]]:
     """``(Range, status)`` of each download of a ``model.safetensors`` the stand-in answered."""
-    return [(r["range"], r["status"]) for r in requests_answered(url)
+    return [(r["range"], r["status"]) for r in requests_received(url)
             if r["method"] == "GET" and r["path"].endswith("/model.safetensors")]
 
 
@@ -70,15 +70,19 @@ def test_transient_faults_are_retried_and_the_fetch_ends_as_without_them(hub, st
     inject(url, path=rf"^/api/models/{MODEL}", status=429, retry_after=1, times=2)  # the rate limit
     inject(url, path=r"/config\.json$", status=503, times=1)
     inject(url, path=r"/model\.safetensors$", drop_after=1000, times=1)  # a connection dropped mid-file
-    done = fetch(env)
+    inject(url, path=r"/vocab\.json$", delay=3, times=1)  # slower than the client waits (below)
+    done = fetch(env | {"HF_HUB_ETAG_TIMEOUT": "1", "HF_HUB_DOWNLOAD_TIMEOUT": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout == clean.stdout  # the same commit, parameter and layer counts
     # the first 429 meets the disk check (which skips itself where the Hub does not answer), the
     # second the download, which waits the second Retry-After asks for and tries again
     assert done.stderr.count("HTTP 429 (attempt 1 of 6); trying again in 1 s") == 1
-    answered = [(r["method"], r["path"].rsplit("/", 1)[-1], r["status"]) for r in requests_answered(url)]
+    answered = [(r["method"], r["path"].rsplit("/", 1)[-1], r["status"]) for r in requests_received(url)]
     assert [status for _, _, status in answered].count(429) == 2 and ("HEAD", "config.json", 503) in answered
     assert answered.count(("GET", "model.safetensors", 200)) == 2  # cut short once, then whole
+    # the answer slower than the client's timeout, given up on, and the next in time
+    assert [(method, status) for method, name, status in answered if name == "vocab.json"][:2] == [
+        ("HEAD", None), ("HEAD", 200)]
 
 
 def test_a_file_cut_short_resumes_from_its_last_whole_chunk(tmp_path):
@@ -163,7 +167,7 @@ def test_two_jobs_fetching_one_repository_download_it_once(hub, stand_in_hub):
     assert [job.returncode for job in jobs] == [0, 0], [err[-2000:] for _, err in outputs]
     assert [out for out, _ in outputs] == [clean.stdout] * 2
     assert weights_fetched(url) == [(None, 200)]
-    weights = [r for r in requests_answered(url) if r["path"].endswith("/model.safetensors")]
+    weights = [r for r in requests_received(url) if r["path"].endswith("/model.safetensors")]
     download = next(r for r in weights if r["method"] == "GET")
     looked_up = [r["at"] for r in weights if r["method"] == "HEAD"]
     assert len(looked_up) == 2 and max(looked_up) < download["at"] + 5  # both jobs were at it while it streamed
@@ -197,7 +201,7 @@ def test_a_download_the_cache_disk_cannot_hold_stops_before_it_starts(hub):
     assert done.returncode == 1
     assert re.search(rf"model 'gpt2': '{MODEL}' needs 0\.\d\d GB more in the Hugging Face cache \(.+\), "
                      r"which has 0\.00 GB free", done.stderr), done.stderr[-2000:]
-    assert not any(r["path"].endswith(".safetensors") for r in requests_answered(url))  # nothing downloaded
+    assert not any(r["path"].endswith(".safetensors") for r in requests_received(url))  # nothing downloaded
 
 
 class Answer:

@@ -20,7 +20,7 @@ from workflow_helpers import BIN, copy_workflow, run
 
 from condensation.geometry import CosineStatistics
 from condensation.runtime.io import sha256_file, verify_manifest
-from stand_in_hub import client_env, inject, requests_answered, serve
+from stand_in_hub import client_env, inject, requests_received, serve
 
 pytestmark = pytest.mark.slow
 
@@ -213,7 +213,7 @@ def test_a_dry_run_names_every_hub_model_its_fetch_would_stop_at(tmp_path, repo,
                         "model 'gpt2-medium': 'openai-community/gpt2-medium' is gated: accept its licence at "
                         "https://huggingface.co/openai-community/gpt2-medium"):
             assert message in said
-        assert not any(r["path"].endswith(".safetensors") for r in requests_answered(url))  # nothing downloaded
+        assert not any(r["path"].endswith(".safetensors") for r in requests_received(url))  # nothing downloaded
         offline = snakemake(project, "-n", env=env | {"HF_HUB_OFFLINE": "1"}, check=False)
         assert offline.returncode == 0, offline.stderr[-3000:]
         assert "4 hub models to fetch were not checked" in offline.stderr
