@@ -22,6 +22,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 # `datasets` caches what it loads; keep test runs out of the user's cache.
 os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="condensation-tests-hf-"))
+# Each workflow job is a fresh interpreter importing the package from its project's copy: the first
+# writes the bytecode the others read. Where the environment says not to (PYTHONDONTWRITEBYTECODE,
+# as in some CI images), every job compiled the package again (0.2 s of CPU a job, ~550 jobs).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 SAMPLE_TEXT = (
     "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
@@ -200,13 +205,29 @@ class StandInHub:
 
 
 @pytest.fixture(scope="session")
-def stand_in_hub(tmp_path_factory) -> StandInHub:
-    """The stand-in Hugging Face Hub of configs/paper.yaml, built once and served for the session;
-    client processes get HF_ENDPOINT and fresh HF_HOME / HF_HUB_CACHE / HF_DATASETS_CACHE."""
-    from stand_in_hub import build, client_env, serve
+def shared_tmp(tmp_path_factory) -> Path:
+    """This session's temporary folder, or under pytest-xdist the one folder all its workers
+    share: what is built there once (under a file lock) every worker reads."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
-    root = tmp_path_factory.mktemp("stand-in-hub") / "tree"
-    summary = build(root)
+
+@pytest.fixture(scope="session")
+def stand_in_hub(tmp_path_factory, shared_tmp) -> StandInHub:
+    """The stand-in Hugging Face Hub of configs/paper.yaml, built once for all workers and served
+    by each for its session; client processes get HF_ENDPOINT and fresh HF_HOME / HF_HUB_CACHE /
+    HF_DATASETS_CACHE of their worker."""
+    from filelock import FileLock
+
+    from stand_in_hub import build, client_env, serve
+    from stand_in_hub.build import BuildSummary
+
+    root, built = shared_tmp / "stand-in-hub" / "tree", shared_tmp / "stand-in-hub" / "built.json"
+    with FileLock(shared_tmp / "stand-in-hub.lock"):
+        if not built.exists():  # else another worker built it (a build that failed left no record)
+            summary = build(root)
+            built.write_text(json.dumps({**summary.__dict__, "root": str(summary.root)}))
+    summary = BuildSummary(**{**json.loads(built.read_text()), "root": root})
     caches = tmp_path_factory.mktemp("stand-in-hub-clients")
     with serve(root) as url:
         env = os.environ | client_env(url, str(caches)) | {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}

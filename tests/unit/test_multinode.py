@@ -211,11 +211,13 @@ def assert_run_written_once(out: Path, steps: int) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
-def test_two_nodes_of_two_processes_train_as_one_node_of_four(tmp_path, sharding):
+def test_two_nodes_of_two_processes_train_as_one_node_of_four(tmp_path):
     """Two node launchers, as srun starts them (SLURM_NODEID 0 and 1, the fake scontrol's hosts
     on 127.0.0.1), against accelerate's launcher with four processes on one node: the same ranks
-    see the same blocks and the collectives sum in the same order, so the weights are equal."""
+    see the same blocks and the collectives sum in the same order, so the weights are equal.
+    FSDP2, whose shards cross the nodes; the nodes' ranks and rendezvous are the launcher's, the
+    same under DDP, whose processes train as FSDP2's (the SIGKILL test below)."""
+    sharding = "fsdp"
     script = write_run_script(tmp_path)
     one = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "4", str(script)]
     done = subprocess.run([*one, str(tmp_path / "one"), sharding], env=os.environ | CPU_ENV, capture_output=True,

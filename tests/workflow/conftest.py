@@ -7,7 +7,6 @@ it: the first to need it builds it under a file lock, the others wait for it and
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -18,17 +17,11 @@ from workflow_helpers import BIN, copy_workflow, run
 TINY_CONFIG = Path(__file__).parent / "configs" / "tiny.yaml"
 
 
-def shared_folder(tmp_path_factory) -> Path:
-    """This session's temporary folder, or under xdist the one folder all its workers share."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory, repo) -> Path:
+def tiny_run(shared_tmp, repo) -> Path:
     """The tiny config (tests/workflow/configs/tiny.yaml, as config.yaml) run by `snakemake --cores 2`
     in a copy of the workflow that is a git repository: read it, never change it."""
-    shared = shared_folder(tmp_path_factory)
+    shared = shared_tmp
     root, finished = shared / "tiny-run", shared / "tiny-run.finished"
     with FileLock(shared / "tiny-run.lock"):
         if not finished.exists():

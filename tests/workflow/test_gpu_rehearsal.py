@@ -1,6 +1,6 @@
 """The GPU check's CPU rehearsal in the project's environment (docs/gpu.md): every step at toy
 size, the summary it writes after each, and a step stopped at its time box (the workflow, given
-BOX_S, 30 s: its first jobs take seconds) still recorded with what it finished."""
+BOX_S, 20 s: its first jobs take seconds) still recorded with what it finished."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-BOX_S = 30
-"""The workflow step's box here: long enough for the tiny config's first jobs, short of its end."""
+BOX_S = 20
+"""The workflow step's box here: long enough for the tiny config's first jobs (seconds), short of its end."""
 spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "tools/gpu_check.py")
 gpu_check = importlib.util.module_from_spec(spec)
 sys.modules["gpu_check"] = gpu_check  # dataclasses look their module up
