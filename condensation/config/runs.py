@@ -216,7 +216,7 @@ def checkpoint_steps(total_steps: int, num_checkpoints: int) -> list[int]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The registry of mid-training objectives
+# Settings dataclasses' defaults
 # ---------------------------------------------------------------------------------------------
 
 

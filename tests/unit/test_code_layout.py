@@ -1,4 +1,4 @@
-"""The house rules the code keeps (issue 32): short functions, one home for each setting."""
+"""The house rules the code keeps: short functions, one home for each setting."""
 
 import ast
 import subprocess

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import DOC_PAGES, REPO
 
 FRONT_PAGE_LINES = 250
-"""The README is a front page (issue 32): what this is, the two commands, what the default computes
+"""The README is a front page: what this is, the two commands, what the default computes
 and finds, where to go next; everything else lives in docs/."""
 
 TRACKED_TOP_LEVEL = ("condensation", "rules", "tools", "configs", "tests", "benchmarks", "docs", "profiles",

@@ -40,7 +40,6 @@ from condensation.lenses import LENS_NAMES, LENSES, Lens
 from condensation.reporting.findings.noise_sources import noise_source_line
 from condensation.reporting.statistics.decisions import (
     ANY,
-    UNTESTED,
     Decision,
     Piece,
     Verdict,
@@ -503,6 +502,3 @@ def _has_lens(evidence: Evidence, lens: Lens) -> bool:
     tables = [*evidence.trends.values(), *(p for _, p in evidence.pairs.values()), *evidence.series.values()]
     return bool(tables) and all(all(v is not None for v in table.lens_values) for table in tables)
 
-
-def untested(verdict: Verdict) -> bool:
-    return verdict.verdict == UNTESTED

@@ -14,7 +14,7 @@ The noise levels (:data:`DEFAULT_NOISE`) were read off the default pipeline's ow
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -202,16 +202,6 @@ def simulate_scores(effect_points: float, seeds: int, *, noise: ScoreNoise = Sco
 def _rates(calls: list[str]) -> Rates:
     calls_array = np.array(calls)
     return Rates(float((calls_array == AGREES).mean()), float((calls_array == DISAGREES).mean()), len(calls))
-
-
-@dataclass(frozen=True)
-class DesignPower:
-    """One row of the design table: what is simulated, under no effect and under the effect."""
-
-    what: str
-    null: Rates
-    effect: Rates
-    notes: list[str] = field(default_factory=list)
 
 
 def estimate_noise(per_unit: Sequence[np.ndarray], arms: Sequence[str]) -> ConditionNoise:
