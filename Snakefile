@@ -4,6 +4,7 @@
 from snakemake.utils import min_version
 
 from condensation.runtime.memory import use_job_malloc_settings
+from condensation.runtime.slurm_fit import check_before_submitting
 
 min_version("9.19")
 
@@ -22,6 +23,12 @@ if not workflow.overwrite_configfiles:
 
 
 report: "report/workflow.rst"
+
+
+# Under the SLURM executor: a job no node of its partition can hold is named before anything is
+# submitted, not after three failed attempts (runtime/slurm_fit.py).
+onstart:
+    check_before_submitting(workflow)
 
 
 include: "rules/common.smk"

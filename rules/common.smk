@@ -87,7 +87,10 @@ def model_gpus(wildcards, input):
 
 
 def gpu_job(runtime, gpu=model_gpus):
-    """The resources of a job that holds one model: measuring (60 min) or scoring it (120)."""
+    """The resources of a job that holds one model: measuring (60 min) or scoring it (120); no GPU
+    where the site uses none (use_gpus)."""
+    if not config["use_gpus"]:
+        return {"gpu": 0, "mem_mb": 16000, "runtime": runtime}
     return {"gpu": gpu, "gpu_model": GPU_MODEL, "mem_mb": 16000, "runtime": runtime}
 
 

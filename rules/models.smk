@@ -84,8 +84,8 @@ rule pretrain:
         mem_mb=8000,
         runtime=240,
     shell:
-        # as rule train_study_run: GPUs of its own (condensation/runtime/gpus.py), then the run
-        "{params.python} -m condensation.runtime.gpus {resources.gpu} -- {params.launcher} --plan {input.plan}"
+        # as rule train_study_run: exec, GPUs of its own (condensation/runtime/gpus.py), then the run
+        "exec {params.python} -m condensation.runtime.gpus {resources.gpu} -- {params.launcher} --plan {input.plan}"
         " --tokenizer {input.tokenizer} --blocks {input.blocks} --threads {threads} > {log} 2>&1"
 
 

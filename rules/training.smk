@@ -71,8 +71,9 @@ rule train_study_run:
         mem_mb=32000,
         runtime=480,
     shell:
+        # exec: a scheduler's SIGTERM reaches the run, no shell dies of it before the run has saved;
         # GPUs of its own on a machine that runs jobs itself (condensation/runtime/gpus.py), then the run
-        "{params.python} -m condensation.runtime.gpus {resources.gpu} -- {params.launcher} --plan {input.plan}"
+        "exec {params.python} -m condensation.runtime.gpus {resources.gpu} -- {params.launcher} --plan {input.plan}"
         " --handle {input.handle} --blocks {input.blocks} {params.teacher} --threads {threads} > {log} 2>&1"
 
 

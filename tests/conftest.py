@@ -42,7 +42,9 @@ LONGEST_FIRST = (
     "tests/workflow/test_paper_miniature.py",  # as long: when it ends, the tiny run is there to read
     "tests/workflow/test_rerun_sets.py",
     "tests/workflow/test_polypythia_miniature.py",
+    "tests/workflow/test_real_slurm.py",  # mostly waiting on SLURM's scheduling: starts early, overlaps the rest
     "tests/workflow/test_gpu_rehearsal.py",
+    "tests/unit/test_hub_faults.py",
     "tests/workflow/test_slurm.py",
     "tests/unit/test_multinode.py",
     "tests/unit/test_measurement.py",

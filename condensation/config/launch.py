@@ -63,7 +63,8 @@ def training_resources(config: Mapping[str, Any], section_of: Callable[[Any], st
     def resource(name: str) -> Callable[[Any], Any]:
         def value(wildcards: Any) -> Any:
             spec = config[section_of(wildcards)]
-            gpus, nodes = spec["gpus_per_run"], spec["nodes_per_run"]
+            gpus = spec["gpus_per_run"] if config["use_gpus"] else 0
+            nodes = spec["nodes_per_run"]
             if nodes == 1:
                 return {"gpu": gpus, "gpu_model": gpu_model if gpus else None}.get(name)
             typed = f"gpu:{gpu_model}:{gpus}" if gpu_model else f"gpu:{gpus}"

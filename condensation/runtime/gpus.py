@@ -7,7 +7,7 @@ scheduler that already set that variable (SLURM) nothing is claimed. Torch-free:
 
     python -m condensation.runtime.gpus 2 -- accelerate launch ... train_run.py ...
 
-runs a command (here a two-process DDP run) on two GPUs of its own.
+becomes a command (here a two-process DDP run) on two GPUs of its own.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import fcntl
 import glob
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
 
 log = logging.getLogger("condensation")
 
@@ -64,18 +64,27 @@ def _lock(path: Path) -> bool:
     return True
 
 
-def main(argv: list[str]) -> int:
-    """``<count> -- command ...``: run the command on ``count`` GPUs of its own."""
+def main(argv: list[str]) -> NoReturn:
+    """``<count> -- command ...``: become the command, on ``count`` GPUs of its own.
+
+    Exec, not a child: a scheduler's SIGTERM (a time limit, a preemption) then reaches the
+    training process itself, and nothing between it and the job step dies of the signal while
+    it saves its state (a dead wrapper ends the step, and SLURM kills what is left). The GPU
+    locks pass to the command, held while it lives."""
     count, separator, *command = argv
     if separator != "--" or not command:
         raise SystemExit("usage: python -m condensation.runtime.gpus <count> -- command ...")
     claim_gpus(int(count))
+    for handle in _HELD:
+        os.set_inheritable(handle.fileno(), True)
+    sys.stdout.flush()
+    sys.stderr.flush()
     try:
-        return subprocess.call(command)
+        os.execvp(command[0], command)
     except FileNotFoundError:
         hint = " (a run over several nodes runs under SLURM: docs/cluster.md)" if command[0] == "srun" else ""
         raise SystemExit(f"condensation.runtime.gpus: {command[0]}: command not found{hint}") from None
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    main(sys.argv[1:])

@@ -26,6 +26,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NoReturn
 
 log = logging.getLogger("condensation")
 
@@ -94,7 +95,7 @@ def accelerate_command(place: NodePlace, gpus_per_node: int, python: str, script
     ]
 
 
-def main(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> int:
+def main(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> NoReturn:
     parser = argparse.ArgumentParser(description="start this node's processes of a run over several nodes (in srun)")
     parser.add_argument("--nodes", type=int, required=True, help="nodes the run was planned for")
     parser.add_argument("--gpus-per-node", type=int, required=True, help="a process per GPU (0: one, on the CPU)")
@@ -115,8 +116,10 @@ def main(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> int:
     # their output), and print's separate writes of the text and the newline could interleave
     sys.stderr.flush()
     os.write(2, f"node {place.node_rank} of {place.nodes}: {shlex.join(command)}\n".encode())
-    return subprocess.call(command, env=child_env)
+    # exec, not a child: SLURM's SIGTERM reaches the launcher (which passes it to the ranks), and
+    # no wrapper dies of it while the ranks save (condensation.runtime.gpus says why)
+    os.execve(command[0], command, child_env)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    main(sys.argv[1:])

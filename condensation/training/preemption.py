@@ -5,7 +5,12 @@ A scheduler sends SIGTERM before it kills a job: SLURM when it preempts one or i
 systems alike. :func:`condensation.training.loop.train` then finishes the step under way, saves
 the resumable state of that step and raises :class:`TrainingStopped`, so the job fails and its
 retry (the SLURM profile's ``retries``, or ``snakemake`` again) resumes at that step with weights
-bit-identical to an uninterrupted run's and no step trained twice. A second SIGTERM kills at once.
+bit-identical to an uninterrupted run's and no step trained twice.
+
+A scheduler signals every process of a job step at once, and a launcher in it (torchrun) passes
+its own SIGTERM on to the ranks: a rank gets the one request twice. So a repeated SIGTERM is the
+same request, not an order to die; what ends a run that does not stop in time is the SIGKILL
+that follows (SLURM's ``KillWait`` later, torchrun's 30 s later).
 
 Every rank watches for the signal on its own; the loop adds each rank's flag to the numbers it
 already reduces over ranks every step, so all ranks stop after the same step without a
@@ -15,7 +20,6 @@ collective of their own.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from types import FrameType
@@ -30,9 +34,9 @@ class TrainingStopped(RuntimeError):
 
 
 class StopSignal:
-    """While entered, SIGTERM sets :attr:`requested` instead of ending the process (the first one;
-    a second ends it as SIGTERM would have). Outside the main thread, where Python cannot handle
-    signals, it changes nothing and :attr:`requested` stays False."""
+    """While entered, SIGTERM sets :attr:`requested` instead of ending the process (a repeat is the
+    same request). Outside the main thread, where Python cannot handle signals, it changes nothing
+    and :attr:`requested` stays False."""
 
     def __init__(self, signum: int = signal.SIGTERM):
         self.signum = signum
@@ -41,9 +45,7 @@ class StopSignal:
         self._installed = False
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.requested:  # a second signal: no more grace
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
+        if self.requested:  # the same request again, by another path (module docstring)
             return
         self.requested = True
         log.warning("%s received: training stops after this step and saves its state",

@@ -22,3 +22,12 @@ def test_local_jobs_claim_gpus_of_their_own(tmp_path, monkeypatch):
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
     assert claim_gpus(1, total=3, locks=tmp_path) == [] and os.environ["CUDA_VISIBLE_DEVICES"] == "5"
+
+
+def test_the_gpu_wrapper_becomes_the_command_so_a_schedulers_signal_reaches_it():
+    """Exec, not a child: the pid SLURM signals is the command's own, and no wrapper is left to
+    die of the signal and end the job step while the command saves its state."""
+    command = [sys.executable, "-m", "condensation.runtime.gpus", "0", "--", sys.executable, "-c",
+               "import os; print(os.getpid())"]
+    wrapped = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert int(wrapped.communicate(timeout=60)[0]) == wrapped.pid

@@ -25,6 +25,7 @@ Setting = tuple[str, ...]
 NOT_SHAPING = {
     ("gpu_memory_gb",): "sets how many GPUs a job asks for (a resource), not what it computes",
     ("gpu_model",): "sets which GPUs a SLURM job asks for (a resource), not what it computes",
+    ("use_gpus",): "sets whether jobs ask for GPUs at all (a resource), not what they compute",
     ("models", "minilm-l6", "seed"): "a seed draws weights only for pretrain and init models; this one's are given",
     ("evaluation", "local_tasks", "persuasion_cloze", "allow_overlap"):
         "a permission the plan checks (with its reason); the task is the same",
