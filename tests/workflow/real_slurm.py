@@ -14,11 +14,16 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from filelock import FileLock
+
 NODES = ("cond-node1", "cond-node2")
+MACHINE_LOCK = Path(tempfile.gettempdir()) / "condensation-real-slurm.lock"
+"""Held while a test cluster runs: one at a time a machine (the default slurm.conf link is the machine's)."""
 NODE_CPUS = 2  # both nodes share this machine's cores: SLURM does not know
 NODE_MEMORY_MB = 6000
 KILL_WAIT = 10
@@ -68,6 +73,7 @@ class SlurmCluster:
     offline_nodes: bool = False
     """Every task sees a Hugging Face address nothing answers, as on compute nodes without a network."""
     processes: list[subprocess.Popen] = field(default_factory=list)
+    _lock: FileLock = field(default_factory=lambda: FileLock(MACHINE_LOCK))
 
     @property
     def conf(self) -> Path:
@@ -137,6 +143,7 @@ class SlurmCluster:
         (self.root / "gres.conf").write_text("\n".join(gres) + "\n")
 
     def start(self, timeout: float = 60) -> SlurmCluster:
+        self._lock.acquire(timeout=3600)  # another test session's cluster holds the machine's slurm.conf link
         self.write_files()
         DEFAULT_CONF.parent.mkdir(exist_ok=True)
         for name in ("slurm.conf", "gres.conf"):
@@ -189,6 +196,11 @@ class SlurmCluster:
             linked = DEFAULT_CONF.with_name(name)
             if linked.is_symlink() and linked.resolve() == (self.root / name).resolve():
                 linked.unlink()
+        self._lock.release()
+
+    def return_to_service(self, node: str) -> None:
+        """A node set DOWN back in service (ReturnToService=2 may have done it already)."""
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=self.env, capture_output=True)
 
     def scontrol(self, *args: str) -> str:
         return subprocess.run(["scontrol", *args], env=self.env, capture_output=True, text=True, check=True).stdout

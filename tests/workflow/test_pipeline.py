@@ -283,14 +283,23 @@ def test_forcerun_trains_a_finished_run_again(own_project):
 
 def test_a_changed_training_budget_reruns_the_runs_to_the_end(own_project, tmp_path):
     """The next step of docs/configs.md in one directory (a config that changes train_tokens after a
-    finished run, as offline-full does after the default): the runs train again and the workflow ends."""
+    finished run, as offline-full does after the default): a run trains again to its new end, what
+    reads its checkpoints (their names follow the budget) measures and scores the new ones, and a
+    second plan finds nothing to do. One run of the three the change reruns, and what reads it:
+    the rest of the workflow is the same for each."""
     overlay = tmp_path / "longer.yaml"
     overlay.write_text("scratch: {train: {train_tokens: 6144}}\n")
-    run([str(BIN / "snakemake"), "--cores", "2", "--configfile", "config.yaml", str(overlay)], own_project)
-    summary = json.loads(
-        (own_project / "runs/scratch/toy-narrow-init/dispersion/seed0/final/train_summary.json").read_text())
+    run_files = "scratch/toy-narrow-init/dispersion/seed0"
+    targets = [f"runs/{run_files}/final", "results/scratch/geometry/toy-narrow-init/dispersion/seed0",
+               f"results/scores/{run_files}/selected.json"]
+    run([str(BIN / "snakemake"), "--cores", "2", "--configfile", "config.yaml", str(overlay), *targets], own_project)
+    summary = json.loads((own_project / f"runs/{run_files}/final/train_summary.json").read_text())
     assert summary["tokens"] == 6144 and summary["config"]["train_tokens"] == 6144
-    check = run([str(BIN / "snakemake"), "-n", "--configfile", "config.yaml", str(overlay)], own_project)
+    checkpoints = json.loads((own_project / f"runs/{run_files}/checkpoints.json").read_text())["checkpoints"]
+    scored = json.loads((own_project / f"results/scores/{run_files}/selected.json").read_text())
+    assert checkpoints[-1]["step"] == summary["steps"] == 24  # 6144 tokens / (8 x 32)
+    assert scored["checkpoint"] in {checkpoint["name"] for checkpoint in checkpoints}, scored
+    check = run([str(BIN / "snakemake"), "-n", "--configfile", "config.yaml", str(overlay), *targets], own_project)
     assert "Nothing to be done" in check.stdout + check.stderr
 
 

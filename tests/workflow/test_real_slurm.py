@@ -46,10 +46,11 @@ def fit_profile(repo: Path, target: Path, **changes) -> Path:
     return target
 
 
-def submit(slurm: SlurmCluster, repo: Path, project: Path, target: str, env: dict[str, str],
+def submit(slurm: SlurmCluster, repo: Path, project: Path, target: str | list[str], env: dict[str, str],
            profile: Path) -> subprocess.CompletedProcess:
     env = {**env, "SLURM_CONF": str(slurm.conf), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    return subprocess.run([str(BIN / "snakemake"), "--workflow-profile", str(profile), "-j", "4", target],
+    targets = [target] if isinstance(target, str) else target
+    return subprocess.run([str(BIN / "snakemake"), "--workflow-profile", str(profile), "-j", "4", *targets],
                           cwd=project, env=env, capture_output=True, text=True, timeout=900)
 
 
@@ -89,23 +90,32 @@ def test_gpu_jobs_run_on_the_gpu_partition_and_downloads_stay_on_the_submitting_
 def test_a_run_over_two_nodes_is_one_job_whose_srun_starts_a_launcher_on_each(slurm, repo, tmp_path, tiny_model_dir):
     """A study with nodes_per_run: 2: one job over both nodes, a GPU on each; its srun starts the
     launcher once a node, each ranks its node from SLURM_NODEID around the first node's name, and
-    the two nodes (gloo: the GPUs are counted, not real) train one run whose files are written once."""
+    the two nodes (gloo: the GPUs are counted, not real) train one run whose files are written once.
+    Beside it, the model's score (lm-eval) is a GPU job too."""
     project = copy_workflow(
         repo, tmp_path / "project",
         "sampling: {num_sequences: 2, seq_len: 16, min_words: 20}\n"
-        "datasets: {austen: {source: austen}}\n"
+        "datasets: {austen: {source: austen}, austen-train: {source: austen, exclude: [persuasion]}}\n"
         f"models: {{tiny: {{source: local, path: '{tiny_model_dir}'}}}}\n"
         "midtrain:\n"
-        "  models: [tiny]\n  dataset: austen\n  geometry_dataset: austen\n"
+        "  models: [tiny]\n  dataset: austen-train\n  geometry_dataset: austen\n"
         "  methods: {dispersion: {objective: dispersion, weight: 0.5}}\n"
         "  nodes_per_run: 2\n"
-        "  train: {train_tokens: 2048, block_size: 32, micro_batch_size: 4, num_checkpoints: 1, checkpoint_every: 2}\n",
+        "  train: {train_tokens: 2048, block_size: 32, micro_batch_size: 4, num_checkpoints: 1, checkpoint_every: 2}\n"
+        "evaluation:\n"
+        "  tasks: {persuasion_cloze: zero}\n"
+        "  local_tasks: {persuasion_cloze: {kind: cloze, corpus: austen, documents: [persuasion], num_items: 8,"
+        " context_words: 20}}\n",
     )
     env = os.environ | {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
     run_dir = "runs/midtrain/tiny/dispersion/seed0"
-    done = submit(slurm, repo, project, f"{run_dir}/final", env, fit_profile(repo, tmp_path / "profile"))
+    done = submit(slurm, repo, project, [f"{run_dir}/final", "results/scores/midtrain/tiny/pretrained.json"], env,
+                  fit_profile(repo, tmp_path / "profile"))
     assert done.returncode == 0, done.stderr[-4000:] + slurm.logs()
-    (train,) = [job for comment, job in jobs_of(slurm, project).items() if comment.startswith("rule_train_study_run")]
+    jobs = jobs_of(slurm, project)
+    (score,) = [job for comment, job in jobs.items() if comment.startswith("rule_evaluate_pretrained")]
+    assert (score["Partition"], score["JOB_GRES"], score["JobState"]) == ("gpu", "gpu:a100:1", "COMPLETED"), score
+    (train,) = [job for comment, job in jobs.items() if comment.startswith("rule_train_study_run")]
     assert train["JobState"] == "COMPLETED" and train["NumNodes"] == "2" and train["Partition"] == "gpu"
     assert train["NodeList"] == "cond-node[1-2]" and train["TresPerNode"] == "gres:gpu:a100:1", train
     assert train["JOB_GRES"] == "gpu:a100:2"  # one on each node
@@ -271,3 +281,37 @@ def test_a_cpu_only_cluster_runs_the_gpu_rules_on_its_cpu_partition(slurm, repo,
     assert done.returncode == 0, done.stderr[-4000:] + slurm.logs()
     (extract,) = [job for comment, job in jobs_of(slurm, project).items() if comment.startswith("rule_extract")]
     assert (extract["Partition"], extract["JOB_GRES"], extract["JobState"]) == ("cpu", "(null)", "COMPLETED"), extract
+
+
+def test_a_run_whose_node_goes_down_is_run_again_on_another_and_finishes(slurm, repo, tmp_path, tiny_model_dir):
+    """A node set DOWN under a training job: SLURM signals the job and ends it there (NODE_FAIL);
+    the run saves the step it is on, the profile's retry runs it again and it resumes there and
+    finishes, each step in its log once. (SLURM's own requeue of such a job, on by default, is
+    switched off here: it starts the job again two minutes later, seen on this cluster.)"""
+    project = preemption_project(repo, tmp_path / "project", tiny_model_dir, 128 * 600)
+    profile = fit_profile(repo, tmp_path / "profile", **{"slurm-no-requeue": True})
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "SLURM_CONF": str(slurm.conf),
+           "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    run_dir = "runs/midtrain/tiny/ce/seed0"
+    submitted = subprocess.Popen(
+        [str(BIN / "snakemake"), "--workflow-profile", str(profile), "-j", "4", f"{run_dir}/final"],
+        cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    training_log = project / "logs/midtrain/tiny/ce/seed0.log"
+    deadline = time.monotonic() + 300
+    while not (training_log.exists() and "INFO step 50/" in training_log.read_text()):
+        assert submitted.poll() is None and time.monotonic() < deadline, slurm.logs()
+        time.sleep(0.2)
+    (first,) = [job for comment, job in jobs_of(slurm, project).items() if comment.startswith("rule_train_study_run")]
+    node = first["NodeList"]
+    try:
+        slurm.scontrol("update", f"nodename={node}", "state=down", "reason=test")
+        output, _ = submitted.communicate(timeout=600)
+    finally:
+        slurm.return_to_service(node)
+    assert submitted.returncode == 0, output[-4000:] + slurm.logs()
+    attempts = [job for job in slurm.jobs() if job.get("Comment") == first["Comment"]]
+    assert [job["JobState"] for job in attempts] == ["NODE_FAIL", "COMPLETED"], attempts
+    resumed = re.search(r"resuming at step (\d+)", training_log.read_text())
+    assert resumed and 50 <= int(resumed.group(1)) < 600, training_log.read_text()[:2000]
+    rows = pd.read_csv(project / run_dir / "log.csv")
+    assert rows["step"].tolist() == list(range(601))
