@@ -292,14 +292,15 @@ def test_a_changed_training_budget_reruns_the_runs_to_the_end(own_project, tmp_p
     run_files = "scratch/toy-narrow-init/dispersion/seed0"
     targets = [f"runs/{run_files}/final", "results/scratch/geometry/toy-narrow-init/dispersion/seed0",
                f"results/scores/{run_files}/selected.json"]
-    run([str(BIN / "snakemake"), "--cores", "2", "--configfile", "config.yaml", str(overlay), *targets], own_project)
+    # the targets first: --configfile takes every name that follows it
+    run([str(BIN / "snakemake"), *targets, "--cores", "2", "--configfile", "config.yaml", str(overlay)], own_project)
     summary = json.loads((own_project / f"runs/{run_files}/final/train_summary.json").read_text())
     assert summary["tokens"] == 6144 and summary["config"]["train_tokens"] == 6144
     checkpoints = json.loads((own_project / f"runs/{run_files}/checkpoints.json").read_text())["checkpoints"]
     scored = json.loads((own_project / f"results/scores/{run_files}/selected.json").read_text())
     assert checkpoints[-1]["step"] == summary["steps"] == 24  # 6144 tokens / (8 x 32)
     assert scored["checkpoint"] in {checkpoint["name"] for checkpoint in checkpoints}, scored
-    check = run([str(BIN / "snakemake"), "-n", "--configfile", "config.yaml", str(overlay), *targets], own_project)
+    check = run([str(BIN / "snakemake"), *targets, "-n", "--configfile", "config.yaml", str(overlay)], own_project)
     assert "Nothing to be done" in check.stdout + check.stderr
 
 
