@@ -54,6 +54,11 @@ def submit(slurm: SlurmCluster, repo: Path, project: Path, target: str | list[st
                           cwd=project, env=env, capture_output=True, text=True, timeout=900)
 
 
+def attempts_of(slurm: SlurmCluster, project: Path, comment: str) -> list[dict[str, str]]:
+    """SLURM's record of each attempt of one job of ``project`` (its comment), in submission order."""
+    return [job for job in slurm.jobs() if job.get("WorkDir") == str(project) and job.get("Comment") == comment]
+
+
 def jobs_of(slurm: SlurmCluster, project: Path) -> dict[str, dict[str, str]]:
     """SLURM's record of each job submitted from ``project``, by the plugin's comment (rule and wildcards)."""
     return {job["Comment"]: job for job in slurm.jobs() if job.get("WorkDir") == str(project)}
@@ -175,7 +180,7 @@ def test_a_signalled_run_saves_the_step_under_way_and_its_retry_resumes_to_the_u
     assert submitted.returncode == 0, output[-4000:] + slurm.logs()
     assert uninterrupted.wait(timeout=600) == 0, uninterrupted.stderr.read()[-4000:]
 
-    training = [job for job in slurm.jobs() if job.get("Comment") == first["Comment"]]  # the run's attempts
+    training = attempts_of(slurm, project, first["Comment"])  # the run's attempts
     assert [job["JobState"] for job in training] == ["FAILED", "COMPLETED"], training
     resumed = re.search(r"resuming at step (\d+)", training_log.read_text())
     assert resumed and 50 <= int(resumed.group(1)) < 600, training_log.read_text()[:2000]
@@ -309,7 +314,7 @@ def test_a_run_whose_node_goes_down_is_run_again_on_another_and_finishes(slurm, 
     finally:
         slurm.return_to_service(node)
     assert submitted.returncode == 0, output[-4000:] + slurm.logs()
-    attempts = [job for job in slurm.jobs() if job.get("Comment") == first["Comment"]]
+    attempts = attempts_of(slurm, project, first["Comment"])
     assert [job["JobState"] for job in attempts] == ["NODE_FAIL", "COMPLETED"], attempts
     resumed = re.search(r"resuming at step (\d+)", training_log.read_text())
     assert resumed and 50 <= int(resumed.group(1)) < 600, training_log.read_text()[:2000]
