@@ -72,8 +72,6 @@ rule similarity_table:
         extraction=EXTRACTION,
     threads: 1
     resources:
-        gpu=1,
-        mem_mb=16000,
-        runtime=60,
+        **gpu_job(60, gpu=1),  # runs the models it compares again (CKA needs their activations)
     script:
         "../workflow_scripts/similarity_table.py"
