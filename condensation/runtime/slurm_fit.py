@@ -15,14 +15,13 @@ import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+__all__ = ["Node", "Request", "check_before_submitting", "misfits", "read_sinfo", "request_of", "sinfo_partitions"]
+
+SINFO_FORMAT = "%P|%N|%c|%m|%G"
+
 
 def _cpus(count: int) -> str:
     return f"{count} CPU" if count == 1 else f"{count} CPUs"
-
-
-__all__ = ["Node", "Request", "misfits", "read_sinfo", "request_of", "sinfo_partitions"]
-
-SINFO_FORMAT = "%P|%N|%c|%m|%G"
 
 
 @dataclass(frozen=True)
@@ -86,12 +85,11 @@ def read_sinfo(text: str) -> tuple[dict[str, list[Node]], str | None]:
     return partitions, default
 
 
-def sinfo_partitions(env: Mapping[str, str] | None = None) -> tuple[dict[str, list[Node]], str | None] | None:
+def sinfo_partitions() -> tuple[dict[str, list[Node]], str | None] | None:
     """The cluster's nodes by partition (read_sinfo), or None where sinfo is absent or fails."""
     if shutil.which("sinfo") is None:
         return None
-    listed = subprocess.run(["sinfo", "-h", "-N", "-o", SINFO_FORMAT], capture_output=True, text=True,
-                            env=None if env is None else dict(env), timeout=60)
+    listed = subprocess.run(["sinfo", "-h", "-N", "-o", SINFO_FORMAT], capture_output=True, text=True, timeout=60)
     return read_sinfo(listed.stdout) if listed.returncode == 0 else None
 
 

