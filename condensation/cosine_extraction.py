@@ -18,10 +18,11 @@ import numpy as np
 import torch
 
 from condensation.cosine import accumulate, join_stacks, unit_directions
-from condensation.geometry import NUM_BINS, CosineStatistics, counts_to_density, trend_statistics
+from condensation.geometry import NUM_BINS, CosineStatistics, counts_to_density
 from condensation.hidden_states import source_of
 from condensation.lens_extraction import LensAccumulator
 from condensation.lenses import SAMPLE_TOKENS
+from condensation.trend import trend_statistics
 
 
 def cosine_matrices(hidden: torch.Tensor) -> torch.Tensor:

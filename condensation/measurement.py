@@ -38,6 +38,7 @@ from condensation.data import corpus, packing, text
 from condensation.hidden_states import UnsupportedModelError, source_of
 from condensation.runtime.io import atomic_path, manifest_path, write_json
 from condensation.runtime.progress import ProgressLog
+from condensation.trend import TrendStatistics, depth_trend, lens_summary
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -76,13 +77,13 @@ class Measurement:
     tokens, which :func:`condensation.similarity.compare` needs for representation similarity."""
 
     @property
-    def trend(self) -> geometry.TrendStatistics:
+    def trend(self) -> TrendStatistics:
         """rho, tau, the last-n means, the deeper half's mean and the depth slope, with intervals."""
-        return geometry.depth_trend(self.statistics, self.trend_config)
+        return depth_trend(self.statistics, self.trend_config)
 
     def lens_summary(self) -> dict[str, float]:
         """Each lens over the deeper half of the layers: ``{lens}``, ``{lens}_low``, ``{lens}_high``."""
-        return geometry.lens_summary(self.statistics, self.trend_config)
+        return lens_summary(self.statistics, self.trend_config)
 
     def summary(self) -> dict[str, Any]:
         """One row: the model, its size and depth, the trend (as the trend tables) and the lenses."""

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+pytest_plugins = ["cpu_report"]  # the CPU each test costs, listed at the end (tests/cpu_report.py)
+
 REPO = Path(__file__).resolve().parents[1]
 DOC_PAGES = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
 """The front page and the docs pages: the commands, examples and links they show are tested."""
@@ -22,6 +24,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 # `datasets` caches what it loads; keep test runs out of the user's cache.
 os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="condensation-tests-hf-"))
+# Nor `condensation measure`'s (corpora it built, GGUF files it converted): a user who ran the
+# measuring page's `--dataset austen` example has that corpus there, where a test of a machine
+# without it would find it.
+os.environ["CONDENSATION_CACHE"] = tempfile.mkdtemp(prefix="condensation-tests-cache-")
 # Each workflow job is a fresh interpreter importing the package from its project's copy: the first
 # writes the bytecode the others read. Where the environment says not to (PYTHONDONTWRITEBYTECODE,
 # as in some CI images), every job compiled the package again (0.2 s of CPU a job, ~550 jobs).
@@ -163,6 +169,49 @@ def tiny_model_dir(tmp_path_factory, tiny_tokenizer_dir) -> Path:
     out = tmp_path_factory.mktemp("model") / "tiny-gpt2"
     save_model_dir(build_gpt2(arch, tokenizer, seed=0), tokenizer, out)
     return out
+
+
+@pytest.fixture(scope="module")
+def one_step_study(tmp_path_factory, tiny_model_dir):
+    """``train(method)``: one optimizer step of the tiny model with a study method (its config entry,
+    a teacher named ``tiny``: the model itself) through the workflow's stages (prepare_model,
+    pack_training_data, plan_study_run, train_run), in this process; returns the run's directory.
+    The model's handle and the packed text are made once a module."""
+    from condensation.config.validate import validate_config
+    from condensation.stages.data import pack_training_data
+    from condensation.stages.models import prepare_model
+    from condensation.stages.training import plan_study_run, train_run
+
+    base = tmp_path_factory.mktemp("one-step-study")
+    paragraphs = (f"Paragraph {i} says a few plain words about the sea." for i in range(300))
+    (base / "text.txt").write_text("\n\n".join(paragraphs))
+    config = {
+        "datasets": {"mine": {"source": "files", "files": [str(base / "text.txt")]}},
+        "models": {"tiny": {"source": "local", "path": str(tiny_model_dir)}},
+        "sampling": {"num_sequences": 4, "seq_len": 16, "min_words": 32},  # the geometry samples of a short text
+        "midtrain": {"models": ["tiny"], "dataset": "mine", "geometry_dataset": "mine",
+                     "train": {"train_tokens": 32, "block_size": 16, "micro_batch_size": 2, "grad_accum_steps": 1,
+                               "num_checkpoints": 1, "val_batches": 1}},
+    }
+    handle = base / "models" / "handle.json"
+    prepare_model(name="tiny", spec=validate_config(config)["models"]["tiny"], handle_path=handle,
+                  weights_dir=base / "models" / "hf")
+    blocks = base / "blocks.npy"
+    pack_training_data(dataset="mine", spec=validate_config(config)["datasets"]["mine"], corpus_dir=None,
+                       tokenizer_source=handle, block_size=16, validation_fraction=0.05, out_path=blocks)
+    runs = iter(range(1000))
+
+    def train(method: dict[str, Any]) -> Path:
+        section = validate_config({**config, "midtrain": {**config["midtrain"], "methods": {"m": method}}})["midtrain"]
+        run = base / f"run-{next(runs)}"
+        run.mkdir()
+        plan_study_run(study="midtrain", model="tiny", method=section["methods"]["m"], train=section["train"], seed=0,
+                       out_path=run / "run.json")
+        train_run(plan_path=run / "run.json", blocks_path=blocks, handle_path=handle,
+                  teacher_handle_path=handle if "teacher" in method else None)
+        return run
+
+    return train
 
 
 @pytest.fixture

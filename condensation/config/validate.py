@@ -112,7 +112,9 @@ def _where(path) -> str:
 def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """Return a validated copy of ``config`` with defaults filled in, or raise :class:`ConfigError`."""
     config = _copy(dict(config))
-    validator = _validator_class()(load_schema())
+    schema = load_schema()
+    _drop_overlaid_entries(config, schema, schema)
+    validator = _validator_class()(schema)
     problems = [
         f"{_where(error.absolute_path)}: {error.message}"
         for error in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
@@ -124,6 +126,28 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems) + _overlay_hint(problems))
     return config
+
+
+def _drop_overlaid_entries(node: Any, node_schema: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
+    """Remove, in place, every entry an overlay set to null in a mapping of named entries
+    (models, datasets, families, a study's methods, the tasks, ...): ``--configfile
+    configs/paper.yaml mine.yaml`` with ``midtrain: {methods: {orthogonalization: null}}`` in
+    mine.yaml runs paper.yaml without that method. Snakemake merges overlays key by key, so
+    null is the one way an overlay takes an entry out; a list (figure rows, a family's models)
+    is replaced whole and needs no such value."""
+    while "$ref" in node_schema:  # "#/$defs/study"
+        node_schema = schema["$defs"][node_schema["$ref"].rsplit("/", 1)[-1]]
+    if not isinstance(node, dict):
+        return
+    entries = node_schema.get("additionalProperties")
+    if isinstance(entries, dict) and entries:
+        for name in [name for name, value in node.items() if value is None]:
+            del node[name]
+        for value in node.values():
+            _drop_overlaid_entries(value, entries, schema)
+    for name, property_schema in node_schema.get("properties", {}).items():
+        if name in node:
+            _drop_overlaid_entries(node[name], property_schema, schema)
 
 
 OVERLAY_HINT = (

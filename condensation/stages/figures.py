@@ -1,6 +1,6 @@
 """Stages of rules/figures.smk: the paper's figures from stored geometry and training logs.
 
-Depth trends are computed here with :func:`~condensation.geometry.depth_trend` under the
+Depth trends are computed here with :func:`~condensation.trend.depth_trend` under the
 configured :class:`~condensation.config.specs.TrendConfig`, exactly as the trend tables compute them,
 and handed to the figures.
 """
@@ -21,6 +21,7 @@ from condensation.reporting.tables.trend_tables import write_trend_table
 from condensation.runtime.io import atomic_path
 from condensation.runtime.run_dir import RunDir, parse_step
 from condensation.stages.geometry import check_family_sizes
+from condensation.trend import depth_trend, lens_summary
 
 # The figure modules (matplotlib) and the findings and profile modules (scipy.stats, 1-2 s) are
 # imported by the stages that use them: the findings stage draws nothing, and the family, dataset
@@ -53,8 +54,8 @@ def _entries(
         stats = geometry.CosineStatistics.load(geometry_path)
         size = None if handle_path is None else models.ModelHandle.load(handle_path).num_parameters
         label = f"{label} #{number[name]}" if repeats[label] > 1 else label
-        entries.append(FamilyEntry(label, stats, size, geometry.depth_trend(stats, trend),
-                                   geometry.lens_summary(stats, trend)))
+        entries.append(FamilyEntry(label, stats, size, depth_trend(stats, trend),
+                                   lens_summary(stats, trend)))
     return entries
 
 
@@ -165,7 +166,7 @@ def _checkpoints(directory: str | Path, trend: TrendConfig) -> list[Checkpoint]:
     checkpoints = []
     for path in sorted(Path(directory).glob("step-*.npz")):
         stats = geometry.CosineStatistics.load(path)
-        checkpoints.append(Checkpoint(parse_step(path), stats, geometry.depth_trend(stats, trend)))
+        checkpoints.append(Checkpoint(parse_step(path), stats, depth_trend(stats, trend)))
     return checkpoints
 
 
@@ -185,8 +186,8 @@ def series_figure(
     entries = []
     for (label, tokens), geometry_path in zip(points, geometry_paths, strict=True):
         stats = geometry.CosineStatistics.load(geometry_path)
-        entries.append(FamilyEntry(label, stats, tokens, geometry.depth_trend(stats, trend),
-                                   geometry.lens_summary(stats, trend)))
+        entries.append(FamilyEntry(label, stats, tokens, depth_trend(stats, trend),
+                                   lens_summary(stats, trend)))
     plot_family_trend(entries, out_path, title=f"{title} over training (tokens under each checkpoint), {dataset}")
     rows = [{"checkpoint": e.label, "tokens": e.size, **e.trend.as_row(), **(e.lenses or {})} for e in entries]
     write_trend_table(pd.DataFrame(rows), family=series, dataset=dataset, csv_path=csv_path,

@@ -19,6 +19,7 @@ from condensation.config.specs import (
 )
 from condensation.data import text
 from condensation.runtime.io import atomic_path, write_json
+from condensation.trend import depth_trend, lens_summary
 
 # torch, the measuring modules, pandas and the table modules load in the stages that use them:
 # extraction jobs need no tables, and the table jobs (trend tables and metrics) no torch
@@ -52,7 +53,7 @@ def trend_rows(
     model_names: Sequence[str], geometry_paths: Sequence[str | Path], handle_paths: Sequence[str | Path],
     labels: Mapping[str, str], trend: TrendConfig | Mapping[str, Any],
 ) -> pd.DataFrame:
-    """One row per model: its name, label, size, then :meth:`~condensation.geometry.TrendStatistics.as_row`
+    """One row per model: its name, label, size, then :meth:`~condensation.trend.TrendStatistics.as_row`
     of its depth trend (rho, tau, last-n means, the last-half interval, the depth slope and its interval)."""
     # deferred: pandas and the table modules, see the imports
     import pandas as pd  # noqa: PLC0415
@@ -62,7 +63,7 @@ def trend_rows(
     for name, geometry_path, handle_path in zip(model_names, geometry_paths, handle_paths, strict=True):
         stats = geometry.CosineStatistics.load(geometry_path)
         handle = models.ModelHandle.load(handle_path)
-        statistics = geometry.depth_trend(stats, trend)
+        statistics = depth_trend(stats, trend)
         rows.append(
             {
                 "model": name,
@@ -70,7 +71,7 @@ def trend_rows(
                 "num_parameters": handle.num_parameters,
                 "num_layers": handle.num_layers,
                 **statistics.as_row(),
-                **geometry.lens_summary(stats, trend),
+                **lens_summary(stats, trend),
             }
         )
     return pd.DataFrame(rows)

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from condensation import geometry, models
+from condensation import models
 from condensation.config.runs import RunPlan, plan_run
 from condensation.config.specs import (
     ExtractionConfig,
@@ -20,6 +20,7 @@ from condensation.config.specs import (
 from condensation.data import packing, text
 from condensation.runtime.io import atomic_path, write_json, write_manifest
 from condensation.runtime.run_dir import RunDir, step_name
+from condensation.trend import depth_trend
 
 # torch, pandas and the measuring modules are imported by the stages that use them: planning a
 # run is a job of its own, and importing them would triple its time.
@@ -129,7 +130,7 @@ def measure_checkpoints(
             stats = measure(handle, texts, sampling=sampling, extraction=extraction,
                             meta={"dataset": Path(samples_path).stem, "step": step}).statistics
             stats.save(tmp / f"{step_name(step)}.npz")
-            statistics = geometry.depth_trend(stats, trend)
+            statistics = depth_trend(stats, trend)
             rows.append({"step": step, "val_loss": entry["val_loss"], **statistics.as_row()})
         pd.DataFrame(rows).to_csv(tmp / "trajectory.csv", index=False, float_format="%.5f")
         write_manifest(tmp, kind="checkpoint_geometry")

@@ -210,6 +210,20 @@ def test_shipped_configs_are_valid(repo, names):
     assert config["families"] or config["midtrain"]["models"], f"{names} measure nothing"
 
 
+def test_an_overlay_drops_a_named_entry_with_null_and_what_still_names_it_is_refused(repo):
+    """null in a mapping of named entries (a study's method, a model) takes the entry out, as
+    Snakemake merges a second --configfile; a list that still names it fails validation."""
+    from snakemake.utils import update_config
+
+    config = yaml.safe_load((repo / "configs/paper.yaml").read_text())
+    update_config(config, {"midtrain": {"methods": {"decorrelation": None, "l2_repel": None}}})
+    methods = validate_config(config)["midtrain"]["methods"]
+    assert "decorrelation" not in methods and "l2_repel" not in methods and "orthogonalization" in methods
+    update_config(config, {"models": {"gpt2-medium": None}})
+    with pytest.raises(ConfigError, match=r"config\.families\.gpt2.*gpt2-medium"):
+        validate_config(config)
+
+
 def test_the_polypythia_miniature_is_the_full_config_shortened(repo):
     """What the miniature runs (tests/workflow/test_polypythia_miniature.py) stands for the full
     config: each model, family, pair, series, method and task it names is polypythia.yaml's entry,

@@ -13,16 +13,10 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from condensation.config.specs import TrendConfig  # noqa: E402
-from condensation.geometry import (
-    NUM_BINS,
-    CosineStatistics,
-    TrendStatistics,
-    depth_trend,
-    trend_layer_means,
-    trend_statistics,
-)
+from condensation.geometry import NUM_BINS, CosineStatistics
 from condensation.reporting.figures import runs, style, trends  # noqa: E402
 from condensation.reporting.figures.heatmaps import HeatmapOptions, heatmap_ylim  # noqa: E402
+from condensation.trend import TrendStatistics, depth_trend, trend_layer_means, trend_statistics
 
 EDGES = np.linspace(-1.0, 1.0, NUM_BINS + 1)
 MIDS = (EDGES[:-1] + EDGES[1:]) / 2

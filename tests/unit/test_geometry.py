@@ -23,15 +23,10 @@ from condensation.cosine_extraction import (
     histogram_counts,
     position_blocks,
 )
-from condensation.geometry import (
-    NUM_BINS,
-    CosineStatistics,
-    bootstrap_mean_interval,
-    depth_trend,
-    trend_statistics,
-)
+from condensation.geometry import NUM_BINS, CosineStatistics
 from condensation.lens_extraction import LensAccumulator
 from condensation.runtime.io import CorruptArtifactError, write_manifest
+from condensation.trend import bootstrap_mean_interval, depth_trend, trend_statistics
 from tests.unit.float_bounds import U32, histogram_tolerance, mean_cosine_bound
 
 

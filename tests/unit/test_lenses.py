@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from condensation import cosine_extraction, geometry, lens_extraction, lenses
+from condensation.trend import lens_summary
 from tests.unit.float_bounds import U64, gamma
 
 LENS_TOLERANCE = 1e-6
@@ -152,13 +153,13 @@ def test_summary_interval_and_storage(tmp_path):
 
     ids, model = torch.randint(0, 50, (12, 10)), Model()
     stats = cosine_extraction.extract_cosine_statistics(model, ids, batch_size=5)
-    summary = geometry.lens_summary(stats, TrendConfig(include_embedding_layer=True, include_diagonal=True))
+    summary = lens_summary(stats, TrendConfig(include_embedding_layer=True, include_diagonal=True))
     assert summary["anisotropy_low"] < summary["anisotropy"] < summary["anisotropy_high"]
     stats.save(tmp_path / "s.npz")
     loaded = geometry.CosineStatistics.load(tmp_path / "s.npz")
     np.testing.assert_array_equal(loaded.lenses.values, stats.lenses.values)
     np.testing.assert_array_equal(loaded.lenses.jackknife, stats.lenses.jackknife)
-    assert geometry.lens_summary(loaded, TrendConfig(True, True)) == summary
+    assert lens_summary(loaded, TrendConfig(True, True)) == summary
     cosines_only = cosine_extraction.extract_cosine_statistics(model, ids, batch_size=5, lens_tokens=None)
     assert cosines_only.lenses is None
     np.testing.assert_array_equal(cosines_only.layer_mean, stats.layer_mean)  # the lenses change no cosine

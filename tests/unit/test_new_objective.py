@@ -119,39 +119,12 @@ def test_an_inconsistent_entry_is_refused_when_registered():
     assert "bad" not in OBJECTIVES
 
 
-def test_registered_objective_trains_one_step_through_the_stages(user_module, tmp_path, tiny_model_dir):
+def test_registered_objective_trains_one_step_through_the_stages(user_module, one_step_study):
     from condensation.runtime.io import read_json
-    from condensation.stages.data import pack_training_data
-    from condensation.stages.models import prepare_model
-    from condensation.stages.training import plan_study_run, train_run
     from condensation.training.checkpointing import RunDir
 
     user_module("cosine_power")
-    (tmp_path / "text.txt").write_text("\n\n".join(f"Paragraph {i} says a few plain words about the sea."
-                                                   for i in range(300)))
-    config = validate_config({
-        "datasets": {"mine": {"source": "files", "files": [str(tmp_path / "text.txt")]}},
-        "models": {"tiny": {"source": "local", "path": str(tiny_model_dir)}},
-        "sampling": {"num_sequences": 4, "seq_len": 16, "min_words": 32},  # the geometry samples of a short text
-        "midtrain": {
-            "models": ["tiny"], "dataset": "mine", "geometry_dataset": "mine",
-            "methods": {"cos": {"objective": "cosine_power", "power": 2.0, "weight": 0.5}},
-            "train": {"train_tokens": 32, "block_size": 16, "micro_batch_size": 2, "grad_accum_steps": 1,
-                      "num_checkpoints": 1, "val_batches": 1},
-        },
-    })
-    section = config["midtrain"]
-    handle = tmp_path / "models" / "handle.json"
-    prepare_model(name="tiny", spec=config["models"]["tiny"], handle_path=handle,
-                  weights_dir=tmp_path / "models" / "hf")
-    blocks = tmp_path / "blocks.npy"
-    pack_training_data(dataset="mine", spec=config["datasets"]["mine"], corpus_dir=None, tokenizer_source=handle,
-                       block_size=16, validation_fraction=0.05, out_path=blocks)
-    run = tmp_path / "run"
-    run.mkdir()
-    plan_study_run(study="midtrain", model="tiny", method=section["methods"]["cos"], train=section["train"], seed=0,
-                   out_path=run / "run.json")
-    train_run(plan_path=run / "run.json", blocks_path=blocks, handle_path=handle)
+    run = one_step_study({"objective": "cosine_power", "power": 2.0, "weight": 0.5})
     assert read_json(run / "run.json")["method"] == {"objective": "cosine_power", "weight": 0.5, "placement": "all",
                                                       "max_tokens": None, "power": 2.0}
     log = (RunDir(run).log).read_text().splitlines()

@@ -23,7 +23,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from condensation import cosine_extraction, geometry
+from condensation import cosine_extraction
 from condensation.config.runs import (
     TrainConfig,
     checkpoint_steps,
@@ -38,6 +38,7 @@ from condensation.training import loop
 from condensation.training.batches import block_indices
 from condensation.training.loop import train
 from condensation.training.precision import resolve_mixed_precision
+from condensation.trend import trend_statistics
 from tests.unit.float_bounds import LOGGED_REL, mean_cosine_bound
 
 VOCAB, BLOCK = 97, 16
@@ -687,7 +688,7 @@ def test_probe_values_equal_an_independent_measurement(uninterrupted):
     for step in (0, 15, 20):  # the steps with both a probe and a checkpoint
         model = GPT2LMHeadModel.from_pretrained(out_dir / "checkpoints" / f"step-{step:07d}")
         stats = cosine_extraction.extract_cosine_statistics(model, probe_ids, batch_size=4)
-        trend = geometry.trend_statistics(stats.layer_mean)
+        trend = trend_statistics(stats.layer_mean)
         expected = {"rho": trend.spearman_rho, "tau": trend.kendall_tau, "deep_cos": trend.last_n["last_half"]}
         found = {name: values[step] for name, values in series.items()}
         assert found == pytest.approx(expected, rel=0, abs=bound), step

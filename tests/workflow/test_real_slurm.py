@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 from real_slurm import KILL_WAIT, NODE_MEMORY_MB, NODES, SlurmCluster, missing
-from workflow_helpers import BIN, copy_workflow
+from workflow_helpers import BIN, copy_run, copy_workflow, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(missing() is not None, reason=missing() or "")]
 
@@ -150,9 +150,14 @@ STEPS = 600  # ~6 s of training: long enough to be caught at INTERRUPTED_AT
 INTERRUPTED_AT = 50
 
 
-def preemption_project(repo: Path, root: Path, tiny_model_dir: Path) -> Path:
-    return copy_workflow(
-        repo, root,
+@pytest.fixture(scope="module")
+def preemption_project(repo, tmp_path_factory, tiny_model_dir) -> Path:
+    """A mid-training run of STEPS steps with what its training job reads made here, once (the
+    corpus, the model's handle, the plan, the packed blocks): the tests that interrupt it copy it
+    (``copy_run``) and submit the training alone. Submitting the jobs before it is shown by the
+    tests above."""
+    root = copy_workflow(
+        repo, tmp_path_factory.mktemp("preemption") / "project",
         "sampling: {num_sequences: 2, seq_len: 16, min_words: 20}\n"
         "datasets: {austen: {source: austen}}\n"
         f"models: {{tiny: {{source: local, path: '{tiny_model_dir}'}}}}\n"
@@ -162,6 +167,8 @@ def preemption_project(repo: Path, root: Path, tiny_model_dir: Path) -> Path:
         f"  train: {{train_tokens: {128 * STEPS}, block_size: 32, micro_batch_size: 4, num_checkpoints: 1,"
         " checkpoint_every: 50, log_every_steps: 1}\n",
     )
+    run([str(BIN / "snakemake"), "--cores", "2", f"{RUN_DIR}/final", "--omit-from", "train_study_run"], root)
+    return root
 
 
 def start_training(slurm: SlurmCluster, project: Path, profile: Path) -> tuple[subprocess.Popen, dict[str, str]]:
@@ -189,15 +196,15 @@ def assert_resumed_where_it_stopped(project: Path) -> None:
 
 
 def test_a_signalled_run_saves_the_step_under_way_and_its_retry_resumes_to_the_uninterrupted_weights(
-        slurm, repo, tmp_path, tiny_model_dir):
+        slurm, repo, tmp_path, preemption_project):
     """SIGTERM to the job's steps mid-run, as SLURM sends it before a time limit (the profile asks
     for it 300 s early, `--signal=TERM@300`; here `scancel --signal=TERM`, at once): the run ends
     its step, saves it and fails; the profile's retry resumes there and finishes with an
     uninterrupted run's weights, no step trained twice. Nothing may die of the signal before the
     run has saved: a shell or wrapper that did would end the step, and SLURM would kill the run
     with it (so the rule execs the run)."""
-    project = preemption_project(repo, tmp_path / "project", tiny_model_dir)
-    reference = preemption_project(repo, tmp_path / "reference", tiny_model_dir)
+    project = copy_run(preemption_project, tmp_path / "project")
+    reference = copy_run(preemption_project, tmp_path / "reference")
     uninterrupted = subprocess.Popen([str(BIN / "snakemake"), "--cores", "1", f"{RUN_DIR}/final"], cwd=reference,
                                      env=os.environ | {"OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True)
@@ -312,12 +319,12 @@ def test_a_cpu_only_cluster_runs_the_gpu_rules_on_its_cpu_partition(slurm, repo,
     assert (extract["Partition"], extract["JOB_GRES"], extract["JobState"]) == ("cpu", "(null)", "COMPLETED"), extract
 
 
-def test_a_run_whose_node_goes_down_is_run_again_on_another_and_finishes(slurm, repo, tmp_path, tiny_model_dir):
+def test_a_run_whose_node_goes_down_is_run_again_on_another_and_finishes(slurm, repo, tmp_path, preemption_project):
     """A node set DOWN under a training job: SLURM signals the job and ends it there (NODE_FAIL);
     the run saves the step it is on, the profile's retry runs it again and it resumes there and
     finishes, each step in its log once. (SLURM's own requeue of such a job, on by default, is
     switched off here: it starts the job again two minutes later, seen on this cluster.)"""
-    project = preemption_project(repo, tmp_path / "project", tiny_model_dir)
+    project = copy_run(preemption_project, tmp_path / "project")
     profile = fit_profile(repo, tmp_path / "profile", **{"slurm-no-requeue": True})
     submitted, first = start_training(slurm, project, profile)
     node = first["NodeList"]

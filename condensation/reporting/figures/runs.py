@@ -22,7 +22,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from condensation.geometry import CosineStatistics, TrendStatistics
+from condensation.geometry import CosineStatistics
 from condensation.reporting.figures.heatmaps import (
     Heatmap,
     HeatmapOptions,
@@ -37,6 +37,7 @@ from condensation.reporting.figures.style import (
     placeholder,
     save,
 )
+from condensation.trend import TrendStatistics
 
 _METRIC_NAMES = {
     "spearman_rho": "Spearman ρ",
@@ -202,7 +203,7 @@ def plot_trajectory(
     (method, seed, checkpoint). Per method, the mean over seeds with a mean +- std band where
     two or more seeds have a value; NaNs (undefined trends) are left out. A metric whose
     interval over sequences the frame holds (``{metric}_low``, ``{metric}_high``, as
-    :meth:`~condensation.geometry.TrendStatistics.as_row` names them) also gets error bars: the
+    :meth:`~condensation.trend.TrendStatistics.as_row` names them) also gets error bars: the
     mean over seeds of each end. Colours and legend order follow :func:`method_colors` over
     ``methods`` (default: sorted names).
     """

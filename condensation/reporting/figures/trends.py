@@ -21,7 +21,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from condensation.geometry import CosineStatistics, TrendStatistics
+from condensation.geometry import CosineStatistics
 from condensation.lenses import LENSES
 from condensation.reporting.figures.heatmaps import (
     Heatmap,
@@ -42,6 +42,7 @@ from condensation.reporting.figures.style import (
     new_figure,
     save,
 )
+from condensation.trend import TrendStatistics
 
 MAX_COLUMNS = 6
 """Heatmaps per row in :func:`plot_family_trend` before wrapping to a new row."""
@@ -62,7 +63,7 @@ class FamilyEntry:
     size: float | None  # parameter count, shown under the label ("4.2M")
     trend: TrendStatistics
     lenses: Mapping[str, float] | None = None
-    """The other lenses over the deeper half (``geometry.lens_summary``); None or empty: not measured."""
+    """The other lenses over the deeper half (``trend.lens_summary``); None or empty: not measured."""
 
     @property
     def tick_label(self) -> str:

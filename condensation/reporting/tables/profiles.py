@@ -33,6 +33,7 @@ from condensation.reporting.statistics.panel import (
     panel_from_units,
 )
 from condensation.runtime.io import atomic_path
+from condensation.trend import deep_lens_replicates, sequence_profiles
 
 SUFFIX = ".profiles.npz"
 
@@ -130,7 +131,7 @@ class Profiles:
 def write_profiles(path: str | os.PathLike, rows: pd.DataFrame, layers: Sequence[np.ndarray | None],
                    lenses: Sequence[tuple[np.ndarray, np.ndarray] | None]) -> None:
     """``rows`` (key columns, JSON-able) with each row's per-sequence layer means and deep-half
-    lenses (:func:`condensation.geometry.sequence_profiles`, ``deep_lens_replicates``), atomically."""
+    lenses (:func:`condensation.trend.sequence_profiles`, ``deep_lens_replicates``), atomically."""
     if any(profile is None for profile in layers):
         raise ValueError(f"{path}: a row has no per-sequence layer means (a geometry file from before they were "
                          "stored): re-run its extraction")
@@ -173,6 +174,6 @@ def write_profiles_of(path: str | os.PathLike, rows: Sequence[Mapping], geometry
     layers, lenses = [], []
     for geometry_path in geometry_paths:
         stats = geometry.CosineStatistics.load(geometry_path)
-        layers.append(geometry.sequence_profiles(stats, trend))
-        lenses.append(geometry.deep_lens_replicates(stats, trend))
+        layers.append(sequence_profiles(stats, trend))
+        lenses.append(deep_lens_replicates(stats, trend))
     write_profiles(path, pd.DataFrame(list(rows)), layers, lenses)
