@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from condensation import lenses
+from condensation.intervals import CONFIDENCE
 from condensation.measurement import Measurement, measure
 
 # scipy.stats (1-2 s) and pandas are imported by the functions that use them: extraction jobs
@@ -46,7 +47,6 @@ PROFILE_POINTS = 11
 """Relative depths 0, 0.1, ..., 1 at which two layer profiles are compared."""
 
 JACKKNIFE_GROUPS = lenses.JACKKNIFE_GROUPS
-CONFIDENCE = 0.95
 
 STATISTICS = ("profile_correlation", "profile_distance", "matched_cka")
 """The columns of a comparison table that carry an interval (``_low``, ``_high``)."""

@@ -21,17 +21,13 @@ import numpy as np
 from condensation import lenses as lens_module
 from condensation.config.specs import TrendConfig
 from condensation.geometry import CosineStatistics
+from condensation.intervals import BOOTSTRAP_SEED, CONFIDENCE, SEQUENCE_RESAMPLES
 
 log = logging.getLogger("condensation")
 
 LAST_N = (1, 2, 3, 4, 5)
 """Depth windows for the last-n metrics (the paper's supplementary tables use 1..5 and half)."""
 
-CONFIDENCE = 0.95
-BOOTSTRAP_RESAMPLES = 4000
-BOOTSTRAP_SEED = 0
-"""Intervals are percentile bootstraps over sequences with a fixed seed: the same file always
-gives the same interval."""
 
 _NO_INTERVAL = (float("nan"), float("nan"))
 
@@ -118,7 +114,7 @@ def _interval(bounds: np.ndarray) -> tuple[float, float]:
 
 
 def bootstrap_mean_interval(
-    values: np.ndarray, confidence: float = CONFIDENCE, resamples: int = BOOTSTRAP_RESAMPLES,
+    values: np.ndarray, confidence: float = CONFIDENCE, resamples: int = SEQUENCE_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
 ) -> np.ndarray:
     """Percentile bootstrap interval of the mean over the first axis: ``[N]`` gives ``[2]`` (low,
@@ -189,7 +185,7 @@ def lens_summary(stats: CosineStatistics, trend: TrendConfig) -> dict[str, float
     from scipy import stats as distributions  # noqa: PLC0415
 
     layers = deep_layers(stats.num_layers, trend)
-    quantile = float(distributions.t.ppf(0.975, max(stats.lenses.jackknife.shape[1] - 1, 1)))
+    quantile = float(distributions.t.ppf(0.5 + CONFIDENCE / 2, max(stats.lenses.jackknife.shape[1] - 1, 1)))
     columns: dict[str, float] = {}
     for name in lens_module.LENS_NAMES:
         estimate, se = stats.lenses.summary(name, layers)

@@ -19,9 +19,8 @@ import math
 import numpy as np
 from scipy import stats
 
+from condensation.intervals import CONFIDENCE
 from condensation.reporting.tables.profiles import STATISTICS, Profiles
-
-CONFIDENCE = 0.95
 
 
 def _group_values(profiles: Profiles, label: str, statistic: str) -> tuple[np.ndarray, float]:

@@ -43,10 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-BOOTSTRAP_RESAMPLES = 2000
-BOOTSTRAP_SEED = 0
-"""Resamples of the units shared by every run of a panel; a fixed seed gives the same numbers."""
-
+from condensation.intervals import BOOTSTRAP_SEED, CONFIDENCE, EQUIVALENCE_CONFIDENCE, PANEL_RESAMPLES
 
 # --------------------------------------------------------------------------------------------
 # How the units were sampled
@@ -170,7 +167,7 @@ def panel_from_units(
 
 def panel_from_profiles(
     runs: Sequence[Run], profiles: Sequence[np.ndarray], statistic: Callable[[np.ndarray], np.ndarray], *,
-    units: str, fixed: Sequence[str] = (), name: str = "", resamples: int = BOOTSTRAP_RESAMPLES,
+    units: str, fixed: Sequence[str] = (), name: str = "", resamples: int = PANEL_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
 ) -> Panel:
     """A panel of any statistic of the mean over units of a per-unit profile: ``profiles[r]`` is
@@ -255,7 +252,7 @@ class Estimate:
         """The upper ``tail`` quantile of the estimate's t distribution (normal for infinite dof)."""
         return float(stats.t.isf(tail, self.dof)) if math.isfinite(self.dof) else float(stats.norm.isf(tail))
 
-    def interval(self, confidence: float = 0.95) -> tuple[float, float]:
+    def interval(self, confidence: float = CONFIDENCE) -> tuple[float, float]:
         if not self.measured:
             return (math.nan, math.nan)
         half = self.quantile((1 - confidence) / 2) * self.se
@@ -395,12 +392,12 @@ class Ratio:
     estimate: float
     ci_low: float
     ci_high: float
-    confidence: float = 0.95
+    confidence: float = CONFIDENCE
     notes: list[str] = field(default_factory=list)
 
 
 def fieller(panel: Panel, numerator: Mapping[str, float], denominator: Mapping[str, float],
-            confidence: float = 0.95) -> Ratio:
+            confidence: float = CONFIDENCE) -> Ratio:
     """Fieller's interval for the ratio of two contrasts: every ``m`` whose contrast
     ``numerator - m x denominator`` is not rejected at ``1 - confidence`` (two-sided), found on a
     grid and refined by bisection through :func:`contrast`, so the same variance rules apply."""
@@ -431,7 +428,7 @@ def fieller(panel: Panel, numerator: Mapping[str, float], denominator: Mapping[s
 
 
 def gap_share(panel: Panel, moved: str, start: str, target: str, margin: float,
-              confidence: float = 0.90) -> tuple[Estimate, Ratio]:
+              confidence: float = EQUIVALENCE_CONFIDENCE) -> tuple[Estimate, Ratio]:
     """The share of the gap from arm ``start`` to arm ``target`` that arm ``moved`` closes,
     ``(moved - start) / (target - start)``: Fieller's interval at ``confidence`` (0.90: two one-sided
     tests at 5 % against a margin), and an Estimate of the share whose standard error is that of the

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from condensation.intervals import BOOTSTRAP_SEED, CONFIDENCE, ITEM_RESAMPLES
+
 __all__ = ["MeanInterval", "PairedComparison", "bootstrap_mean_ci", "mcnemar", "paired_bootstrap"]
 
 # Resamples are drawn in blocks so that an index matrix never exceeds ~8M entries (64 MB).
@@ -104,8 +106,8 @@ def _percentiles(replicates: np.ndarray, confidence: float) -> tuple[float, floa
 
 def bootstrap_mean_ci(
     values: Sequence[float] | np.ndarray, *, weights: Sequence[float] | np.ndarray | None = None,
-    clusters: Sequence | np.ndarray | None = None, n_resamples: int = 10_000, seed: int = 0,
-    confidence: float = 0.95,
+    clusters: Sequence | np.ndarray | None = None, n_resamples: int = ITEM_RESAMPLES, seed: int = BOOTSTRAP_SEED,
+    confidence: float = CONFIDENCE,
 ) -> MeanInterval:
     """The weighted mean of ``values`` with a percentile bootstrap interval.
 
@@ -123,7 +125,7 @@ def bootstrap_mean_ci(
 def paired_bootstrap(
     a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *,
     weights: Sequence[float] | np.ndarray | None = None, clusters: Sequence | np.ndarray | None = None,
-    n_resamples: int = 10_000, seed: int = 0, confidence: float = 0.95,
+    n_resamples: int = ITEM_RESAMPLES, seed: int = BOOTSTRAP_SEED, confidence: float = CONFIDENCE,
 ) -> PairedComparison:
     """Paired bootstrap of the difference between two methods' per-item scores.
 

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from condensation.evaluation.scores import ITEM_COLUMNS, ITEM_KEY, require_columns
+from condensation.intervals import ITEM_RESAMPLES
 from condensation.reporting.statistics.decisions import ALPHA, POWER, holm
 from condensation.reporting.statistics.panel import Run, difference, panel_from_units
 from condensation.reporting.statistics.resampling import mcnemar, paired_bootstrap
@@ -140,7 +141,7 @@ def score_panel(pairs: pd.DataFrame, method: str, other: str, single: Mapping[st
 
 def compare(
     items: pd.DataFrame, model: str, method: str, other: str, tasks: Sequence[str], *,
-    n_resamples: int = 10_000, seed: int = 0,
+    n_resamples: int = ITEM_RESAMPLES, seed: int = 0,
 ) -> dict[str, Any]:
     """``method`` against ``other`` on one model, in points (see the module docstring): over seeds
     and items ``diff``, ``se``, ``dof``, ``seed_se``, ``unit_se``, ``ci_low``, ``ci_high``, ``p``,
@@ -195,7 +196,7 @@ def holm_column(table: pd.DataFrame, targets: Sequence[str]) -> pd.DataFrame:
 
 def comparison_record(
     items: pd.DataFrame, model: str, method: str, targets: Sequence[str], tasks: Sequence[str], *,
-    n_resamples: int = 10_000, seed: int = 0,
+    n_resamples: int = ITEM_RESAMPLES, seed: int = 0,
 ) -> dict[str, Any]:
     """One table row's comparison columns (:func:`comparison_columns`) against every target; a
     row is not compared with itself (NaN, no items)."""

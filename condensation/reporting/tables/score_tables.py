@@ -34,6 +34,7 @@ from condensation.evaluation.scores import (
     require_columns,
     select_checkpoints,
 )
+from condensation.intervals import ITEM_RESAMPLES
 from condensation.reporting.tables.comparisons import (
     chance_flags,
     comparison_columns,
@@ -300,7 +301,7 @@ def format_score_table(
     return pd.concat([format_scores(df, tasks, headers), format_comparisons(df, targets)], axis=1)
 
 
-def comparison_caption(targets: Sequence[str], n_resamples: int = 10_000, seeds_vary: str = "",
+def comparison_caption(targets: Sequence[str], n_resamples: int = ITEM_RESAMPLES, seeds_vary: str = "",
                        counted: Sequence[str] | None = None) -> str:
     """What the "Δ vs" columns test, what their interval covers, the multiple-comparison
     adjustment, the tasks they read and (``seeds_vary``) what a seed changes between runs."""

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from condensation.intervals import CONFIDENCE
 from condensation.reporting.statistics.panel import contrast
 from condensation.reporting.tables.profiles import STATISTICS, Profiles
 
@@ -24,7 +25,6 @@ BAND_STATISTICS = ("last_half", "spearman_rho")
 """The two panels of the figure: the deeper layers' mean cosine (the size of condensation) and the
 paper's Spearman rho (its shape over depth)."""
 
-CONFIDENCE = 0.95
 
 ARM = "checkpoint"
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from condensation.evaluation.scores import select_checkpoints
+from condensation.intervals import ITEM_RESAMPLES
 from condensation.reporting.tables.comparisons import (
     at_chance_note,
     comparison_columns,
@@ -37,7 +38,7 @@ SEEDS_VARY = "the order of the training data; every run of a model starts from t
 def table2(
     scores: pd.DataFrame, tasks: Sequence[str], methods: Sequence[str], reference: str = "dispersion",
     labels: Mapping[str, str] | None = None, *, items: pd.DataFrame, baseline: str = "ce",
-    n_resamples: int = 10_000, seed: int = 0, counted: Sequence[str] | None = None,
+    n_resamples: int = ITEM_RESAMPLES, seed: int = 0, counted: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Downstream accuracy of every method on every model, as a tidy numeric frame.
 
@@ -71,7 +72,7 @@ def table2_columns(tasks: Sequence[str], targets: Sequence[str]) -> list[str]:
 
 def table2_caption(
     targets: Sequence[str] = ("ce", "dispersion"), metric: str = "acc", chance: pd.DataFrame | None = None,
-    n_resamples: int = 10_000, counted: Sequence[str] | None = None,
+    n_resamples: int = ITEM_RESAMPLES, counted: Sequence[str] | None = None,
 ) -> str:
     """The caption every Table 2 carries: the statistic, the test and its items, the checkpoint
     rule, and the tasks at chance. ``targets`` are the compared methods as the reader should see
@@ -87,7 +88,7 @@ def table2_caption(
 def write_table2(
     *, score_paths: Sequence[str | os.PathLike], tasks: Sequence[str], methods: Sequence[str], reference: str,
     metric: str, labels: Mapping[str, str], stem: str | os.PathLike, metrics_path: str | os.PathLike,
-    plot_path: str | os.PathLike, baseline: str = "ce", n_resamples: int = 10_000, seed: int = 0,
+    plot_path: str | os.PathLike, baseline: str = "ce", n_resamples: int = ITEM_RESAMPLES, seed: int = 0,
     counted: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Table 2 (every method on every model, against ``baseline`` and ``reference``) from score

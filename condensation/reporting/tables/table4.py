@@ -19,6 +19,7 @@ from condensation.evaluation.scores import (
     PRETRAINED,
     select_checkpoints,
 )
+from condensation.intervals import ITEM_RESAMPLES
 from condensation.reporting.tables.comparisons import (
     at_chance_note,
     comparison_columns,
@@ -59,7 +60,7 @@ SEEDS_VARY = "the initialisation and the order of the training data"
 def table4(
     scores: pd.DataFrame, tasks: Sequence[str], methods: Sequence[str], *, items: pd.DataFrame,
     trajectories: Mapping[str, pd.DataFrame], baseline: str = "ce", labels: Mapping[str, str] | None = None,
-    n_resamples: int = 10_000, seed: int = 0, counted: Sequence[str] | None = None,
+    n_resamples: int = ITEM_RESAMPLES, seed: int = 0, counted: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Models pre-trained from scratch, one row per method (per model), as a tidy frame.
 
@@ -125,7 +126,7 @@ def format_table4(
 
 def table4_caption(
     targets: Sequence[str] = ("ce",), metric: str = "acc", chance: pd.DataFrame | None = None,
-    n_resamples: int = 10_000, counted: Sequence[str] | None = None,
+    n_resamples: int = ITEM_RESAMPLES, counted: Sequence[str] | None = None,
 ) -> str:
     """Table 4's caption: scores, the item-level test, the condensation columns and the rules."""
     note = "" if chance is None else at_chance_note(chance)
@@ -143,7 +144,7 @@ def table4_caption(
 def write_table4(
     *, score_paths: Sequence[str | os.PathLike], tasks: Sequence[str], methods: Sequence[str], metric: str,
     labels: Mapping[str, str], condensation: Mapping[str, str | os.PathLike], stem: str | os.PathLike,
-    baseline: str = "ce", n_resamples: int = 10_000, seed: int = 0, counted: Sequence[str] | None = None,
+    baseline: str = "ce", n_resamples: int = ITEM_RESAMPLES, seed: int = 0, counted: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Table 4 from score files, the per-item results beside them and one trajectory CSV per
     model (``condensation``: model -> path): the table files of
