@@ -1117,7 +1117,7 @@ def parse_args(argv: list[str] | None) -> tuple[Context, list[str], bool]:
     unknown = [name for name in [*args.steps, *boxes] if name not in STEPS]
     if unknown:
         parser.error(f"unknown step(s) {', '.join(unknown)}; the steps: {', '.join(STEPS)}")
-    # named steps run in the order named (lease 2 runs smollm2 first, then what time is left for)
+    # named steps run in the order named (the SmolLM2 call runs smollm2 first, then what time is left for)
     chosen = list(dict.fromkeys(args.steps)) or [name for name, step in STEPS.items() if not step.optional]
     deadline = time.monotonic() + args.deadline if args.deadline else None
     ctx = Context(out=args.out.resolve(), work=args.work.resolve(), cpu=args.cpu, boxes=boxes, deadline=deadline)
