@@ -420,10 +420,12 @@ def blocked_by(step: Step, env: dict[str, Any], cpu: bool) -> str | None:
 
 
 def plugin_args(ctx: Context) -> list[str]:
-    """xdist and pytest-timeout where installed (both are in the lent machine's image)."""
+    """xdist and pytest-timeout where installed (both are in the lent machine's image). On the CPU
+    every test skips: one process, not the project's two workers (each would import torch for
+    nothing, ~8 CPU seconds)."""
     args = []
-    if not ctx.cpu and importlib.util.find_spec("xdist"):
-        args += ["-n", str(PYTEST_WORKERS)]
+    if importlib.util.find_spec("xdist"):
+        args += ["-n", "0" if ctx.cpu else str(PYTEST_WORKERS)]
     if importlib.util.find_spec("pytest_timeout"):
         args += ["--timeout", str(TEST_TIMEOUT_S)]
     return args
