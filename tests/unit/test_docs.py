@@ -108,3 +108,21 @@ def test_the_docs_pages_are_all_linked_from_the_readme():
     linked = {(REPO / link.partition("#")[0]).resolve() for link in relative_links((REPO / "README.md").read_text())}
     unlinked = [page_id(page) for page in DOC_PAGES[1:] if page.resolve() not in linked]
     assert not unlinked, f"README.md's 'Where to go next' should list {unlinked}"
+
+
+def decimals(text: str) -> set[str]:
+    """The decimal numbers of a text, without their signs ("-0.217" and "+0.217" are "0.217")."""
+    return set(re.findall(r"\d+\.\d+", text))
+
+
+def test_the_readme_quotes_what_the_default_finds_from_its_dated_report():
+    """The README's "What the default finds" (its table and bullets, before the rerun's paragraph)
+    quotes the findings page of one run of the first command, kept as a dated report under
+    benchmarks/results/ and linked there: every decimal number it gives is one of the report's,
+    so a number copied by hand and left behind by a later run fails here."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## What the default finds", 1)[1].split("**Rerun in three seed sets", 1)[0]
+    reports = re.findall(r"\]\((benchmarks/results/default-findings-[\d-]+\.md)\)", section)
+    assert len(reports) == 1, f"the section should link one dated report of the default's findings: {reports}"
+    missing = sorted(decimals(section) - decimals((REPO / reports[0]).read_text()))
+    assert not missing, f"README.md quotes numbers that {reports[0]} does not hold: {missing}"
