@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -193,13 +194,13 @@ def one_step_study(tmp_path_factory, tiny_model_dir):
                      "train": {"train_tokens": 32, "block_size": 16, "micro_batch_size": 2, "grad_accum_steps": 1,
                                "num_checkpoints": 1, "val_batches": 1}},
     }
+    validated = validate_config(config)
     handle = base / "models" / "handle.json"
-    prepare_model(name="tiny", spec=validate_config(config)["models"]["tiny"], handle_path=handle,
-                  weights_dir=base / "models" / "hf")
+    prepare_model(name="tiny", spec=validated["models"]["tiny"], handle_path=handle, weights_dir=base / "models" / "hf")
     blocks = base / "blocks.npy"
-    pack_training_data(dataset="mine", spec=validate_config(config)["datasets"]["mine"], corpus_dir=None,
-                       tokenizer_source=handle, block_size=16, validation_fraction=0.05, out_path=blocks)
-    runs = iter(range(1000))
+    pack_training_data(dataset="mine", spec=validated["datasets"]["mine"], corpus_dir=None, tokenizer_source=handle,
+                       block_size=16, validation_fraction=0.05, out_path=blocks)
+    runs = itertools.count()
 
     def train(method: dict[str, Any]) -> Path:
         section = validate_config({**config, "midtrain": {**config["midtrain"], "methods": {"m": method}}})["midtrain"]

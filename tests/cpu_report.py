@@ -17,6 +17,7 @@ import pytest
 
 SHOWN = 30
 KEY = "cpu_s"
+STARTED = pytest.StashKey[float]()
 
 
 def cpu_seconds() -> float:
@@ -27,16 +28,14 @@ def cpu_seconds() -> float:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    started = cpu_seconds()
-    item.user_properties.append((KEY, started))  # replaced by the test's CPU before its last report
+    item.stash[STARTED] = cpu_seconds()
     yield
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    for index, (name, value) in enumerate(item.user_properties):
-        if name == KEY and call.when == "teardown":
-            item.user_properties[index] = (KEY, cpu_seconds() - value)
+    if call.when == "teardown":  # on the last report, which carries it to the controller under xdist
+        item.user_properties.append((KEY, cpu_seconds() - item.stash[STARTED]))
     yield
 
 
