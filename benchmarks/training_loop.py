@@ -54,7 +54,7 @@ How to read it:
   none on CPU). MFU is for the precision of the peak you pass: the float32 plain loop on a
   bf16 peak is "useful FLOPs relative to what bf16 could do".
 * ``--aux dispersion`` adds ``weight * losses.auxiliary_loss(hidden_states)`` (every block
-  output) to both loops: ours through ``train(..., aux_loss=..., aux_weight=...)``, the
+  output) to both loops: ours through ``train(..., method=AuxiliaryLoss(config))``, the
   plain loop by adding it to ``out.loss``.
 
     python benchmarks/training_loop.py [--device cpu|cuda] [--preset gpt2-small] [--aux dispersion]
@@ -70,7 +70,6 @@ from __future__ import annotations
 import argparse
 import copy
 import csv
-import functools
 import json
 import math
 import os
@@ -101,7 +100,7 @@ from condensation.config.objectives import AuxLossConfig  # noqa: E402
 from condensation.config.runs import TrainConfig  # noqa: E402
 from condensation.runtime.run_dir import SUMMARY_NAME  # noqa: E402
 from condensation.training.loop import train  # noqa: E402
-from condensation.training.losses import auxiliary_loss  # noqa: E402
+from condensation.training.losses import AuxiliaryLoss, auxiliary_loss  # noqa: E402
 
 PRESETS = {
     "default": dict(n_layer=4, n_embd=256, n_head=4, vocab=2048, tokens=256, batch=8, steps=12, warmup_steps=2),
@@ -135,13 +134,12 @@ def run_ours(template: torch.nn.Module, args, device: torch.device, dtype: torch
         tracker=args.tracker,
         probe_every=0,  # the probe watches a run: kept out of the timed steps
     )
-    aux_loss = functools.partial(auxiliary_loss, config=aux_config) if aux_config is not None else None
+    method = AuxiliaryLoss(aux_config) if aux_config is not None else None
     # train() places the model with accelerate; it gets float32 weights on the CPU, as in stages.py
     model = copy.deepcopy(template)
     with tempfile.TemporaryDirectory(prefix="bench-train-") as out_dir:
         started = time.perf_counter()
-        result = train(model, blocks, val_blocks, config, Path(out_dir), aux_loss=aux_loss,
-                       aux_weight=aux_config.weight if aux_config is not None else None)
+        result = train(model, blocks, val_blocks, config, Path(out_dir), method=method)
         call_s = time.perf_counter() - started
         if result.steps != args.steps:
             raise RuntimeError(f"train() ran {result.steps} steps, expected {args.steps}")

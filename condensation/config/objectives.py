@@ -1,54 +1,127 @@
-"""The training objectives, torch-free: the registry ``OBJECTIVES`` of the auxiliary losses and the
-baselines (each with its settings dataclass, the options it takes and where its torch code lives),
-their settings with the reason for every default, and a method resolved from its config entry.
+"""The training methods, torch-free: the registry ``OBJECTIVES`` of the objectives a method may
+name (cross-entropy, the auxiliary losses, the baselines, distillation), each with the settings
+dataclass that holds exactly its options, with the reason for every default; and
+``resolve_method``, which turns a method's config entry into one ``TrainingMethod``.
 
-The config schema takes its objective names and per-method options from here, so the two cannot
-disagree."""
+A setting is spelled once, as a field of its settings dataclass: the options an objective takes
+are that dataclass's fields, and the config schema's method options (their names, JSON types,
+choices and descriptions) are generated from them (``config.validate``), so the three cannot
+disagree. ``TrainingMethod.build()`` gives the one term the training loop adds to cross-entropy
+(``training.terms``: a loss on the hidden states, a baseline's hooks, a teacher); its torch code
+is imported then, by name, so that planning a run never imports torch."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
 import importlib
+import inspect
 import math
 import sys
+import textwrap
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-PLACEMENTS = ("all", "last", "early_half", "late_half")
+Placement = Literal["all", "last", "early_half", "late_half"]
+PLACEMENTS: tuple[str, ...] = typing.get_args(Placement)
+
+TiedHead = Literal["untie", "reset"]
+TIED_HEAD_OPTIONS: tuple[str, ...] = typing.get_args(TiedHead)
+
+Kernel = Literal["auto", "eager", "compiled"]
+KERNELS: tuple[str, ...] = typing.get_args(Kernel)
+
+Products = Literal["float32", "bfloat16"]
+PRODUCTS: tuple[str, ...] = typing.get_args(Products)
 
 
-TIED_HEAD_OPTIONS = ("untie", "reset")
+def check_choices(settings: Any) -> None:
+    """ValueError naming the field, the value and the choices, for any field of the dataclass
+    ``settings`` annotated with a ``Literal`` whose value is not one of its choices."""
+    for name, choices in literal_fields(type(settings)).items():
+        value = getattr(settings, name)
+        if value not in choices:
+            raise ValueError(f"unknown {name} {value!r}; allowed: {', '.join(map(str, choices))}")
 
 
-KERNELS = ("auto", "eager", "compiled")
+@functools.cache
+def literal_fields(cls: type) -> dict[str, tuple[Any, ...]]:
+    """The fields of dataclass ``cls`` annotated with a ``Literal``, with their choices."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except NameError:  # an annotation that does not resolve: no choices known
+        return {}
+    return {field.name: typing.get_args(hints[field.name]) for field in dataclasses.fields(cls)
+            if typing.get_origin(hints[field.name]) is Literal}
 
 
-PRODUCTS = ("float32", "bfloat16")
+class _ByName(type):
+    """``AuxLossConfig(name="dispersion", ...)`` builds the settings class the registry names for
+    that loss (``DispersionConfig``), so that code written against the one flat config of earlier
+    versions (and docs/loss.md's examples) keeps working; a subclass is built as itself."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is AuxLossConfig:
+            name = args[0] if args else kwargs.get("name")
+            objective = OBJECTIVES.get(name) if isinstance(name, str) else None
+            if objective is None or objective.kind != "auxiliary":
+                raise ValueError(f"unknown auxiliary loss name {name!r}; allowed: {', '.join(loss_names())}")
+            extra = sorted(set(kwargs) - {"name"} - set(objective.options))
+            if extra:
+                raise ValueError(f"option(s) {extra} do not apply to loss {name!r} "
+                                 f"(it takes: {list(objective.options)})")
+            return objective.settings(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
 
 
 @dataclass(frozen=True)
-class AuxLossConfig:
-    """Which auxiliary loss, where, and with which constants. Validated on construction."""
+class AuxLossConfig(metaclass=_ByName):
+    """What every auxiliary loss takes: which loss, its weight, which layers and how many tokens.
+    Each loss has a subclass with its own constants (``DispersionConfig``, ...); building this
+    class by name builds that subclass. Validated on construction."""
 
     name: str
-    """One of ``loss_names()``; no default, the choice of loss is the experiment."""
+    """One of ``loss_names()``; each subclass defaults it to its own loss."""
 
     weight: float = 0.1
     """lambda in ``L_LM + lambda * L_aux``; 0.1 is the paper's default. Not applied by
     ``auxiliary_loss``: the caller multiplies, so the loss can be logged unweighted."""
 
-    tau: float = 1.0
-    """Temperature of the log-mean-exp (dispersion, l2_repel); 1.0 is the paper's default.
-    Smaller tau concentrates the gradient on the closest pairs."""
-
-    placement: str = "all"
+    placement: Placement = "all"
     """Which hidden states get the loss (see ``select_layers``): every block output by default,
     since condensation grows with depth and no single layer is where it happens."""
 
     max_tokens: int | None = None
     """If set and ``T > max_tokens``, use a random subset of ``max_tokens`` positions (the same
     for the whole batch) to bound the ``B * T^2`` cost. None: all pairs, exact, as in the paper."""
+
+    def __post_init__(self) -> None:
+        objective = OBJECTIVES.get(self.name)
+        if objective is None or objective.kind != "auxiliary":
+            raise ValueError(f"unknown auxiliary loss name {self.name!r}; allowed: {', '.join(loss_names())}")
+        if objective.settings is not type(self):
+            raise ValueError(f"loss {self.name!r} takes {objective.settings.__name__}, not {type(self).__name__}")
+        check_choices(self)
+        _check_number("weight", self.weight, low=0.0, low_open=False)
+        if self.max_tokens is not None:
+            # bool is an int subclass; True as a token count is a bug, not 1.
+            if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 2:
+                raise ValueError(f"max_tokens must be None or an int >= 2 (pairs need two tokens), "
+                                 f"got {self.max_tokens!r}")
+
+
+@dataclass(frozen=True)
+class DispersionConfig(AuxLossConfig):
+    """The paper's loss: log-mean-exp of minus the tokens' angular distances over ``tau``."""
+
+    name: str = "dispersion"
+
+    tau: float = 1.0
+    """Temperature of the log-mean-exp; 1.0 is the paper's default. Smaller tau concentrates the
+    gradient on the closest pairs."""
 
     clamp: float = 1e-3
     """Cosines are clamped to ``[-1 + clamp, 1 - clamp]`` before arccos, with a straight-through
@@ -60,17 +133,8 @@ class AuxLossConfig:
     and 0.25 (Qwen3) with one (configs/paper.yaml sets those per study); at 0.1 every pair above
     cosine 0.9 has one value, while 1e-3 pushes 1.4-3x harder on pairs at 0.95-0.99."""
 
-    norm_weight: float = 0.1
-    """l2_repel only: weight of ``mean(z^2)``, without which the repulsion is won by inflating
-    norms; 0.1, the value this project specifies, as for the loss weight. Note that it is in
-    the units of mean(z^2), so it is relatively stronger on large-norm hidden states."""
-
-    margin: float = 0.5
-    """orthogonalization only: pairs closer than this angular distance are penalised; 1/2 is
-    90 degrees, i.e. the loss asks for orthogonal tokens and ignores already-spread pairs."""
-
-    kernel: str = "auto"
-    """dispersion only: how its tile body runs (``kernels.tile_step``). ``eager``: plain PyTorch,
+    kernel: Kernel = "auto"
+    """How its tile body runs (``kernels.tile_step``). ``eager``: plain PyTorch,
     the reference, ~34 small ops per tile (each a kernel launch on a GPU); ``compiled``: the same
     body through ``torch.compile``, its elementwise work fused (C++ on CPU, Triton on CUDA; graphs
     compiled on first use, ~20 s); ``auto``: the one measured fastest on the device at hand:
@@ -78,8 +142,8 @@ class AuxLossConfig:
     compiled on CUDA, where the launches it saves should count (not measured yet). Both give the
     same value and gradient up to float rounding; see benchmarks/README.md."""
 
-    products: str = "float32"
-    """dispersion only: the precision of its tiled kernel's matrix products (``kernels._product``).
+    products: Products = "float32"
+    """The precision of its tiled kernel's matrix products (``kernels._product``).
     ``float32``: the loss's own precision (float64 for float64 hidden states). ``bfloat16``: bf16
     operands, float32 sums, as a GPU's tensor cores run them at several times the float32 rate (a
     CPU emulates the same numbers, slower); the cosines take three such products (the unit rows'
@@ -91,24 +155,55 @@ class AuxLossConfig:
     within that error, for the GPU's speed, chosen per method."""
 
     def __post_init__(self) -> None:
-        if self.name not in loss_names():
-            raise ValueError(f"unknown auxiliary loss name {self.name!r}; allowed: {', '.join(loss_names())}")
-        if self.placement not in PLACEMENTS:
-            raise ValueError(f"unknown placement {self.placement!r}; allowed: {', '.join(PLACEMENTS)}")
-        if self.kernel not in KERNELS:
-            raise ValueError(f"unknown kernel {self.kernel!r}; allowed: {', '.join(KERNELS)}")
-        if self.products not in PRODUCTS:
-            raise ValueError(f"unknown products {self.products!r}; allowed: {', '.join(PRODUCTS)}")
-        _check_number("weight", self.weight, low=0.0, low_open=False)
+        super().__post_init__()
         _check_number("tau", self.tau, low=0.0, low_open=True)
         _check_number("clamp", self.clamp, low=0.0, low_open=True, high=1.0)
+
+
+@dataclass(frozen=True)
+class DecorrelationConfig(AuxLossConfig):
+    """Mean squared correlation between distinct tokens: no constants of its own."""
+
+    name: str = "decorrelation"
+
+
+@dataclass(frozen=True)
+class L2RepelConfig(AuxLossConfig):
+    """Dispersion with the squared Euclidean distance, plus a norm penalty."""
+
+    name: str = "l2_repel"
+
+    tau: float = 1.0
+    """Temperature of the log-mean-exp, as ``DispersionConfig.tau``."""
+
+    norm_weight: float = 0.1
+    """Weight of ``mean(z^2)``, without which the repulsion is won by inflating norms; 0.1, the
+    value this project specifies, as for the loss weight. Note that it is in the units of
+    mean(z^2), so it is relatively stronger on large-norm hidden states."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_number("tau", self.tau, low=0.0, low_open=True)
         _check_number("norm_weight", self.norm_weight, low=0.0, low_open=False)
+
+
+@dataclass(frozen=True)
+class OrthogonalizationConfig(AuxLossConfig):
+    """A hinge on the angular distance of pairs closer than ``margin``."""
+
+    name: str = "orthogonalization"
+
+    clamp: float = 1e-3
+    """Cosines clamped before arccos, with a straight-through gradient, as ``DispersionConfig.clamp``."""
+
+    margin: float = 0.5
+    """Pairs closer than this angular distance are penalised; 1/2 is 90 degrees, i.e. the loss
+    asks for orthogonal tokens and ignores already-spread pairs."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_number("clamp", self.clamp, low=0.0, low_open=True, high=1.0)
         _check_number("margin", self.margin, low=0.0, low_open=True, high=1.0, high_open=False)
-        if self.max_tokens is not None:
-            # bool is an int subclass; True as a token count is a bug, not 1.
-            if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 2:
-                raise ValueError(f"max_tokens must be None or an int >= 2 (pairs need two tokens), "
-                                 f"got {self.max_tokens!r}")
 
 
 def _check_number(field: str, value: float, low: float, low_open: bool,
@@ -142,7 +237,7 @@ class ActiveForgettingConfig:
     """Reset period in optimizer steps (global, counted from the start of the run): the embeddings
     are re-initialised after steps every, 2 * every, ... Chen et al. reset every 1000 updates."""
 
-    tied_head: str = "untie"
+    tied_head: TiedHead = "untie"
     """What to do when the output head shares its weight with the input embeddings (GPT2, Qwen3):
     ``"untie"`` gives the head its own copy before training, so only the input embeddings are
     forgotten (the method's intent, hence the default); ``"reset"`` keeps them tied and resets
@@ -160,9 +255,6 @@ class ActiveForgettingConfig:
             raise ValueError(f"ActiveForgettingConfig.tied_head must be 'untie' or 'reset', got {self.tied_head!r}")
         if self.std is not None and not 0 < self.std < math.inf:
             raise ValueError(f"ActiveForgettingConfig.std must be a finite number > 0, or None, got {self.std}")
-
-
-KINDS = ("ce", "auxiliary", "baseline", "distillation")
 
 
 @dataclass(frozen=True)
@@ -194,39 +286,68 @@ class DistillationConfig:
         _check_number("temperature", self.temperature, low=0.0, low_open=True)
 
 
+# ---------------------------------------------------------------------------------------------
+# The registry
+# ---------------------------------------------------------------------------------------------
+
+
+KINDS = ("ce", "auxiliary", "baseline", "distillation")
+
+
 @dataclass(frozen=True)
 class Objective:
     """One value of a method's ``objective``: everything the pipeline knows of it, in one entry.
-    The config schema (its objective names and per-method options), ``python -m condensation
-    objectives`` (docs/configs.md points there) and the loss tests all read the registry."""
+    The config schema (objective names, options), ``python -m condensation objectives``
+    (docs/configs.md points there) and the loss tests all read the registry. Its kind and its
+    options follow from ``settings``."""
 
     name: str
-    kind: str
-    """``ce`` (cross-entropy alone), ``auxiliary`` (CE + weight x a loss on the hidden states),
-    ``baseline`` (CE with a hook into the training loop) or ``distillation`` (CE + weight x the KL
-    to a teacher's next-token distribution)."""
     settings: type | None
-    """The dataclass that holds its options and checks them in ``__post_init__`` (for an
-    auxiliary loss, ``AuxLossConfig`` or a subclass of it that adds the loss' own options)."""
-    options: tuple[str, ...]
-    """The option names a method with this objective may set, each a field of ``settings``.
-    An option the schema does not describe is taken as any value, checked by ``settings``."""
-    implementation: str = ""
-    """``module:attribute`` of the torch code: a layer loss ``(z, settings) -> scalar`` or a
-    ``TrainingBaseline`` class or the distillation ``Teacher``; imported only when a run trains."""
+    """The dataclass that holds exactly its options and checks them in ``__post_init__``: a
+    subclass of ``AuxLossConfig`` for an auxiliary loss, ``DistillationConfig`` for distillation,
+    any other dataclass for a baseline; None for cross-entropy alone."""
+    build: str = ""
+    """``module:attribute`` of what makes the loop's term, ``(settings, **context) -> TrainingTerm``
+    (``training.terms``): a baseline's class, distillation's teacher. An auxiliary loss leaves it
+    empty: they share ``training.losses.AuxiliaryLoss``. Imported only when a run trains."""
+    _: dataclasses.KW_ONLY  # the rest by name
+    loss: str = ""
+    """auxiliary: ``module:attribute`` of the layer loss ``(z, settings) -> scalar``."""
     reference: str = ""
     """auxiliary: ``module:attribute`` of the plain formula ``(z, settings) -> scalar`` on float64
-    ``[B, T, F]`` states (loops, no tricks) that the loss tests compare the implementation with;
-    an auxiliary objective without one fails those tests, saying so."""
-    summary: str = ""
-    """One line on what it does, shown by ``python -m condensation objectives`` and in the schema."""
+    ``[B, T, F]`` states (loops, no tricks) that the loss tests compare ``loss`` with; an auxiliary
+    objective without one fails those tests, saying so."""
     stacked: str = ""
     """auxiliary, optional: ``module:attribute`` of the same loss over several layers of one shape
     at once, ``(layers, settings) -> the mean of the layer losses``, which ``auxiliary_loss`` calls
     instead of one layer loss per layer (the dispersion loss: one tiled call over all of them)."""
+    summary: str = ""
+    """One line on what it does, shown by ``python -m condensation objectives`` and in the schema."""
+
+    @property
+    def kind(self) -> str:
+        """``ce`` (cross-entropy alone), ``auxiliary`` (CE + weight x a loss on the hidden states),
+        ``distillation`` (CE + weight x the KL to a teacher's next-token distribution) or
+        ``baseline`` (CE with hooks into the training loop)."""
+        if self.settings is None:
+            return "ce"
+        if issubclass(self.settings, AuxLossConfig):
+            return "auxiliary"
+        if issubclass(self.settings, DistillationConfig):
+            return "distillation"
+        return "baseline"
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The option names a method with this objective may set: the fields of ``settings``
+        (an auxiliary loss' ``name`` is the objective itself)."""
+        if self.settings is None:
+            return ()
+        return tuple(f.name for f in dataclasses.fields(self.settings) if not (self.kind == "auxiliary"
+                                                                                and f.name == "name"))
 
     def load(self) -> Any:
-        return _import(self.implementation)
+        return _import(self.loss if self.kind == "auxiliary" else self.build)
 
     def load_stacked(self) -> Any:
         return _import(self.stacked) if self.stacked else None
@@ -241,11 +362,9 @@ class Objective:
 
 
 def _import(target: str) -> Any:
+    """``module:attribute`` (or ``module:Class.attribute``), imported."""
     module, _, attribute = target.partition(":")
-    return getattr(importlib.import_module(module), attribute)
-
-
-_AUX = ("weight", "placement", "max_tokens")
+    return functools.reduce(getattr, attribute.split("."), importlib.import_module(module))
 
 
 _LOSSES = "condensation.training.losses"
@@ -254,38 +373,36 @@ _LOSSES = "condensation.training.losses"
 OBJECTIVES: dict[str, Objective] = {
     objective.name: objective
     for objective in (
-        Objective("ce", "ce", None, (), summary="cross-entropy only"),
+        Objective("ce", None, summary="cross-entropy only"),
         Objective(
-            "dispersion", "auxiliary", AuxLossConfig, (*_AUX, "tau", "clamp", "kernel", "products"),
-            f"{_LOSSES}:dispersion", f"{_LOSSES}:reference_dispersion",
-            "the paper's loss: log-mean-exp of minus the tokens' angular distances / tau",
-            stacked=f"{_LOSSES}:dispersion_layers",
+            "dispersion", DispersionConfig, loss=f"{_LOSSES}:dispersion",
+            reference=f"{_LOSSES}:reference_dispersion", stacked=f"{_LOSSES}:dispersion_layers",
+            summary="the paper's loss: log-mean-exp of minus the tokens' angular distances / tau",
         ),
         Objective(
-            "decorrelation", "auxiliary", AuxLossConfig, _AUX, f"{_LOSSES}:decorrelation",
-            f"{_LOSSES}:reference_decorrelation", "mean squared correlation between distinct tokens",
+            "decorrelation", DecorrelationConfig, loss=f"{_LOSSES}:decorrelation",
+            reference=f"{_LOSSES}:reference_decorrelation", summary="mean squared correlation between distinct tokens",
         ),
         Objective(
-            "l2_repel", "auxiliary", AuxLossConfig, (*_AUX, "tau", "norm_weight"), f"{_LOSSES}:l2_repel",
-            f"{_LOSSES}:reference_l2_repel", "dispersion with squared Euclidean distance, plus a norm penalty",
+            "l2_repel", L2RepelConfig, loss=f"{_LOSSES}:l2_repel",
+            reference=f"{_LOSSES}:reference_l2_repel",
+            summary="dispersion with squared Euclidean distance, plus a norm penalty",
         ),
         Objective(
-            "orthogonalization", "auxiliary", AuxLossConfig, (*_AUX, "clamp", "margin"), f"{_LOSSES}:orthogonalization",
-            f"{_LOSSES}:reference_orthogonalization", "hinge on the angular distance of pairs closer than margin",
+            "orthogonalization", OrthogonalizationConfig, loss=f"{_LOSSES}:orthogonalization",
+            reference=f"{_LOSSES}:reference_orthogonalization",
+            summary="hinge on the angular distance of pairs closer than margin",
         ),
         Objective(
-            "noisy_embedding", "baseline", NoisyEmbeddingConfig, ("alpha",),
-            "condensation.training.baselines:NoisyEmbedding",
+            "noisy_embedding", NoisyEmbeddingConfig, "condensation.training.baselines:NoisyEmbedding",
             summary="uniform noise added to the input embeddings",
         ),
         Objective(
-            "active_forgetting", "baseline", ActiveForgettingConfig, ("every", "tied_head", "std"),
-            "condensation.training.baselines:ActiveForgetting",
+            "active_forgetting", ActiveForgettingConfig, "condensation.training.baselines:ActiveForgetting",
             summary="the input embeddings re-initialised every `every` steps",
         ),
         Objective(
-            "distillation", "distillation", DistillationConfig, ("teacher", "weight", "temperature"),
-            "condensation.training.distillation:Teacher",
+            "distillation", DistillationConfig, "condensation.training.distillation:Teacher.matched",
             summary="CE plus weight x T^2 x the KL divergence to a teacher model's next-token distribution",
         ),
     )
@@ -293,22 +410,20 @@ OBJECTIVES: dict[str, Objective] = {
 
 
 def check_objective(objective: Objective) -> list[str]:
-    """What is wrong with a registry entry, in words (empty when nothing): a known kind, settings
-    that hold every option, and for an auxiliary loss settings built on ``AuxLossConfig``."""
+    """What is wrong with a registry entry, in words (empty when nothing): settings that are a
+    dataclass, an auxiliary loss' layer loss and a term for every other kind but ce."""
     problems = []
     where = f"OBJECTIVES[{objective.name!r}]"
-    if objective.kind not in KINDS:
-        problems.append(f"{where}: kind {objective.kind!r} is not one of {KINDS}")
-    if objective.kind != "ce" and (objective.settings is None or not objective.implementation):
-        problems.append(f"{where}: a {objective.kind} objective needs settings and implementation")
-    if objective.settings is not None:
-        fields = {field.name for field in dataclasses.fields(objective.settings)}
-        missing = sorted(set(objective.options) - fields)
-        if missing:
-            problems.append(f"{where}: options {missing} are no field of {objective.settings.__name__}")
-    if (objective.kind == "auxiliary" and objective.settings is not None
-            and not issubclass(objective.settings, AuxLossConfig)):
-        problems.append(f"{where}: an auxiliary loss' settings must be AuxLossConfig or a subclass of it")
+    if objective.settings is not None and not dataclasses.is_dataclass(objective.settings):
+        problems.append(f"{where}: settings {objective.settings!r} is not a dataclass")
+        return problems
+    if objective.kind == "auxiliary":
+        if objective.settings is AuxLossConfig:
+            problems.append(f"{where}: an auxiliary loss' settings must be its own subclass of AuxLossConfig")
+        if not objective.loss:
+            problems.append(f"{where}: an auxiliary loss needs loss='module:function' (its layer loss)")
+    if objective.kind not in ("ce", "auxiliary") and not objective.build:
+        problems.append(f"{where}: a {objective.kind} objective needs build='module:attribute' (its term)")
     return problems
 
 
@@ -332,29 +447,43 @@ def loss_names() -> tuple[str, ...]:
 LOSS_NAMES = loss_names()
 
 
+# ---------------------------------------------------------------------------------------------
+# A method of the config, resolved
+# ---------------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
-class MethodSettings:
-    """A method of the config, resolved: its objective and the full settings of its loss or baseline."""
+class TrainingMethod:
+    """A method of the config, resolved: its objective and that objective's settings, every
+    default filled in. ``build()`` gives what the training loop adds to cross-entropy."""
 
     objective: str
-    loss: AuxLossConfig | None = None
-    """An auxiliary objective's settings (``AuxLossConfig`` or its subclass in the registry)."""
-    baseline: Any = None
-    """A baseline objective's settings: the dataclass its registry entry names."""
-    distillation: DistillationConfig | None = None
-    """A distillation objective's settings (its teacher, weight and temperature)."""
+    settings: Any = None
+    """The objective's settings dataclass (its registry entry's ``settings``); None for ce."""
 
     @property
-    def aux_weight(self) -> float:
-        """The weight of what the loop adds to CE: the auxiliary loss, or the distillation term."""
-        chosen = self.loss or self.distillation
-        return chosen.weight if chosen is not None else 0.0
+    def kind(self) -> str:
+        return OBJECTIVES[self.objective].kind
+
+    @property
+    def weight(self) -> float:
+        """The weight of what the loop adds to CE (the auxiliary loss or the distillation term);
+        0 for cross-entropy alone and for a baseline, which adds no term."""
+        return getattr(self.settings, "weight", 0.0) if self.kind in ("auxiliary", "distillation") else 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """Every option with its value, defaults included (what ``run.json`` records)."""
-        chosen = self.loss or self.baseline or self.distillation
         options = OBJECTIVES[self.objective].options
-        return {"objective": self.objective, **{name: getattr(chosen, name) for name in options}}
+        return {"objective": self.objective, **{name: getattr(self.settings, name) for name in options}}
+
+    def build(self, **context: Any) -> Any:
+        """The loop's term for this method (``training.terms.TrainingTerm``; imports torch), or
+        None for cross-entropy alone. ``context``: what the term needs beyond the settings (a
+        teacher's model and tokenizers: ``training.distillation.Teacher``)."""
+        objective = OBJECTIVES[self.objective]
+        if objective.kind == "ce":
+            return None
+        return _import(objective.build or f"{_LOSSES}:AuxiliaryLoss")(self.settings, **context)
 
 
 def for_seed(spec: Mapping[str, Any], position: int) -> dict[str, Any]:
@@ -368,8 +497,8 @@ def for_seed(spec: Mapping[str, Any], position: int) -> dict[str, Any]:
     return dict(spec)
 
 
-def resolve_method(spec: Mapping[str, Any]) -> MethodSettings:
-    """``{"objective": "dispersion", "weight": 0.1}`` -> ``MethodSettings``; ValueError names an
+def resolve_method(spec: Mapping[str, Any]) -> TrainingMethod:
+    """``{"objective": "dispersion", "weight": 0.1}`` -> ``TrainingMethod``; ValueError names an
     unknown objective or an option that does not apply to it."""
     name = spec.get("objective")
     if name not in OBJECTIVES:
@@ -379,16 +508,41 @@ def resolve_method(spec: Mapping[str, Any]) -> MethodSettings:
     extra = sorted(set(options) - set(objective.options))
     if extra:
         raise ValueError(f"option(s) {extra} do not apply to objective {name!r} (it takes: {list(objective.options)})")
+    if objective.kind == "ce":
+        return TrainingMethod(name)
+    missing = [f.name for f in dataclasses.fields(objective.settings)
+               if f.name not in options and f.name != "name" and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:  # the options without a default are the experiment (a teacher): say which
+        hint = ": a model of the config's models, e.g. teacher: toy-mlp1024" if missing == ["teacher"] else ""
+        raise ValueError(f"objective {name!r} needs a {', a '.join(missing)}{hint}")
     if objective.kind == "auxiliary":
-        return MethodSettings(name, loss=objective.settings(name=name, **options))
-    if objective.kind == "baseline":
-        return MethodSettings(name, baseline=objective.settings(**options))
-    if objective.kind == "distillation":
-        if "teacher" not in options:
-            raise ValueError(f"objective {name!r} needs a teacher: a model of the config's models, "
-                             "e.g. teacher: toy-mlp1024")
-        return MethodSettings(name, distillation=DistillationConfig(**options))
-    return MethodSettings(name)
+        options["name"] = name
+    return TrainingMethod(name, objective.settings(**options))
+
+
+# ---------------------------------------------------------------------------------------------
+# The options, described for the schema and the command line
+# ---------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of dataclass ``cls`` and its bases (the house style for a
+    setting's reason), read from their source; {} for a class without source (defined in a REPL)."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for statement, following in zip(body, body[1:], strict=False):
+            if (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
+                    and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+                    and isinstance(following.value.value, str)):
+                docs[statement.target.id] = inspect.cleandoc(following.value.value)
+    return docs
 
 
 def describe() -> str:

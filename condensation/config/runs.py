@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from condensation.config.objectives import MethodSettings, resolve_method
+from condensation.config.objectives import TrainingMethod, resolve_method
 from condensation.runtime.io import read_json, write_json
 from condensation.runtime.provenance import code_version
 
@@ -242,7 +242,7 @@ class RunPlan:
     (``midtrain``, ``scratch``)."""
     model: str
     train: TrainConfig
-    method: MethodSettings = MethodSettings("ce")
+    method: TrainingMethod = TrainingMethod("ce")
     arch: Mapping[str, int] | None = None
     """The GPT2 shape of a model pre-trained from scratch."""
     reinitialise: bool = False

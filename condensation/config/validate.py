@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
+import types
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +19,7 @@ import yaml
 
 from condensation.config.corpora import CORPORA
 from condensation.config.datasets import check_datasets, check_local_tasks
-from condensation.config.objectives import OBJECTIVES, check_objective
+from condensation.config.objectives import OBJECTIVES, Objective, check_objective, field_docs
 from condensation.config.plan import (
     STUDIES,
     check_series,
@@ -63,21 +66,52 @@ def _defaults_into(node: dict[str, Any], cls: type, where: str, leave_out: tuple
 
 
 def _objectives_into(method: dict[str, Any]) -> None:
-    """The registry's objectives and options into the schema of a method: the objective names and
-    what each does, and any option the schema does not describe (a registered objective's own),
-    taken as any value there and checked by its settings dataclass (``resolve_method``)."""
+    """The registry into the schema of a method: the objective names and what each does, and every
+    option an objective takes (a field of its settings dataclass) with its JSON type, its choices
+    and what it is, read from the field's annotation and docstring. The settings check the values
+    (``resolve_method``, which ``check_study`` calls); the schema file spells only what needs JSON's
+    structure (a teacher per seed)."""
     problems = [problem for objective in OBJECTIVES.values() for problem in check_objective(objective)]
-    options = {option: name for name, objective in OBJECTIVES.items() for option in objective.options}
-    stale = sorted(set(method) - {"objective"} - set(options))
-    if stale:
-        problems.append(f"schema $defs.method describes options no objective of config.objectives.OBJECTIVES "
-                        f"takes: {stale}")
     if problems:
         raise ConfigError("; ".join(problems))
-    for option, objective in options.items():
-        method.setdefault(option, {"description": f"an option of {objective} (checked by its settings dataclass)"})
+    takers: dict[str, list[Objective]] = {}
+    for objective in OBJECTIVES.values():
+        for option in objective.options:
+            takers.setdefault(option, []).append(objective)
+    for option, objectives in takers.items():
+        method.setdefault(option, _option_schema(option, objectives))
     method["objective"]["enum"] = list(OBJECTIVES)
     method["objective"]["description"] = "; ".join(f"{name}: {o.summary or o.kind}" for name, o in OBJECTIVES.items())
+
+
+def _option_schema(option: str, objectives: list[Objective]) -> dict[str, Any]:
+    """The schema of one method option from the settings fields of the objectives that take it:
+    its JSON type or choices where they agree, and each field's first sentence."""
+    kinds, described = [], {}
+    for objective in objectives:
+        kinds.append(_json_type(typing.get_type_hints(objective.settings).get(option)))
+        doc = field_docs(objective.settings).get(option, "")
+        first = re.split(r"(?<!\.)\.\s+(?=[A-Z])", " ".join(doc.split()))[0].rstrip(".")
+        described.setdefault(first, []).append(objective.name)
+    schema = dict(kinds[0]) if kinds[0] and all(kind == kinds[0] for kind in kinds) else {}
+    schema["description"] = "; ".join(f"{', '.join(names)}: {doc}" if doc else ", ".join(names)
+                                      for doc, names in described.items())
+    return schema
+
+
+_JSON_TYPES = {float: "number", int: "integer", str: "string", bool: "boolean", type(None): "null"}
+
+
+def _json_type(annotation: Any) -> dict[str, Any] | None:
+    """``{"type": ...}`` or ``{"enum": [...]}`` for a settings field's annotation; None when it
+    has no JSON equivalent (the settings then check the value alone)."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return {"enum": list(typing.get_args(annotation))}
+    members = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    names = [_JSON_TYPES.get(member) for member in members]
+    if None in names:
+        return None
+    return {"type": names[0] if len(names) == 1 else names}
 
 
 @functools.cache

@@ -3,7 +3,6 @@ scratch), condensation on every checkpoint, and their summaries."""
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -46,33 +45,25 @@ def train_run(
     study's run (the model of ``handle_path``: trained before, or an ``init`` model's random
     weights) with CE, CE + an auxiliary loss, CE with a baseline, or distilled from the teacher
     of ``teacher_handle_path`` (the plan's distillation method names it)."""
-    # deferred: torch and the training modules, see the imports
+    # deferred: torch and the training loop, see the imports
     import torch  # noqa: PLC0415
 
-    from condensation.training.baselines import make_baseline  # noqa: PLC0415
     from condensation.training.loop import train  # noqa: PLC0415
-    from condensation.training.losses import auxiliary_loss  # noqa: PLC0415
 
     torch.set_num_threads(threads)
     plan = RunPlan.load(plan_path)
     model, tokenizer = _starting_model(plan, handle_path, tokenizer_dir)
-    method, options = plan.method, plan.method.as_dict()
-    aux_loss = functools.partial(auxiliary_loss, config=method.loss) if method.loss is not None else None
-    baseline = make_baseline(options.pop("objective"), **options) if method.baseline is not None else None
-    teacher = _teacher(method.distillation, teacher_handle_path, tokenizer) if method.distillation is not None else None
+    method = plan.method
+    context = _teacher(method.settings, teacher_handle_path, tokenizer) if method.kind == "distillation" else {}
     train_blocks, val_blocks = packing.read_blocks(blocks_path)
-    result = train(
-        model, train_blocks, val_blocks, plan.train, Path(plan_path).parent,
-        aux_loss=aux_loss, tokenizer=tokenizer, baseline=baseline, teacher=teacher,
-        aux_weight=method.aux_weight if aux_loss is not None or teacher is not None else None,
-    )
-    log.info("trained %s (%s) with %s: %s", plan.model, plan.kind, plan.method.as_dict(), result)
+    result = train(model, train_blocks, val_blocks, plan.train, Path(plan_path).parent, method=method.build(**context),
+                   tokenizer=tokenizer)
+    log.info("trained %s (%s) with %s: %s", plan.model, plan.kind, method.as_dict(), result)
 
 
-def _teacher(config: Any, handle_path: str | Path | None, student_tokenizer: Any) -> Any:
-    """The frozen teacher of a distillation run, checked against the student's tokenizer."""
-    from condensation.training.distillation import Teacher  # noqa: PLC0415  (deferred: torch, see the imports)
-
+def _teacher(config: Any, handle_path: str | Path | None, student_tokenizer: Any) -> dict[str, Any]:
+    """What a distillation run's term is built from: the frozen teacher model of ``handle_path``
+    and its tokenizer, beside the student's (``Teacher.matched`` checks the two agree)."""
     if handle_path is None:
         raise ValueError(f"a distillation run needs its teacher's handle "
                          f"(--teacher models/{config.teacher}/handle.json)")
@@ -84,8 +75,8 @@ def _teacher(config: Any, handle_path: str | Path | None, student_tokenizer: Any
     # the CPU, as the student is, and moved to the run's device by the loop.
     dtype = models.resolve_dtype("auto", models.resolve_device("auto"))
     model = models.load_model(handle, dtype=str(dtype).removeprefix("torch."), device="cpu", causal_lm=True)
-    return Teacher.matched(model, models.load_tokenizer(handle), student_tokenizer, config,
-                           where=f"method option teacher ('{config.teacher}')")
+    return {"model": model, "tokenizer": models.load_tokenizer(handle), "student_tokenizer": student_tokenizer,
+            "where": f"method option teacher ('{config.teacher}')"}
 
 
 def _starting_model(plan: RunPlan, handle_path: str | Path | None, tokenizer_dir: str | Path | None) -> tuple[Any, Any]:

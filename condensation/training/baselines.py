@@ -5,7 +5,8 @@
     ActiveForgetting   Chen et al. 2023: every K optimizer steps, re-initialise the input embedding
                        matrix and its AdamW moments, so the body must learn to work with new embeddings
 
-A baseline changes training through three hooks, all no-ops in ``TrainingBaseline``:
+A baseline is a ``training.terms.TrainingTerm`` that adds no loss and changes training through
+its three hooks, all no-ops in ``TrainingBaseline``:
 
     prepare(model)                        once, before the optimizer is built
     inputs_embeds(model, input_ids)       every training micro-batch: embeddings to feed instead of ids
@@ -32,33 +33,25 @@ from condensation.config.objectives import (
     NoisyEmbeddingConfig,
     resolve_method,
 )
+from condensation.training.terms import TrainingTerm
 
 # ----------------------------------------------------------------------------- the hooks
 
 
-class TrainingBaseline:
+class TrainingBaseline(TrainingTerm):
     """Base class: a baseline that changes nothing. Subclasses override the hooks they need."""
 
     name = "none"
     config: Any = None
+    hooks_the_model = True
 
     def describe(self) -> dict[str, Any]:
         """Name and options, as recorded in the resume identity and ``train_summary.json``."""
         options = dataclasses.asdict(self.config) if self.config is not None else {}
         return {"name": self.name} | options
 
-    def prepare(self, model: nn.Module) -> None:
-        """Called once by ``train`` before the optimizer is built: parameters may be replaced here."""
-
-    def inputs_embeds(self, model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor | None:
-        """Embeddings for a training forward, or None to feed ``input_ids`` as usual."""
-        return None
-
-    def after_step(
-        self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, *, seed: int = 0, final: bool = False
-    ) -> None:
-        """Called after every optimizer update; ``step`` is the new global step (1 after the first
-        update), ``seed`` the run's seed, ``final`` True after the last update of the run."""
+    def identity(self) -> dict[str, Any]:
+        return {"aux_weight": 0.0, "baseline": self.describe()}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config!r})"
@@ -150,17 +143,14 @@ def untie_output_head(model: nn.Module) -> None:
 
 
 def make_baseline(name: str, **options: Any) -> TrainingBaseline:
-    """A baseline from its objective name and options, e.g. ``make_baseline("noisy_embedding", alpha=5.0)``;
-    names, options and classes come from the registry ``config.objectives.OBJECTIVES``."""
+    """A baseline from its objective name and options, e.g. ``make_baseline("noisy_embedding", alpha=5.0)``:
+    the term of the method ``{"objective": name, **options}`` (names, options and classes come from
+    the registry ``config.objectives.OBJECTIVES``)."""
     objective = OBJECTIVES.get(name)
     if objective is None or objective.kind != "baseline":
         known = [n for n, o in OBJECTIVES.items() if o.kind == "baseline"]
         raise ValueError(f"unknown training baseline {name!r} (known: {', '.join(known)})")
-    unknown = sorted(set(options) - set(objective.options))
-    if unknown:
-        raise ValueError(f"training baseline {name!r}: unknown option(s) {unknown} "
-                         f"(known: {sorted(objective.options)})")
-    return objective.load()(resolve_method({"objective": name, **options}).baseline)
+    return resolve_method({"objective": name, **options}).build()
 
 
 __all__ = (

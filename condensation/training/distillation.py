@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from condensation.config.objectives import DistillationConfig
+from condensation.training.terms import AutocastFactory, TrainingTerm
 
 
 def distillation_loss(student_logits: Tensor, teacher_logits: Tensor, temperature: float) -> Tensor:
@@ -42,21 +43,23 @@ def distillation_loss(student_logits: Tensor, teacher_logits: Tensor, temperatur
     return temperature**2 * per_position[:, :-1].mean()
 
 
-class Teacher:
-    """A frozen model whose next-token distribution the student is trained towards (the
-    ``distillation`` objective's torch side; the training loop calls :meth:`loss`)."""
+class Teacher(TrainingTerm):
+    """A frozen model whose next-token distribution the student is trained towards: the
+    ``distillation`` objective's term (``training.terms``), ``config.weight`` x :meth:`loss`."""
 
     def __init__(self, model: torch.nn.Module, config: DistillationConfig, *, vocab_size: int, name: str = "") -> None:
         self.model, self.config, self.vocab_size, self.name = model, config, vocab_size, name or config.teacher
+        self.weight = config.weight
         model.eval()
         model.requires_grad_(False)
 
     @classmethod
-    def matched(cls, model: torch.nn.Module, tokenizer: Any, student_tokenizer: Any, config: DistillationConfig,
+    def matched(cls, config: DistillationConfig, *, model: torch.nn.Module, tokenizer: Any, student_tokenizer: Any,
                 where: str = "the method's teacher") -> Teacher:
-        """The teacher, after checking that its tokenizer is the student's (ValueError naming ``where``
-        otherwise). Logits are compared over the tokenizer's ids only: models may pad their output
-        layer with unused rows (Qwen2.5 does, to a size that varies with the model)."""
+        """The teacher (what ``TrainingMethod.build`` calls for distillation), after checking that its
+        tokenizer is the student's (ValueError naming ``where`` otherwise). Logits are compared over
+        the tokenizer's ids only: models may pad their output layer with unused rows (Qwen2.5 does, to
+        a size that varies with the model)."""
         if tokenizer.get_vocab() != student_tokenizer.get_vocab():
             sizes = (f"{len(tokenizer)} tokens against the student's {len(student_tokenizer)}"
                      if len(tokenizer) != len(student_tokenizer) else "the same number of tokens, other ids")
@@ -71,6 +74,14 @@ class Teacher:
         """What a resumed run must share with the one that saved its state."""
         return {"teacher": self.name, "weight": self.config.weight, "temperature": self.config.temperature,
                 "vocab_size": self.vocab_size}
+
+    def identity(self) -> dict[str, Any]:
+        # weight 0 trains on CE alone: no teacher runs, so none is recorded
+        return {**super().identity(), **({"teacher": self.describe()} if self.weight > 0 else {})}
+
+    def added_loss(self, *, logits: Tensor, hidden_states: tuple[Tensor, ...] | None, input_ids: Tensor,
+                   autocast: AutocastFactory) -> Tensor:
+        return self.loss(logits, input_ids, autocast)
 
     def to(self, device: torch.device) -> Teacher:
         self.model.to(device)

@@ -1,7 +1,8 @@
 """The one training loop: pre-train a tiny GPT-2-like model from scratch, or mid-train a pretrained
-Hugging Face causal LM, with an optional auxiliary loss on the hidden states, with one of the
-paper's baselines (noisy embeddings, active forgetting: ``training.baselines``) hooked into the loop,
-or distilled from a frozen teacher run on the same tokens (``training.distillation``).
+Hugging Face causal LM, on cross-entropy plus what its method adds (one ``training.terms.
+TrainingTerm``): an auxiliary loss on the hidden states (``training.losses``), one of the paper's
+baselines hooked into the loop (noisy embeddings, active forgetting: ``training.baselines``), or
+the KL to a frozen teacher run on the same tokens (``training.distillation``).
 
 Read it top to bottom, nanoGPT style:
 
@@ -17,7 +18,7 @@ Read it top to bottom, nanoGPT style:
                            _train_step: forward+CE/backward over grad_accum micro-batches -> (CUDA:
                              the next batch prefetched) -> NaN guard -> clip -> AdamW step, returning
                              its ``StepMetrics``
-                           _end_of_step: (baseline hook) -> (_validate_and_checkpoint) -> _log_step: log row,
+                           _end_of_step: (the term's hook) -> (_validate_and_checkpoint) -> _log_step: log row,
                              (_probe_if_due), tracker, progress line -> (state)
                          _finish: last state, checkpoint index, final/ with train_summary.json
 
@@ -40,7 +41,7 @@ in FSDP2 shards (``TrainConfig.sharding``), is ``training.parallel``'s: the loop
 to prepare the model, around each micro-batch's backward, to clip, and to save and load.
 
 The model goes by three names: ``model`` is what the layout prepared (DDP-wrapped when
-distributed: backward, ``no_sync``, gradient clipping), ``module`` the unwrapped model (baseline
+distributed: backward, ``no_sync``, gradient clipping), ``module`` the unwrapped model (the term's
 hooks, validation, checkpoints, state; under FSDP the sharded model itself), ``forward`` what the
 training step calls: ``batches.forward_and_ce`` (``model``'s forward and the next-token CE), or its
 ``torch.compile`` wrapper when ``TrainConfig.compile``, so that the loss compiles with the model
@@ -60,7 +61,6 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,7 +90,6 @@ from condensation.runtime.progress import (
 )
 from condensation.runtime.provenance import code_version
 from condensation.runtime.run_dir import RunDir
-from condensation.training.baselines import TrainingBaseline
 from condensation.training.batches import (
     block_indices,
     check_blocks,
@@ -98,15 +97,11 @@ from condensation.training.batches import (
     validation_loss,
 )
 from condensation.training.checkpointing import CheckpointManager, TrainState
-from condensation.training.distillation import Teacher
 from condensation.training.parallel import model_layout
 from condensation.training.precision import resolve_mixed_precision
 from condensation.training.preemption import StopSignal, TrainingStopped
+from condensation.training.terms import TrainingTerm
 from condensation.training.vocabulary import cut_to_vocabulary, pad_vocabulary, true_vocabulary
-
-AuxLoss = Callable[[tuple[torch.Tensor, ...]], torch.Tensor]
-"""Auxiliary loss: receives the model's hidden states (embedding output first, then one per layer)
-and returns a scalar tensor."""
 
 RESUMABLE_CHANGES = ("compile", "log_every_steps", "log_every_seconds", "tracker", "probe_every", "probe_sequences")
 """Settings a run may resume with changed: they change how steps run or how the run is watched,
@@ -221,12 +216,9 @@ def train(
     val_blocks: np.ndarray,
     config: TrainConfig,
     out_dir: Path,
-    aux_loss: AuxLoss | None = None,
+    method: TrainingTerm | None = None,
     tokenizer: Any = None,
     stop_after_steps: int | None = None,
-    baseline: TrainingBaseline | None = None,
-    teacher: Teacher | None = None,
-    aux_weight: float | None = None,
 ) -> TrainResult:
     """Train ``model`` (in place) on int64 ``[num_blocks, block_size]`` token blocks; it trains
     with its vocabulary padded (``TrainConfig.pad_vocab_to_multiple_of``) and is cut back to its
@@ -237,19 +229,16 @@ def train(
     once the global step reaches that value: a graceful stand-in for a kill, or a time limit.
     SIGTERM (a scheduler's preemption or time limit) stops after the step under way, saves its
     state and raises ``preemption.TrainingStopped``: a rerun resumes there (``preemption``).
-    ``baseline`` hooks a training baseline into the loop (see ``baselines.TrainingBaseline``);
-    ``teacher`` distils it (``distillation.Teacher``: its term takes the auxiliary loss's place in
-    the total and the logs). ``aux_weight`` weighs what is added to CE, ``aux_loss``'s value or the
-    teacher's term (total = ce + aux_weight * aux; the workflow passes its method's ``weight``); it
-    is given with either, and 0 trains on CE alone (neither is then called, and no hidden states
-    are requested).
+    ``method`` is what the run's method adds to cross-entropy (``training.terms.TrainingTerm``, as
+    ``TrainingMethod.build()`` makes it; None: CE alone): total = ce + method.weight x its term, in
+    the logs as ``aux_loss`` (weight 0: the term is not computed, nor are the hidden states), and
+    its hooks (a baseline's) run in the loop.
     """
     run_dir = RunDir(out_dir)
     if run_dir.is_finished():
         return _result_from_summary(run_dir)
     with library_bars_off_in_files():  # the job log gets our progress lines, not carriage returns
-        trainer = Trainer(model, train_blocks, val_blocks, config, run_dir, aux_loss, tokenizer, baseline, teacher,
-                          aux_weight)
+        trainer = Trainer(model, train_blocks, val_blocks, config, run_dir, method, tokenizer)
         try:
             with trainer.stop_signal:
                 result = trainer.run(stop_after_steps)
@@ -273,24 +262,14 @@ class Trainer:
         val_blocks: np.ndarray,
         config: TrainConfig,
         run_dir: RunDir,
-        aux_loss: AuxLoss | None,
+        method: TrainingTerm | None,
         tokenizer: Any,
-        baseline: TrainingBaseline | None,
-        teacher: Teacher | None = None,
-        aux_weight: float | None = None,
     ) -> None:
-        if aux_loss is not None and teacher is not None:
-            raise ValueError("train: an auxiliary loss and a teacher both take the place of the added term; "
-                             "give one of them")
-        if (aux_loss is not None or teacher is not None) != (aux_weight is not None):
-            raise ValueError("train: aux_weight weighs an aux_loss or a teacher's term; give it with one of them, "
-                             "and only then")
-        self.config, self.run_dir, self.tokenizer, self.baseline = config, run_dir, tokenizer, baseline
+        self.config, self.run_dir, self.tokenizer = config, run_dir, tokenizer
+        self.method = method if method is not None else TrainingTerm()  # CE alone
         self.train_blocks = check_blocks(train_blocks, config.block_size, "train_blocks")
         self.val_blocks = check_blocks(val_blocks, config.block_size, "val_blocks")
-        self.aux_weight = aux_weight or 0.0
-        self.aux_loss = aux_loss if self.aux_weight > 0 else None  # None: CE only, no hidden states
-        self.teacher = teacher if self.aux_weight > 0 else None  # weight 0: no teacher forward either
+        self.adds_loss = self.method.weight > 0  # weight 0: CE only, no term, no hidden states
         self._prepare(model)
 
     def _prepare(self, model: torch.nn.Module) -> None:
@@ -336,16 +315,15 @@ class Trainer:
         self.started = time.perf_counter() - self.state.elapsed_s  # elapsed time carries over a resume
 
     def _prepare_model(self, model: torch.nn.Module) -> None:
-        """Padded vocabulary, baseline, the layout's model and optimizer, teacher, training forward."""
+        """Padded vocabulary, the term's preparation, the layout's model and optimizer, training forward."""
         config, accelerator = self.config, self.accelerator
         self.layout = model_layout(config.sharding)
-        # Before the baseline and the optimizer see the parameters: they train the padded ones. Not
+        # Before the term and the optimizer see the parameters: they train the padded ones. Not
         # under fsdp, whose sharded weights true_vocabulary cannot cut.
         self.vocab_size = pad_vocabulary(model, 1 if self.layout.sharded else config.pad_vocab_to_multiple_of)
-        if self.baseline is not None:
-            if self.layout.sharded:
-                raise ValueError(f"sharding: fsdp shards the embeddings, which baseline {self.baseline.name} edits")
-            self.baseline.prepare(model)  # may replace parameters (untie a head): before the optimizer sees them
+        if self.method.hooks_the_model and self.layout.sharded:
+            raise ValueError(f"sharding: fsdp shards the embeddings, which {self.method!r} edits")
+        self.method.prepare(model)  # may replace parameters (untie a head): before the optimizer sees them
 
         def adamw(model: torch.nn.Module) -> torch.optim.Optimizer:
             # fused: one kernel for every parameter's update on CUDA instead of a loop of small ones
@@ -358,8 +336,7 @@ class Trainer:
         # Fused AdamW (not under fsdp, whose sharded parameters it updates without `found_inf`) can
         # skip a non-finite step's update on the device: the NaN guard then needs no sync per step.
         self.update_skips_nonfinite = bool(self.optimizer.defaults.get("fused")) and not self.layout.sharded
-        if self.teacher is not None:  # not prepared: it is not trained, so DDP has nothing to sync
-            self.teacher.to(accelerator.device)
+        self.method.to(accelerator.device)  # a teacher: not prepared, it is not trained (DDP has nothing to sync)
         self.model.train()
         self.module = accelerator.unwrap_model(self.model)
         # A compiled training forward (with its CE) only; it shares the parameters, so validation,
@@ -372,9 +349,7 @@ class Trainer:
             "config": {k: v for k, v in dataclasses.asdict(self.config).items() if k not in RESUMABLE_CHANGES},
             "world_size": self.accelerator.num_processes,
             "train_blocks_shape": list(self.train_blocks.shape),
-            "aux_weight": self.aux_weight,
-            "baseline": self.baseline.describe() if self.baseline is not None else None,
-            **({"teacher": self.teacher.describe()} if self.teacher is not None else {}),
+            **self.method.identity(),
             "code": {key: code_version()[key] for key in ("version", "source_sha256")},
         }
 
@@ -393,7 +368,7 @@ class Trainer:
             work=(self.step_tokens, "tok"), done=self.state.step,
         )
         self.tracker.log_params({**dataclasses.asdict(config), "betas": list(config.betas),
-                                 "aux_weight": self.aux_weight, "precision": self.precision})
+                                 "aux_weight": self.method.weight, "precision": self.precision})
         with self.log, contextlib.closing(self.tracker):
             if main:
                 self._announce()
@@ -465,12 +440,12 @@ class Trainer:
 
     def _numbers_may_wait(self, step: int, stop_at: int) -> bool:
         """Whether ``step``'s numbers may be read during the next step: only when the end of
-        ``step`` does nothing but report it (no baseline hook, evaluation, probe or state, and a
+        ``step`` does nothing but report it (no hook of the term, evaluation, probe or state, and a
         next step to come), so that whatever the next step's forward draws or changes comes after
         all that ``step``'s end records, as when read at once."""
         probe_every = self.config.probe_every
         return (
-            self.baseline is None and step < stop_at and step not in self.eval_steps
+            not self.method.hooks_the_model and step < stop_at and step not in self.eval_steps
             and step % self.config.checkpoint_every != 0 and not (probe_every > 0 and step % probe_every == 0)
         )
 
@@ -484,8 +459,8 @@ class Trainer:
                 raise RuntimeError(_nonfinite_message(pending.step, what, self.saved_step))
         micro_batches = self.config.grad_accum_steps * self.accelerator.num_processes
         ce_mean = ce_sum / micro_batches
-        aux_mean = None if self.aux_loss is None and self.teacher is None else aux_sum / micro_batches
-        loss = ce_mean if aux_mean is None else ce_mean + self.aux_weight * aux_mean
+        aux_mean = aux_sum / micro_batches if self.adds_loss else None
+        loss = ce_mean if aux_mean is None else ce_mean + self.method.weight * aux_mean
         return StepMetrics(
             lr=pending.lr, loss=loss, ce_loss=ce_mean, aux_loss=aux_mean, grad_norm=grad_norm,
             seconds=(pending.ended or time.perf_counter()) - pending.started, stop_requested=stopping > 0,
@@ -500,20 +475,18 @@ class Trainer:
         last = micro == config.grad_accum_steps - 1
         with self.layout.no_sync(accelerator, self.model, sync=last):
             # No labels: the HF model would compute a second, wasted CE. Under bf16 the hidden
-            # states reach aux_loss in bf16; it upcasts where it needs precision.
+            # states reach the term in bf16; an auxiliary loss upcasts where it needs precision.
             with self.autocast():
                 # The labels stay `ids`; a baseline may only change what the model is fed.
-                embeds = self.baseline.inputs_embeds(self.module, ids) if self.baseline is not None else None
+                embeds = self.method.inputs_embeds(self.module, ids)
                 inputs = {"input_ids": ids} if embeds is None else {"inputs_embeds": embeds}
                 # The CE upcasts the logits itself: float32 under autocast too, as it was outside.
                 ce, logits, hidden_states = self.forward(self.model, inputs, ids, self.vocab_size,
-                                                         self.aux_loss is not None)
-            if self.teacher is not None:  # the teacher sees the ids, never a baseline's embeddings
-                aux = self.teacher.loss(logits, ids, self.autocast)
-                loss = ce + self.aux_weight * aux
-            elif self.aux_loss is not None:
-                aux = self.aux_loss(hidden_states)
-                loss = ce + self.aux_weight * aux
+                                                         self.adds_loss and self.method.needs_hidden_states)
+            if self.adds_loss:  # a teacher sees the ids, never a baseline's embeddings
+                aux = self.method.added_loss(logits=logits, hidden_states=hidden_states, input_ids=ids,
+                                             autocast=self.autocast)
+                loss = ce + self.method.weight * aux
             else:
                 aux, loss = torch.zeros((), device=ce.device), ce
             accelerator.backward(loss / config.grad_accum_steps)
@@ -547,13 +520,13 @@ class Trainer:
         return ids.to(self.accelerator.device)
 
     def _end_of_step(self, metrics: StepMetrics) -> None:
-        """After the update to ``state.step``: baseline hook, evaluation checkpoint, what the step
+        """After the update to ``state.step``: the term's hook, evaluation checkpoint, what the step
         records (log row, probe, tracker, progress), state."""
         step = self.state.step
         self.state.train_loss = metrics.loss
         self.stop_requested |= metrics.stop_requested
-        if self.baseline is not None:  # before the checkpoint and state of this step record the weights
-            self.baseline.after_step(step, self.module, self.optimizer, seed=self.config.seed, final=step == self.steps)
+        # before the checkpoint and state of this step record the weights
+        self.method.after_step(step, self.module, self.optimizer, seed=self.config.seed, final=step == self.steps)
         row = metrics.log_row(step, tokens=step * self.step_tokens)
         if step in self.eval_steps:
             self._validate_and_checkpoint(row)
@@ -643,7 +616,7 @@ class Trainer:
             "world_size": self.accelerator.num_processes,
             "mixed_precision": self.precision,
             "config": dataclasses.asdict(self.config),
-            "aux_weight": self.aux_weight,
+            "aux_weight": self.method.weight,
             "baseline": self.checkpointer.identity["baseline"],
             "teacher": self.checkpointer.identity.get("teacher"),
         }

@@ -41,6 +41,7 @@ from torch import Tensor
 from condensation.config.objectives import OBJECTIVES, PLACEMENTS, AuxLossConfig
 from condensation.cosine import NORM_EPS, unit_rows
 from condensation.training.kernels import _no_autocast, dispersion_tiled, dispersion_tiled_layers
+from condensation.training.terms import HiddenStateLoss
 
 # ----------------------------------------------------------------------------------------------
 # layer placement and token subsampling
@@ -235,6 +236,19 @@ def auxiliary_loss(hidden_states: Sequence[Tensor], config: AuxLossConfig,
     if stacked is not None and len({(z.shape, z.dtype, z.device) for z in layers}) == 1:
         return stacked(layers, config)
     return torch.stack([_loss_of_sampled(z, config) for z in layers]).mean()
+
+
+class AuxiliaryLoss(HiddenStateLoss):
+    """An auxiliary objective's term for the training loop: ``settings.weight`` x
+    ``auxiliary_loss(hidden_states, settings)`` (what ``TrainingMethod.build()`` gives for every
+    auxiliary loss of the registry)."""
+
+    def __init__(self, settings: AuxLossConfig) -> None:
+        super().__init__(functools.partial(auxiliary_loss, config=settings), settings.weight)
+        self.settings = settings
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.settings!r})"
 
 
 # ----------------------------------------------------------------------------------------------

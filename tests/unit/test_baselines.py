@@ -105,7 +105,7 @@ def test_make_baseline_by_name():
     assert forgetting.describe() == {"name": "active_forgetting", "every": 7, "tied_head": "reset", "std": None}
     with pytest.raises(ValueError, match=r"unknown training baseline 'dropout'.*noisy_embedding"):
         make_baseline("dropout")
-    with pytest.raises(ValueError, match=r"unknown option\(s\) \['every'\]"):
+    with pytest.raises(ValueError, match=r"option\(s\) \['every'\] do not apply to objective 'noisy_embedding'"):
         make_baseline("noisy_embedding", every=3)
     with pytest.raises(ValueError, match="every"):
         make_baseline("active_forgetting", every=0)
@@ -148,13 +148,13 @@ def test_noise_only_in_training_forwards(tmp_path):
     plain = train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, short_config(3), tmp_path / "plain", stop_after_steps=0)
     noisy = train(
         make_model(), TRAIN_BLOCKS, VAL_BLOCKS, short_config(3), tmp_path / "noisy", stop_after_steps=0,
-        baseline=Recording(NoisyEmbeddingConfig(alpha=50.0)),
+        method=Recording(NoisyEmbeddingConfig(alpha=50.0)),
     )
     assert noisy.final_val_loss == plain.final_val_loss  # step 0: validation of the same weights, no noise
     assert calls == []
     train(
         make_model(), TRAIN_BLOCKS, VAL_BLOCKS, short_config(3), tmp_path / "noisy",
-        baseline=Recording(NoisyEmbeddingConfig(alpha=50.0)),
+        method=Recording(NoisyEmbeddingConfig(alpha=50.0)),
     )
     assert calls == [(2, BLOCK)] * 6  # one per training micro-batch (3 steps x 2), none for validation
 
@@ -162,7 +162,7 @@ def test_noise_only_in_training_forwards(tmp_path):
 def test_noisy_training_changes_the_trajectory_reproducibly(tmp_path):
     def run(name, baseline):
         model = make_model()
-        train(model, TRAIN_BLOCKS, VAL_BLOCKS, short_config(3), tmp_path / name, baseline=baseline)
+        train(model, TRAIN_BLOCKS, VAL_BLOCKS, short_config(3), tmp_path / name, method=baseline)
         return model
 
     plain = run("plain", None)
@@ -277,7 +277,7 @@ def test_resets_in_training_at_multiples_of_every(tmp_path):
 
     model = make_model()
     config = short_config(9)
-    train(model, TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path, baseline=Recording(ActiveForgettingConfig(every=3)))
+    train(model, TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path, method=Recording(ActiveForgettingConfig(every=3)))
     assert resets == [3, 6]
     assert model.lm_head.weight is not model.transformer.wte.weight
     # Untied before the optimizer was built, so the optimizer trained the head's own copy.
@@ -305,7 +305,7 @@ def uninterrupted(one_thread, tmp_path_factory):
     for name, baseline in BASELINES.items():
         models[name] = make_model()
         out_dir = tmp_path_factory.mktemp(name)
-        train(models[name], TRAIN_BLOCKS, VAL_BLOCKS, short_config(8), out_dir, baseline=baseline())
+        train(models[name], TRAIN_BLOCKS, VAL_BLOCKS, short_config(8), out_dir, method=baseline())
     return models
 
 
@@ -316,9 +316,9 @@ def uninterrupted(one_thread, tmp_path_factory):
 def test_resume_is_bit_identical(uninterrupted, tmp_path, name, stop):
     """Stops before a reset (2, 5), right after one (3: the state holds the new embeddings)."""
     config, baseline = short_config(8), BASELINES[name]
-    train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path, stop_after_steps=stop, baseline=baseline())
+    train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path, stop_after_steps=stop, method=baseline())
     resumed = make_model(seed=123)  # every weight must come from the saved state
-    result = train(resumed, TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path, baseline=baseline())
+    result = train(resumed, TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path, method=baseline())
     assert result.steps == 8
     assert_same_weights(resumed, uninterrupted[name])
 
@@ -327,7 +327,7 @@ def test_a_state_of_another_baseline_is_set_aside_and_the_run_starts_over(tmp_pa
     def attempt(baseline) -> str:
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="condensation"):
-            train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, short_config(4), tmp_path, baseline=baseline,
+            train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, short_config(4), tmp_path, method=baseline,
                   stop_after_steps=1)
         return caplog.text
 
@@ -344,7 +344,7 @@ def test_a_state_of_another_baseline_is_set_aside_and_the_run_starts_over(tmp_pa
 def test_the_base_class_changes_nothing(tmp_path):
     plain, hooked = make_model(), make_model()
     train(plain, TRAIN_BLOCKS, VAL_BLOCKS, short_config(2), tmp_path / "plain")
-    train(hooked, TRAIN_BLOCKS, VAL_BLOCKS, short_config(2), tmp_path / "hooked", baseline=TrainingBaseline())
+    train(hooked, TRAIN_BLOCKS, VAL_BLOCKS, short_config(2), tmp_path / "hooked", method=TrainingBaseline())
     assert_same_weights(plain, hooked)
 
 
@@ -362,11 +362,11 @@ DDP_RUN = textwrap.dedent(
     report = {{}}
     for name in ("noisy", "forgetting"):
         reference = make_model()
-        train(reference, TRAIN_BLOCKS, VAL_BLOCKS, short_config(8), out / name / "a", baseline=BASELINES[name]())
+        train(reference, TRAIN_BLOCKS, VAL_BLOCKS, short_config(8), out / name / "a", method=BASELINES[name]())
         train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, short_config(8), out / name / "b", stop_after_steps=2,
-              baseline=BASELINES[name]())
+              method=BASELINES[name]())
         resumed = make_model(seed=123)
-        train(resumed, TRAIN_BLOCKS, VAL_BLOCKS, short_config(8), out / name / "b", baseline=BASELINES[name]())
+        train(resumed, TRAIN_BLOCKS, VAL_BLOCKS, short_config(8), out / name / "b", method=BASELINES[name]())
         digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in reference.parameters()))
         report[name] = {{
             "weights": digest.hexdigest(),

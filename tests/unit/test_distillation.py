@@ -90,7 +90,8 @@ def test_teacher_is_frozen_and_run_on_the_same_ids():
     tokenizer = tiny_tokenizer()
     model = make_model(seed=3)
     model.train()
-    teacher = Teacher.matched(model, tokenizer, tokenizer, DistillationConfig("teacher", temperature=2.0))
+    teacher = Teacher.matched(DistillationConfig("teacher", temperature=2.0), model=model, tokenizer=tokenizer,
+                              student_tokenizer=tokenizer)
     assert not model.training and not any(p.requires_grad for p in model.parameters())
     ids = torch.as_tensor(TRAIN_BLOCKS[:2])
     student = make_model(seed=4)
@@ -116,7 +117,8 @@ def test_a_teacher_of_another_tokenizer_is_refused():
     other = PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer(WordLevel({f"w{i}": i for i in range(VOCAB)}, unk_token="w0")))
     with pytest.raises(ValueError, match="teacher 'big' has another tokenizer.*other ids"):
-        Teacher.matched(make_model(), other, tiny_tokenizer(), DistillationConfig("big"))
+        Teacher.matched(DistillationConfig("big"), model=make_model(), tokenizer=other,
+                        student_tokenizer=tiny_tokenizer())
 
 
 def test_padded_output_rows_are_left_out():
@@ -141,7 +143,7 @@ def test_method_needs_a_teacher_and_records_every_option():
     with pytest.raises(ValueError, match="temperature"):
         resolve_method({"objective": "distillation", "teacher": "big", "temperature": 0})
     method = resolve_method({"objective": "distillation", "teacher": "big", "weight": 0.5})
-    assert method.aux_weight == 0.5
+    assert method.weight == 0.5
     assert method.as_dict() == {"objective": "distillation", "teacher": "big", "weight": 0.5, "temperature": 2.0}
 
 
@@ -151,10 +153,10 @@ def test_a_distilled_run_logs_its_term_and_moves_towards_the_teacher(tmp_path):
     config = TrainConfig(train_tokens=12 * 4 * BLOCK, block_size=BLOCK, micro_batch_size=4, lr=3e-3,
                          probe_every=0, tracker="none")
     teacher_model = make_model(seed=7)
-    teacher = Teacher.matched(teacher_model, tokenizer, tokenizer, DistillationConfig("teacher"))
+    teacher = Teacher.matched(DistillationConfig("teacher"), model=teacher_model, tokenizer=tokenizer,
+                              student_tokenizer=tokenizer)
     distilled = make_model(seed=0)
-    train(distilled, TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path / "distilled", tokenizer=tokenizer, teacher=teacher,
-          aux_weight=1.0)
+    train(distilled, TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path / "distilled", tokenizer=tokenizer, method=teacher)
     plain = make_model(seed=0)
     train(plain, TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path / "ce",
           tokenizer=tokenizer)

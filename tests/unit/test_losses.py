@@ -430,7 +430,8 @@ def test_non_3d_or_integer_hidden_states_raise():
     ],
 )
 def test_invalid_config_raises(kwargs, shown):
-    kwargs = {"name": "dispersion", **kwargs}
+    name = "l2_repel" if "norm_weight" in kwargs else "orthogonalization" if "margin" in kwargs else "dispersion"
+    kwargs = {"name": name, **kwargs}
     with pytest.raises(ValueError, match=shown):
         AuxLossConfig(**kwargs)
 

@@ -169,7 +169,7 @@ def test_the_full_scale_overlay_is_table_4_as_published(repo):
 
 RUN = textwrap.dedent(
     """
-    import dataclasses, functools, json, sys, time
+    import dataclasses, json, sys, time
     from pathlib import Path
     sys.path[:0] = [{repo!r}, {tests!r}]
     import torch
@@ -177,15 +177,15 @@ RUN = textwrap.dedent(
     from accelerate import PartialState
     from condensation.config.objectives import AuxLossConfig
     from condensation.training.loop import train
-    from condensation.training.losses import auxiliary_loss
+    from condensation.training.losses import AuxiliaryLoss
     from test_train import TRAIN_BLOCKS, VAL_BLOCKS, make_model, resume_config
     out, sharding, slow = Path(sys.argv[1]), sys.argv[2], sys.argv[3:] == ["slow"]
-    aux = functools.partial(auxiliary_loss, config=AuxLossConfig("dispersion", weight=0.5))
+    aux = AuxiliaryLoss(AuxLossConfig("dispersion", weight=0.5))
     config = dataclasses.replace(resume_config(), sharding=sharding)
     model = make_model()
     if slow:  # so that the parent can kill mid-run; sleeping changes no number
         model.register_forward_pre_hook(lambda *args: time.sleep(0.1))
-    result = train(model, TRAIN_BLOCKS, VAL_BLOCKS, config, out, aux_loss=aux, aux_weight=0.5)
+    result = train(model, TRAIN_BLOCKS, VAL_BLOCKS, config, out, method=aux)
     state = PartialState()
     report = {{"world": state.num_processes, "steps": result.steps}}
     (out / f"rank{{state.process_index}}.json").write_text(json.dumps(report))

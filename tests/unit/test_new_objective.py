@@ -1,6 +1,7 @@
-"""A new objective is one registry entry: written in a module of its own (here a temporary one),
-registered, it is accepted by the config with its own option checked, compared with its
-reference formula, and trains through the pipeline's stages; nothing else is edited."""
+"""A new objective is one registry entry: written in a module of its own (here a temporary one), its
+settings a subclass of ``AuxLossConfig`` with its own option, registered, it is accepted by the
+config with that option in the schema and checked, compared with its reference formula, and trains
+through the pipeline's stages; nothing else is edited."""
 
 from __future__ import annotations
 
@@ -63,10 +64,8 @@ def user_module(tmp_path, monkeypatch):
     registered = []
 
     def add(name: str, reference: str = "my_objective:reference_cosine_power") -> Objective:
-        entry = Objective(
-            name, "auxiliary", CosinePowerConfig, ("weight", "placement", "max_tokens", "power"),
-            "my_objective:cosine_power", reference, "mean |cos|^power of distinct tokens",
-        )
+        entry = Objective(name, CosinePowerConfig, loss="my_objective:cosine_power", reference=reference,
+                          summary="mean |cos|^power of distinct tokens")
         registered.append(register(entry))
         return entry
 
@@ -86,10 +85,12 @@ def study(method):
 def test_registered_objective_is_in_the_schema_with_its_own_option_checked(user_module):
     user_module("cosine_power")
     method = load_schema()["$defs"]["method"]["properties"]
-    assert "cosine_power" in method["objective"]["enum"] and "power" in method
+    assert "cosine_power" in method["objective"]["enum"]
+    described = "cosine_power: Exponent on |cos|: 2 weighs every pair by its squared cosine"
+    assert method["power"] == {"type": "number", "description": described}
     assert "cosine_power: mean |cos|^power" in method["objective"]["description"]
     config = validate_config(study({"objective": "cosine_power", "power": 3.0, "weight": 0.2}))
-    assert resolve_method(config["midtrain"]["methods"]["x"]).loss.power == 3.0
+    assert resolve_method(config["midtrain"]["methods"]["x"]).settings.power == 3.0
     with pytest.raises(ConfigError, match=r"config\.midtrain\.methods\.x: power must be > 0, got -1"):
         validate_config(study({"objective": "cosine_power", "power": -1}))
     with pytest.raises(ConfigError, match=r"option\(s\) \['power'\] do not apply to objective 'dispersion'"):
@@ -100,11 +101,11 @@ def test_registered_loss_matches_its_reference_and_one_without_is_named(user_mod
     from condensation.training.losses import layer_loss, reference_layer_loss
 
     user_module("cosine_power")
-    config = resolve_method({"objective": "cosine_power", "power": 3.0}).loss
+    config = resolve_method({"objective": "cosine_power", "power": 3.0}).settings
     z = torch.randn(2, 5, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(layer_loss(z, config), reference_layer_loss(z, config), rtol=1e-10, atol=1e-12)
     user_module("cosine_power_unchecked", reference="")
-    unchecked = resolve_method({"objective": "cosine_power_unchecked"}).loss
+    unchecked = resolve_method({"objective": "cosine_power_unchecked"}).settings
     with pytest.raises(NotImplementedError, match="objective 'cosine_power_unchecked' has no reference formula"):
         reference_layer_loss(z, unchecked)
 
@@ -112,8 +113,12 @@ def test_registered_loss_matches_its_reference_and_one_without_is_named(user_mod
 def test_an_inconsistent_entry_is_refused_when_registered():
     from condensation.config.objectives import AuxLossConfig
 
-    with pytest.raises(ValueError, match=r"options \['power'\] are no field of AuxLossConfig"):
-        register(Objective("bad", "auxiliary", AuxLossConfig, ("weight", "power"), "x:y", "x:z"))
+    with pytest.raises(ValueError, match="an auxiliary loss' settings must be its own subclass of AuxLossConfig"):
+        register(Objective("bad", AuxLossConfig, loss="x:y"))
+    with pytest.raises(ValueError, match=r"an auxiliary loss needs loss='module:function'"):
+        register(Objective("bad", OBJECTIVES["dispersion"].settings))
+    with pytest.raises(ValueError, match=r"a baseline objective needs build='module:attribute'"):
+        register(Objective("bad", OBJECTIVES["noisy_embedding"].settings))
     with pytest.raises(ValueError, match="already registered"):
         register(OBJECTIVES["dispersion"])
     assert "bad" not in OBJECTIVES

@@ -8,9 +8,11 @@ import pytest
 from condensation import measurement
 from condensation.config.objectives import (
     OBJECTIVES,
+    PLACEMENTS,
     ActiveForgettingConfig,
     AuxLossConfig,
-    MethodSettings,
+    DispersionConfig,
+    TrainingMethod,
     loss_names,
     resolve_method,
 )
@@ -53,12 +55,47 @@ def test_the_workflow_measure_and_the_command_start_from_the_same_settings():
         validate_config({**MINIMAL, "sampling": {"min_words": 100}})
 
 
-def test_every_option_an_objective_takes_is_a_field_of_its_settings():
-    for objective in OBJECTIVES.values():
-        if objective.settings is not None:
-            fields = {field.name for field in dataclasses.fields(objective.settings)}
-            assert set(objective.options) <= fields, objective.name
+def test_each_objective_takes_exactly_its_settings_fields_and_the_schema_spells_them_from_there():
+    assert {name: objective.options for name, objective in OBJECTIVES.items()} == {
+        "ce": (),
+        "dispersion": ("weight", "placement", "max_tokens", "tau", "clamp", "kernel", "products"),
+        "decorrelation": ("weight", "placement", "max_tokens"),
+        "l2_repel": ("weight", "placement", "max_tokens", "tau", "norm_weight"),
+        "orthogonalization": ("weight", "placement", "max_tokens", "clamp", "margin"),
+        "noisy_embedding": ("alpha",),
+        "active_forgetting": ("every", "tied_head", "std"),
+        "distillation": ("teacher", "weight", "temperature"),
+    }
     assert loss_names() == ("dispersion", "decorrelation", "l2_repel", "orthogonalization")
+    options = load_schema()["$defs"]["method"]["properties"]
+    assert set(options) == {"objective"} | {option for o in OBJECTIVES.values() for option in o.options}
+    # types and choices from the annotations, descriptions from the fields' docstrings
+    assert options["placement"]["enum"] == list(PLACEMENTS)
+    assert options["kernel"]["enum"] == ["auto", "eager", "compiled"]
+    assert options["max_tokens"]["type"] == ["integer", "null"] and options["every"]["type"] == "integer"
+    assert options["weight"]["type"] == "number" and "teacher" in options and "anyOf" in options["teacher"]
+    assert options["weight"]["description"].startswith("dispersion, decorrelation, l2_repel, orthogonalization: lambda")
+    assert "; distillation: The mix" in options["weight"]["description"]
+    assert options["margin"]["description"] == (
+        "orthogonalization: Pairs closer than this angular distance are penalised; 1/2 is 90 degrees, i.e. the loss "
+        "asks for orthogonal tokens and ignores already-spread pairs")
+    with pytest.raises(ConfigError, match=r"methods\.x\.placement: 'middle' is not one of"):
+        validate_config(with_method({"objective": "dispersion", "placement": "middle"}))
+    with pytest.raises(ConfigError, match=r"methods\.x\.every: 2\.5 is not of type 'integer'"):
+        validate_config(with_method({"objective": "active_forgetting", "every": 2.5}))
+    with pytest.raises(ConfigError, match=r"methods\.x: tau must be a finite number in \(0\.0, inf\), got -1"):
+        validate_config(with_method({"objective": "dispersion", "tau": -1}))
+
+
+def test_a_loss_built_by_name_is_its_own_settings_class():
+    """``AuxLossConfig(name=...)``, the flat config of earlier versions, builds the loss' subclass."""
+    built = AuxLossConfig("dispersion", weight=0.5, tau=0.2)
+    assert type(built) is DispersionConfig and built == DispersionConfig(weight=0.5, tau=0.2)
+    assert dataclasses.replace(built, weight=0.1) == DispersionConfig(tau=0.2)
+    with pytest.raises(ValueError, match=r"option\(s\) \['margin'\] do not apply to loss 'dispersion'"):
+        AuxLossConfig("dispersion", margin=0.3)
+    with pytest.raises(ValueError, match="loss 'l2_repel' takes L2RepelConfig, not DispersionConfig"):
+        DispersionConfig(name="l2_repel")
 
 
 def test_every_objective_resolves_to_its_implementation():
@@ -73,10 +110,11 @@ def test_every_objective_resolves_to_its_implementation():
 
 
 def test_resolve_method_fills_defaults_and_names_a_misplaced_option():
-    settings = resolve_method({"objective": "dispersion", "weight": 0.5})
-    assert settings.loss == AuxLossConfig("dispersion", weight=0.5) and settings.aux_weight == 0.5
-    assert resolve_method({"objective": "active_forgetting"}).baseline == ActiveForgettingConfig()
-    assert resolve_method({"objective": "ce"}) == MethodSettings("ce")
+    method = resolve_method({"objective": "dispersion", "weight": 0.5})
+    assert method == TrainingMethod("dispersion", DispersionConfig(weight=0.5)) and method.weight == 0.5
+    forgetting = resolve_method({"objective": "active_forgetting"})
+    assert forgetting.settings == ActiveForgettingConfig() and forgetting.weight == 0.0
+    assert resolve_method({"objective": "ce"}) == TrainingMethod("ce") and TrainingMethod("ce").weight == 0.0
     with pytest.raises(ValueError, match=r"option\(s\) \['tau'\] do not apply to objective 'decorrelation'"):
         resolve_method({"objective": "decorrelation", "tau": 2.0})
     with pytest.raises(ValueError, match="unknown objective 'dropout'"):
@@ -94,7 +132,7 @@ def test_run_plan_round_trips_through_json(tmp_path):
     plan = plan_run("midtrain", "m",
                     {"train_tokens": 1000, "block_size": 8, "micro_batch_size": 2, "betas": [0.9, 0.99]},
                     seed=3, method={"objective": "l2_repel", "weight": 0.2, "norm_weight": 0.05})
-    assert plan.train.seed == 3 and plan.method.aux_weight == 0.2 and plan.train.betas == (0.9, 0.99)
+    assert plan.train.seed == 3 and plan.method.weight == 0.2 and plan.train.betas == (0.9, 0.99)
     assert "aux_weight" not in plan.to_json()["train"]  # the weight is saved once, as the method's
     plan.save(tmp_path / "run.json")
     again = RunPlan.load(tmp_path / "run.json")

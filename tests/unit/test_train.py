@@ -38,6 +38,7 @@ from condensation.training import loop
 from condensation.training.batches import block_indices
 from condensation.training.loop import train
 from condensation.training.precision import resolve_mixed_precision
+from condensation.training.terms import HiddenStateLoss
 from condensation.trend import trend_statistics
 from tests.unit.float_bounds import LOGGED_REL, mean_cosine_bound
 
@@ -217,7 +218,7 @@ def test_ce_loss_decreases_on_a_repeated_pattern(tmp_path):
 
     model = make_model()
     calls = record_forward_kwargs(model)
-    result = train(model, blocks[:48], blocks[48:], config, tmp_path, aux_loss=must_not_run, aux_weight=0.0)
+    result = train(model, blocks[:48], blocks[48:], config, tmp_path, method=HiddenStateLoss(must_not_run, 0.0))
 
     rows = read_log(tmp_path)
     first_val, last_val = float(rows[0]["val_loss"]), float(rows[-1]["val_loss"])
@@ -475,7 +476,7 @@ def test_aux_loss_gets_hidden_states_and_is_logged(tmp_path):
     config = TrainConfig(train_tokens=3 * 4 * BLOCK, block_size=BLOCK, micro_batch_size=4, probe_every=0)
     model = make_model()
     calls = record_forward_kwargs(model)
-    train(model, TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path, aux_loss=aux_loss, tokenizer=tokenizer, aux_weight=0.5)
+    train(model, TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path, method=HiddenStateLoss(aux_loss, 0.5), tokenizer=tokenizer)
 
     assert len(seen) == 3  # one call per training micro-batch, none for validation
     assert seen[0] == [(4, BLOCK, 32)] * 3  # embedding output + 2 layers
@@ -541,7 +542,8 @@ def test_nan_guard_names_the_step_and_writes_nothing(tmp_path):
         train_tokens=10 * 4 * BLOCK, block_size=BLOCK, micro_batch_size=4, checkpoint_every=1
     )
     with pytest.raises(RuntimeError, match=r"non-finite aux loss at step 3\b"):
-        train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path, aux_loss=nan_after_two_steps, aux_weight=1.0)
+        train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path,
+              method=HiddenStateLoss(nan_after_two_steps, 1.0))
     assert [int(r["step"]) for r in read_log(tmp_path)] == [0, 1, 2]
     assert state_step(tmp_path / "state" / "progress.json") == 2
     assert not (tmp_path / "checkpoints" / "step-0000003").exists() and not (tmp_path / "final").exists()

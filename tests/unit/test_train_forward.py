@@ -19,6 +19,7 @@ from condensation.training import loop
 from condensation.training.baselines import untie_output_head
 from condensation.training.batches import forward_and_ce
 from condensation.training.loop import train
+from condensation.training.terms import HiddenStateLoss
 from condensation.training.vocabulary import pad_vocabulary, true_vocabulary
 from tests.unit.test_train import (
     BLOCK,
@@ -214,7 +215,7 @@ def test_the_nan_guard_with_fused_adamw_skips_the_update_and_writes_nothing(tmp_
                          probe_every=0, tracker="none")
     model = make_model()
     with pytest.raises(RuntimeError, match=rf"non-finite aux loss at step {nan_step}\b.*state is from step 2"):
-        train(model, TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path, aux_loss=nan_at, aux_weight=1.0)
+        train(model, TRAIN_BLOCKS, VAL_BLOCKS, config, tmp_path, method=HiddenStateLoss(nan_at, 1.0))
     assert [int(r["step"]) for r in read_log(tmp_path)] == list(range(nan_step))
     assert state_step(tmp_path / "state" / "progress.json") == 2
     assert not (tmp_path / "final").exists()
@@ -246,5 +247,6 @@ def test_on_cuda_steps_read_late_train_as_steps_read_at_once(tmp_path, monkeypat
     nan_at_step_3.calls = 0
     guarded = dataclasses.replace(config, checkpoint_every=2, probe_every=0, grad_accum_steps=1)
     with pytest.raises(RuntimeError, match=r"non-finite aux loss at step 3\b.*state is from step 2"):
-        train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, guarded, tmp_path / "nan", aux_loss=nan_at_step_3, aux_weight=1.0)
+        train(make_model(), TRAIN_BLOCKS, VAL_BLOCKS, guarded, tmp_path / "nan",
+              method=HiddenStateLoss(nan_at_step_3, 1.0))
     assert [int(row["step"]) for row in read_log(tmp_path / "nan")] == [0, 1, 2]
