@@ -154,16 +154,6 @@ rule findings:
     benchmark:
         "logs/benchmarks/findings.tsv"
     params:
-        pair_labels={name: spec["labels"] for name, spec in config["pairs"].items()},
-        families={name: spec["datasets"] for name, spec in config["families"].items()},
-        uncounted_families=[name for name, spec in config["families"].items() if not spec["compares_size"]],
-        drawn_models=DRAWN_MODELS,
-        series_groups=SERIES_GROUPS,
-        pooled=POOLED_EFFECTS["names"],
-        drawn_series=[name for name, spec in config["series"].items() if spec["model"] in DRAWN_MODELS],
-        tasks=list(config["evaluation"]["tasks"]),
-        counted_tasks=config["evaluation"]["counted_tasks"],
-        # a comparison of a pair (distilled students and their teacher) or of a study's runs with wider models
-        similarity_kinds={name: "pair" if "pair" in spec else "study" for name, spec in config["similarity"].items()},
+        design=FINDINGS_DESIGN,
     script:
         "../workflow_scripts/findings.py"

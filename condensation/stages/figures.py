@@ -228,27 +228,16 @@ def run_series_points(index_path: str | Path, geometry_dir: str | Path) -> tuple
 
 
 def findings(
-    *, trend_profiles: Sequence[str | Path], pair_profiles: Sequence[str | Path],
-    pair_labels: Mapping[str, Sequence[str]], series_profiles: Sequence[str | Path], effects: Sequence[str | Path],
-    trajectories: Sequence[str | Path],
-    score_tables: Sequence[str | Path], families: Mapping[str, Sequence[str]], markdown_path: str | Path,
-    json_path: str | Path, summary_path: str | Path, uncounted_families: Sequence[str] = (),
-    drawn_models: Sequence[str] = (),
-    series_groups: Mapping[str, str] | None = None, drawn_series: Sequence[str] = (), tasks: Sequence[str] = (),
-    counted_tasks: Sequence[str] | None = None, similarity: Sequence[str | Path] = (),
-    similarity_kinds: Mapping[str, str] | None = None, pooled_effects: Sequence[str | Path] = (),
-    pooled: Mapping[str, Sequence[str]] | None = None,
+    *, trend_profiles: Sequence[str | Path], pair_profiles: Sequence[str | Path], series_profiles: Sequence[str | Path],
+    effects: Sequence[str | Path], pooled_effects: Sequence[str | Path] = (), trajectories: Sequence[str | Path],
+    score_tables: Sequence[str | Path], similarity: Sequence[str | Path] = (), design: Mapping[str, Any],
+    markdown_path: str | Path, json_path: str | Path, summary_path: str | Path,
 ) -> None:
     """The findings page: each of the paper's claims against what this run measured. The tables'
     per-sequence profiles (``*_profiles``: trend tables, pairs, series), the studies' effects and
-    trajectories (``results/<study>/<model>/``: named "<study>, <model>") and Tables 2 and 4;
-    ``families``: each family's datasets, the first its primary text; ``drawn_models`` and
-    ``drawn_series``: trained or initialised here, so one run leaves training noise unmeasured;
-    ``series_groups``: series -> the group of runs read together; ``similarity``: the comparison
-    tables of condensation.similarity (``similarity_kinds``: comparison -> "pair" or "study"), shown
-    beside the distillation and dispersion claims; ``pooled_effects``: the effects of a study's
-    base models that share a label, pooled (``pooled``: each one's name, in order, -> the per-model
-    effects it replaces in the verdict)."""
+    trajectories (``results/<study>/<model>/``: named "<study>, <model>"), the pooled effects of a
+    study's base models that share a label, Tables 2 and 4 and the similarity tables; ``design``:
+    what the config says of them (the rule's one parameter, read by ``claims.Design.from_params``)."""
     # deferred: scipy, see the imports
     from condensation.reporting.findings import claims, page  # noqa: PLC0415
     from condensation.reporting.tables.profiles import read_all  # noqa: PLC0415
@@ -258,26 +247,16 @@ def findings(
 
     evidence = claims.Evidence(
         trends=read_all(trend_profiles),
-        pairs={name: (pair_labels[name], table) for name, table in read_all(pair_profiles).items()},
+        pairs={name: (design["pair_labels"][name], table) for name, table in read_all(pair_profiles).items()},
         series=read_all(series_profiles),
         effects={study_name(path): pd.read_csv(path) for path in effects}
-        | {name: pd.read_csv(path) for name, path in zip(pooled or {}, pooled_effects, strict=True)},
+        | {name: pd.read_csv(path) for name, path in zip(design["pooled"], pooled_effects, strict=True)},
         trajectories={study_name(path): pd.read_csv(path) for path in trajectories},
         scores={Path(path).stem: pd.read_csv(path) for path in score_tables},
         similarity=pd.concat([pd.read_csv(path) for path in similarity]) if similarity else None,
-        similarity_kinds=dict(similarity_kinds or {}),
+        similarity_kinds=dict(design["similarity_kinds"]),
     )
-    design = claims.Design(drawn=frozenset(drawn_models), uncounted=frozenset(uncounted_families),
-                           families=dict(families), series_groups=dict(series_groups or {}),
-                           drawn_series=frozenset(drawn_series),
-                           pooled={name: tuple(members) for name, members in (pooled or {}).items()})
-    counted = list(counted_tasks) if counted_tasks else list(tasks)
-    left_out = [task for task in tasks if task not in counted]
-    sentence = ""
-    if tasks:
-        which = (f"the counted tasks {', '.join(counted)}" if counted_tasks
-                 else f"every scored task ({', '.join(counted)})")
-        sentence = (f"Averages and tests read {which}, as evaluation.counted_tasks fixes them before any compared "
-                    "row is seen" + (f"; {', '.join(left_out)} shown but not counted." if left_out else "."))
-    page.write_findings(claims.all_claims(evidence, design), markdown_path, json_path, summary_path,
-                        claims.claims_under_lenses(evidence, design), {"counted": counted, "sentence": sentence})
+    chosen = claims.Design.from_params(design)
+    page.write_findings(claims.all_claims(evidence, chosen), markdown_path, json_path, summary_path,
+                        claims.claims_under_lenses(evidence, chosen),
+                        page.counted_tasks(design["tasks"], design["counted_tasks"]))

@@ -102,3 +102,19 @@ def findings_score_inputs(wildcards):
         return {"score_tables": []}
     tables = [table for table in score_tables(config) if table in ("table2", "table4")]
     return {"score_tables": expand(f"{path.table}.csv", table=tables)}
+
+
+# What the findings page is told of the config, as one parameter of its rule (claims.Design reads it).
+FINDINGS_DESIGN = {
+    "pair_labels": {name: spec["labels"] for name, spec in config["pairs"].items()},
+    "families": {name: spec["datasets"] for name, spec in config["families"].items()},
+    "uncounted_families": [name for name, spec in config["families"].items() if not spec["compares_size"]],
+    "drawn_models": DRAWN_MODELS,
+    "series_groups": SERIES_GROUPS,
+    "drawn_series": [name for name, spec in config["series"].items() if spec["model"] in DRAWN_MODELS],
+    "pooled": POOLED_EFFECTS["names"],
+    "tasks": list(config["evaluation"]["tasks"]),
+    "counted_tasks": config["evaluation"]["counted_tasks"],
+    # a comparison of a pair (distilled students and their teacher) or of a study's runs with wider models
+    "similarity_kinds": {name: "pair" if "pair" in spec else "study" for name, spec in config["similarity"].items()},
+}

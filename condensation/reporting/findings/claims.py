@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -87,6 +88,14 @@ class Design:
     pooled: Mapping[str, Sequence[str]] = field(default_factory=dict)
     """A study's effects with its base models pooled (a label's pre-training runs) -> the
     per-model effects it replaces in the dispersion verdict (they stay on the page, not counted)."""
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> Design:
+        """From the findings rule's ``design`` parameter (``rules/functions/figures.smk``)."""
+        return cls(drawn=frozenset(params["drawn_models"]), uncounted=frozenset(params["uncounted_families"]),
+                   families=dict(params["families"]), series_groups=dict(params["series_groups"]),
+                   drawn_series=frozenset(params["drawn_series"]),
+                   pooled={name: tuple(members) for name, members in params["pooled"].items()})
 
 
 def _fmt(value: float, digits: int = 3) -> str:

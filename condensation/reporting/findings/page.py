@@ -163,6 +163,19 @@ def summary_json(verdicts: Sequence[Verdict]) -> dict[str, Any]:
     return summary
 
 
+def counted_tasks(tasks: Sequence[str], counted: Sequence[str] | None) -> dict[str, Any]:
+    """Which scored tasks the averages and tests read (``evaluation.counted_tasks``, else every
+    task), with the page's sentence saying so."""
+    chosen = list(counted) if counted else list(tasks)
+    left_out = [task for task in tasks if task not in chosen]
+    sentence = ""
+    if tasks:
+        which = f"the counted tasks {', '.join(chosen)}" if counted else f"every scored task ({', '.join(chosen)})"
+        sentence = (f"Averages and tests read {which}, as evaluation.counted_tasks fixes them before any compared "
+                    "row is seen" + (f"; {', '.join(left_out)} shown but not counted." if left_out else "."))
+    return {"counted": chosen, "sentence": sentence}
+
+
 def write_findings(verdicts: Sequence[Verdict], markdown_path: str | os.PathLike, json_path: str | os.PathLike,
                    summary_path: str | os.PathLike, under_lenses: Mapping[str, Sequence[Verdict]] | None = None,
                    tasks: Mapping[str, Any] | None = None) -> None:
