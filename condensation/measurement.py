@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from condensation import geometry, lenses, models
 from condensation.config.corpora import CORPORA
-from condensation.config.specs import DatasetSpec, ExtractionConfig, SamplingConfig, TrendConfig, typed
+from condensation.config.specs import DatasetSpec, ExtractionConfig, SamplingConfig, TrendConfig, as_settings
 from condensation.cosine_extraction import extract_cosine_statistics
 from condensation.data import corpus, packing, text
 from condensation.hidden_states import UnsupportedModelError, source_of
@@ -294,7 +294,7 @@ def measure(
     holds each default and its reason), objects or mappings of the fields to change, e.g.
     ``sampling={"num_sequences": 32}``; by default the paper's: N = 100 sequences of T = 512 tokens.
     """
-    sampling, extraction = typed(SamplingConfig, sampling), typed(ExtractionConfig, extraction)
+    sampling, extraction = as_settings(SamplingConfig, sampling), as_settings(ExtractionConfig, extraction)
     if sum(source is not None for source in (texts, dataset, token_ids)) != 1:
         raise MeasureError("give one of texts (a list of strings or a text file), dataset or token_ids")
     source, tokenizer = _source_and_tokenizer(model, name, tokenizer, extraction.dtype, extraction.device)
@@ -325,7 +325,7 @@ def measure(
              stats.meta["seconds"])
     ids = input_ids.cpu().numpy().astype(np.int64)
     digest = hashlib.sha256(repr(ids.shape).encode() + ids.tobytes()).hexdigest()
-    return Measurement(name, stats, source.num_parameters, typed(TrendConfig, trend), token_digest=digest)
+    return Measurement(name, stats, source.num_parameters, as_settings(TrendConfig, trend), token_digest=digest)
 
 
 def _token_ids(texts: Any, dataset: Any, tokenizer: Any, sampling: SamplingConfig, meta: dict[str, Any]):

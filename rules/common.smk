@@ -41,7 +41,7 @@ POOLED_BASES = pooled_bases(config, LABELS)
 GPU_MODEL = config["gpu_model"]  # the site's GPU type for SLURM (None: any GPU)
 
 
-def fill(template, **values):
+def path_with(template, **values):
     """``template`` with the named placeholders filled; the others stay wildcards."""
     return expand(template, **values, allow_missing=True)[0]
 
@@ -98,10 +98,10 @@ def text_inputs(spec):
     """What reading the text of a dataset spec needs (a dataset's, or a local task's corpus): its
     built corpus, the user's files, or its fetched text (hub)."""
     if spec.source in CORPORA:
-        return {"corpus": fill(path.corpus, corpus=spec.source)}
+        return {"corpus": path_with(path.corpus, corpus=spec.source)}
     if spec.source == "files":
         return {"files": local_files(spec.files)}
-    return {"corpus": fill(path.hub_dataset, dataset=spec.dataset)}
+    return {"corpus": path_with(path.hub_dataset, dataset=spec.dataset)}
 
 
 def dataset_inputs(name):

@@ -97,7 +97,7 @@ if config["evaluation"]["checkpoints"] == "all":
                 suffix=list(SCORE_FILES.values()),
             ),
         output:
-            multiext(fill(path.score, checkpoint="selected"), **SCORE_FILES),
+            multiext(path_with(path.score, checkpoint="selected"), **SCORE_FILES),
         log:
             "logs/pick_selected_score/{study}/{model}/{method}/seed{seed}.log",
         benchmark:
@@ -113,8 +113,8 @@ rule table2:
         item_rows=score_files("midtrain", suffix=SCORE_FILES["item_rows"]),
     output:
         **score_table("table2", "Table 2: downstream scores"),
-        metrics=fill(path.metrics, name="scores.json"),
-        plot=fill(path.metrics, name="scores.csv"),
+        metrics=path_with(path.metrics, name="scores.json"),
+        plot=path_with(path.metrics, name="scores.csv"),
     log:
         "logs/table2.log",
     benchmark:
@@ -172,7 +172,7 @@ rule scores_by_step:
     input:
         scores=lambda wildcards: score_files(wildcards.study, study_checkpoints(config, wildcards.study)[1:]),
     output:
-        fill(path.table, table="{study}_scores_by_step") + ".csv",
+        path_with(path.table, table="{study}_scores_by_step") + ".csv",
     log:
         "logs/scores_by_step/{study}.log",
     benchmark:

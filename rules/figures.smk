@@ -147,8 +147,8 @@ rule findings:
         similarity=expand(path.similarity_table, comparison=config["similarity"]),
     output:
         markdown=in_report(path.findings, "findings", "Findings", page="the paper's claims, checked"),
-        json=fill(path.metrics, name="findings.json"),
-        summary=fill(path.metrics, name="summary.json"),  # the main numbers: dvc metrics, dvc exp show
+        json=path_with(path.metrics, name="findings.json"),
+        summary=path_with(path.metrics, name="summary.json"),  # the main numbers: dvc metrics, dvc exp show
     log:
         "logs/findings.log",
     benchmark:

@@ -46,8 +46,8 @@ rule trend_metrics:
         tables=trend_tables(),
         geometry=all_geometry(),
     output:
-        metrics=fill(path.metrics, name="trend.json"),
-        layer_means=fill(path.metrics, name="layer_means.csv"),
+        metrics=path_with(path.metrics, name="trend.json"),
+        layer_means=path_with(path.metrics, name="layer_means.csv"),
     log:
         "logs/trend_metrics.log",
     benchmark:

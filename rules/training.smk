@@ -81,7 +81,7 @@ rule measure_checkpoints:
     input:
         index=path.study_run.index,
         handle=path.handle,  # its size sets the GPUs
-        samples=lambda wildcards: fill(path.samples, dataset=config[wildcards.study]["geometry_dataset"]),
+        samples=lambda wildcards: path_with(path.samples, dataset=config[wildcards.study]["geometry_dataset"]),
     output:
         directory(path.checkpoint_geometry),
     log:
@@ -147,9 +147,9 @@ rule study_metrics:
         ),
         losses=lambda wildcards: expand(path.losses, study=wildcards.study, model=config[wildcards.study]["models"]),
     output:
-        metrics=fill(path.metrics, name="{study}.json"),
-        training=fill(path.metrics, name="{study}_training.csv"),
-        checkpoints=fill(path.metrics, name="{study}_checkpoints.csv"),
+        metrics=path_with(path.metrics, name="{study}.json"),
+        training=path_with(path.metrics, name="{study}_training.csv"),
+        checkpoints=path_with(path.metrics, name="{study}_checkpoints.csv"),
     log:
         "logs/study_metrics/{study}.log",
     benchmark:

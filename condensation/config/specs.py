@@ -89,7 +89,7 @@ SECTIONS = {"sampling": SamplingConfig, "extraction": ExtractionConfig, "trend":
 Section = TypeVar("Section", SamplingConfig, ExtractionConfig, TrendConfig)
 
 
-def typed(cls: type[Section], value: Section | Mapping[str, Any]) -> Section:
+def as_settings(cls: type[Section], value: Section | Mapping[str, Any]) -> Section:
     """``value`` as ``cls``. The rules pass a section as a plain mapping, the form Snakemake's
     params trigger compares (it skips other objects, so a changed setting would not rerun the
     jobs it shapes); a library caller may pass the object itself."""

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from condensation import models
-from condensation.config.specs import DatasetSpec, SamplingConfig, typed
+from condensation.config.specs import DatasetSpec, SamplingConfig, as_settings
 from condensation.data import corpus, packing, text
 
 log = logging.getLogger("condensation")
@@ -42,7 +42,7 @@ def sample_dataset(
     *, name: str, spec: Mapping[str, Any], sampling: SamplingConfig | Mapping[str, Any], out_path: str | Path,
     corpus_dir: str | Path | None,
 ) -> None:
-    sampling = typed(SamplingConfig, sampling)
+    sampling = as_settings(SamplingConfig, sampling)
     with naming_the_dataset(name):
         rows = text.load_rows(DatasetSpec.from_config(name, spec), corpus_dir)
         samples = text.sample_sequences(rows, sampling)

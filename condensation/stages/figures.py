@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from condensation import geometry, models
-from condensation.config.specs import TrendConfig, typed
+from condensation.config.specs import TrendConfig, as_settings
 from condensation.reporting.tables.trend_tables import write_trend_table
 from condensation.runtime.io import atomic_path
 from condensation.runtime.run_dir import RunDir, parse_step
@@ -67,7 +67,7 @@ def family_figure(
     # deferred: matplotlib, see the imports
     from condensation.reporting.figures.trends import plot_family_trend  # noqa: PLC0415
 
-    trend = typed(TrendConfig, trend)
+    trend = as_settings(TrendConfig, trend)
     if compares_size:  # the first job that knows the sizes (with the trend table)
         check_family_sizes(family, model_names, handle_paths, labels)
     entries = _entries(model_names, geometry_paths, handle_paths, labels, trend)
@@ -87,7 +87,7 @@ def paired_figure(
     from condensation.reporting.figures.trends import plot_paired_trend  # noqa: PLC0415
     from condensation.reporting.tables import profiles  # noqa: PLC0415
 
-    trend = typed(TrendConfig, trend)
+    trend = as_settings(TrendConfig, trend)
     groups = [list(first), list(second)] + ([list(reference)] if reference else [])
     names = [name for group in groups for name in group]
     entries = _entries(names, geometry_paths, handle_paths, labels, trend)
@@ -112,7 +112,7 @@ def dataset_figure(
     # deferred: matplotlib, see the imports
     from condensation.reporting.figures.trends import plot_dataset_robustness  # noqa: PLC0415
 
-    trend = typed(TrendConfig, trend)
+    trend = as_settings(TrendConfig, trend)
     n = len(model_names)
     if len(geometry_paths) != n * len(datasets):
         raise ValueError(f"{len(geometry_paths)} geometry paths for {n} models x {len(datasets)} datasets")
@@ -137,7 +137,7 @@ def study_figures(
         plot_trajectory,
     )
 
-    trend = typed(TrendConfig, trend)
+    trend = as_settings(TrendConfig, trend)
 
     rows = {method: _checkpoints(directory, trend) for method, directory in zip(grid_methods, grid_dirs, strict=True)}
     colour_order = list(methods) + [m for m in grid_methods if m not in methods]  # same colours in every figure
@@ -182,7 +182,7 @@ def series_figure(
     from condensation.reporting.figures.trends import FamilyEntry, plot_family_trend  # noqa: PLC0415
     from condensation.reporting.tables import profiles  # noqa: PLC0415
 
-    trend = typed(TrendConfig, trend)
+    trend = as_settings(TrendConfig, trend)
     entries = []
     for (label, tokens), geometry_path in zip(points, geometry_paths, strict=True):
         stats = geometry.CosineStatistics.load(geometry_path)

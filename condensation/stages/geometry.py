@@ -15,7 +15,7 @@ from condensation.config.specs import (
     ExtractionConfig,
     SamplingConfig,
     TrendConfig,
-    typed,
+    as_settings,
 )
 from condensation.data import text
 from condensation.runtime.io import atomic_path, write_json
@@ -40,8 +40,8 @@ def extract(
 
     from condensation.measurement import measure  # noqa: PLC0415
 
-    sampling = typed(SamplingConfig, sampling)
-    extraction = typed(ExtractionConfig, extraction)
+    sampling = as_settings(SamplingConfig, sampling)
+    extraction = as_settings(ExtractionConfig, extraction)
     torch.set_num_threads(threads)
     texts = text.read_samples(samples_path)
     measurement = measure(models.ModelHandle.load(handle_path), texts, sampling=sampling, extraction=extraction,
@@ -58,7 +58,7 @@ def trend_rows(
     # deferred: pandas and the table modules, see the imports
     import pandas as pd  # noqa: PLC0415
 
-    trend = typed(TrendConfig, trend)
+    trend = as_settings(TrendConfig, trend)
     rows = []
     for name, geometry_path, handle_path in zip(model_names, geometry_paths, handle_paths, strict=True):
         stats = geometry.CosineStatistics.load(geometry_path)
@@ -93,7 +93,7 @@ def trend_table(
     # deferred: pandas and the table modules, see the imports
     from condensation.reporting.tables import profiles, trend_tables  # noqa: PLC0415
 
-    trend = typed(TrendConfig, trend)
+    trend = as_settings(TrendConfig, trend)
     if compares_size:  # the first job that knows the sizes (with the family figure)
         check_family_sizes(family, model_names, handle_paths, labels)
     table = trend_rows(model_names, geometry_paths, handle_paths, labels, trend)
@@ -151,8 +151,8 @@ def similarity_table(
     from condensation import similarity  # noqa: PLC0415
     from condensation.measurement import measure  # noqa: PLC0415
 
-    sampling = typed(SamplingConfig, sampling)
-    extraction = typed(ExtractionConfig, extraction)
+    sampling = as_settings(SamplingConfig, sampling)
+    extraction = as_settings(ExtractionConfig, extraction)
     torch.set_num_threads(threads)
     texts = text.read_samples(samples_path)
     measured: dict[str, Any] = {}

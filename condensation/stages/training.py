@@ -14,7 +14,7 @@ from condensation.config.specs import (
     ExtractionConfig,
     SamplingConfig,
     TrendConfig,
-    typed,
+    as_settings,
 )
 from condensation.data import packing, text
 from condensation.runtime.io import atomic_path, write_json, write_manifest
@@ -106,9 +106,9 @@ def measure_checkpoints(
 
     from condensation.measurement import measure  # noqa: PLC0415
 
-    sampling = typed(SamplingConfig, sampling)
-    extraction = typed(ExtractionConfig, extraction)
-    trend = typed(TrendConfig, trend)
+    sampling = as_settings(SamplingConfig, sampling)
+    extraction = as_settings(ExtractionConfig, extraction)
+    trend = as_settings(TrendConfig, trend)
     torch.set_num_threads(threads)
     texts = text.read_samples(samples_path)
     run = RunDir(Path(index_path).parent)
@@ -141,7 +141,7 @@ def study_tables(
     from condensation.reporting.tables import profiles  # noqa: PLC0415
     from condensation.reporting.tables.condensation_effects import write_condensation_effects  # noqa: PLC0415
 
-    trend = typed(TrendConfig, trend)
+    trend = as_settings(TrendConfig, trend)
     trajectories, losses, keys_of_checkpoints, checkpoint_files = [], [], [], []
     for (method, seed), log_path, geometry_dir in zip(runs, log_paths, geometry_dirs, strict=True):
         keys = {"method": method, "seed": seed}

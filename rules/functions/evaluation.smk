@@ -53,6 +53,6 @@ def score_files(study, checkpoints=("selected",), suffix=SCORE_FILES["record"]):
 
 def score_table(table, title):
     """A score table's files: csv, markdown, latex, and the html the report shows."""
-    stem = fill(path.table, table=table)
+    stem = path_with(path.table, table=table)
     html = in_report(f"{stem}.html", table, "Tables", table=title)
     return {"csv": f"{stem}.csv", "markdown": f"{stem}.md", "latex": f"{stem}.tex", "html": html}

@@ -7,7 +7,7 @@ from condensation.config.plan import score_tables, series_bands, series_model_na
 # (pre-trained, initialised or trained in a study here) and published runs of a suite of seeds (a
 # hub model with `seed:`, PolyPythia's). One run of them leaves the training noise unmeasured;
 # any other model is one given checkpoint.
-DRAWN_MODELS = [
+SEEDED_MODELS = [
     name
     for name, spec in MODELS.items()
     if spec.source in ("pretrain", "init", "run") or (spec.source == "hub" and spec.seed is not None)
@@ -53,8 +53,8 @@ def series_inputs(wildcards):
     spec = config["series"][wildcards.series]
     if MODELS[spec["model"]].source == "pretrain":
         return {
-            "run_geometry": fill(path.pretrain_geometry, model=spec["model"], dataset=spec["dataset"]),
-            "index": fill(path.pretrain_run.index, model=spec["model"]),
+            "run_geometry": path_with(path.pretrain_geometry, model=spec["model"], dataset=spec["dataset"]),
+            "index": path_with(path.pretrain_run.index, model=spec["model"]),
         }
     models = [series_model_name(wildcards.series, point["label"]) for point in spec["checkpoints"]]
     return {"geometry": expand(path.geometry, model=models, dataset=spec["dataset"])}
@@ -71,7 +71,7 @@ def get_figure_row_geometry(wildcards):
 
 def study_figure(kind, caption, figure):
     """One of a study model's figures (``kind``), in the report under its study."""
-    file = fill(path.study_figure, kind=kind)
+    file = path_with(path.study_figure, kind=kind)
     return in_report(file, caption, "Training studies", "{study}", model="{model}", figure=figure)
 
 
@@ -81,7 +81,7 @@ def pooled_effect_files():
     paths, names = [], {}
     for study, bands in POOLED_BASES.items():
         for band, models in bands.items():
-            paths.append(f"{fill(path.pooled_effects, study=study, bases=band)}.csv")
+            paths.append(f"{path_with(path.pooled_effects, study=study, bases=band)}.csv")
             names[f"{study}, {LABELS[models[0]]} ({len(models)} base runs pooled)"] = [
                 f"{study}, {model}" for model in models
             ]
@@ -109,9 +109,9 @@ FINDINGS_DESIGN = {
     "pair_labels": {name: spec["labels"] for name, spec in config["pairs"].items()},
     "families": {name: spec["datasets"] for name, spec in config["families"].items()},
     "uncounted_families": [name for name, spec in config["families"].items() if not spec["compares_size"]],
-    "drawn_models": DRAWN_MODELS,
+    "seeded_models": SEEDED_MODELS,
     "series_groups": SERIES_GROUPS,
-    "drawn_series": [name for name, spec in config["series"].items() if spec["model"] in DRAWN_MODELS],
+    "seeded_series": [name for name, spec in config["series"].items() if spec["model"] in SEEDED_MODELS],
     "pooled": POOLED_EFFECTS["names"],
     "tasks": list(config["evaluation"]["tasks"]),
     "counted_tasks": config["evaluation"]["counted_tasks"],

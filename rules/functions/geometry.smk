@@ -17,7 +17,7 @@ def all_geometry():
     }
     for family, datasets in config["dataset_robustness"].items():
         measured |= {(m, d) for m in families[family]["models"] for d in datasets}
-    return sorted(fill(path.geometry, model=m, dataset=d) for m, d in measured)
+    return sorted(path_with(path.geometry, model=m, dataset=d) for m, d in measured)
 
 
 def similarity_inputs(wildcards):
@@ -26,16 +26,16 @@ def similarity_inputs(wildcards):
     rows = SIMILARITY_ROWS[wildcards.comparison]
     compared = [
         (
-            fill(
+            path_with(
                 path.study_run.final, study=row["run"][0], model=row["run"][1], method=row["run"][2], seed=row["run"][3]
             )
             if row["run"]
-            else fill(path.handle, model=row["model"])
+            else path_with(path.handle, model=row["model"])
         )
         for row in rows
     ]
     return {
         "compared": compared,
-        "references": [fill(path.handle, model=row["reference"]) for row in rows],
-        "samples": fill(path.samples, dataset=similarity_dataset(config, wildcards.comparison)),
+        "references": [path_with(path.handle, model=row["reference"]) for row in rows],
+        "samples": path_with(path.samples, dataset=similarity_dataset(config, wildcards.comparison)),
     }

@@ -20,7 +20,7 @@ def hub_checked_in_a_dry_run(wildcards):
             {
                 name: (MODELS[name].id, MODELS[name].revision)
                 for name in HUB_MODELS
-                if not os.path.exists(fill(path.handle, model=name))
+                if not os.path.exists(path_with(path.handle, model=name))
             }
         )
     return []
@@ -77,7 +77,11 @@ def prepare_model_priority(wildcards):
 def pretrain_tokenizer_inputs(wildcards):
     """A model's tokenizer (its handle), or the text a BPE is trained on."""
     existing = config["pretrain"]["tokenizer"]
-    return {"handle": fill(path.handle, model=existing)} if existing else dataset_inputs(config["pretrain"]["dataset"])
+    return (
+        {"handle": path_with(path.handle, model=existing)}
+        if existing
+        else dataset_inputs(config["pretrain"]["dataset"])
+    )
 
 
 def get_model_inputs(wildcards):
@@ -85,17 +89,17 @@ def get_model_inputs(wildcards):
     of an init model."""
     spec = MODELS[wildcards.model]
     if spec.source == "pretrain":
-        return {"pretrained": fill(path.pretrain_run.final, model=wildcards.model)}
+        return {"pretrained": path_with(path.pretrain_run.final, model=wildcards.model)}
     if spec.source == "run":
         return {
-            "pretrained": fill(
+            "pretrained": path_with(
                 path.study_run.final, study=spec.study, model=spec.of, method=spec.method, seed=spec.seed
             )
         }
     if spec.source == "init" and MODELS[spec.of].source == "pretrain":
         return {"tokenizer": path.tokenizer}
     if spec.source == "init":  # the architecture and tokenizer of a hub model
-        return {"base": fill(path.handle, model=spec.of)}
+        return {"base": path_with(path.handle, model=spec.of)}
     return {}
 
 

@@ -20,7 +20,7 @@ def run_method(wildcards):
 def teacher_inputs(wildcards):
     """The teacher's handle, for a run whose method distils (it names the teacher)."""
     teacher = run_method(wildcards).get("teacher")
-    return {"teacher": fill(path.handle, model=teacher)} if teacher else {}
+    return {"teacher": path_with(path.handle, model=teacher)} if teacher else {}
 
 
 def teacher_argument(wildcards, input):

@@ -41,7 +41,7 @@ def family(values: dict[tuple[str, float], list[float]], rising=True) -> Profile
 
 def design(trends, **extra):
     drawn = frozenset(m for t in trends.values() for m in t.rows["model"])
-    return claims.Design(drawn=drawn, families={"toy": ["austen", "pydocs"]}, **extra)
+    return claims.Design(seeded=drawn, families={"toy": ["austen", "pydocs"]}, **extra)
 
 
 def test_size_is_decided_on_the_primary_text_with_the_others_as_robustness_checks():
@@ -95,17 +95,17 @@ def test_distillation_is_an_equivalence_claim_with_a_replicated_teacher():
     teachers = [(f"t{i}", "teacher", v) for i, v in enumerate([0.20, 0.22, 0.21])]
     mirrors = [(f"d{i}", "distilled", v) for i, v in enumerate([0.40, 0.415, 0.405])]  # closes ~2 % of the gap
     drawn = frozenset(m for group in (ce, teachers, mirrors) for m, _, _ in group)
-    distill, _ = claims.pair_pieces({"distillation": pair(labels, ce, mirrors, teachers)}, claims.Design(drawn=drawn),
+    distill, _ = claims.pair_pieces({"distillation": pair(labels, ce, mirrors, teachers)}, claims.Design(seeded=drawn),
                                     "last_half")
     reading = claims.decide(distill).readings[0]
     assert reading.verdict == AGREES and "share of the gap closed" in reading.piece.text
     inherits = [(f"d{i}", "distilled", v) for i, v in enumerate([0.25, 0.27, 0.26])]  # closes ~75 %
-    distill, _ = claims.pair_pieces({"distillation": pair(labels, ce, inherits, teachers)}, claims.Design(drawn=drawn),
+    distill, _ = claims.pair_pieces({"distillation": pair(labels, ce, inherits, teachers)}, claims.Design(seeded=drawn),
                                     "last_half")
     assert claims.decide(distill).verdict == DISAGREES
     # one teacher for every student: its training noise is unmeasured, nothing is decided
     single = [("t0", "teacher", 0.20)] * 3
-    distill, _ = claims.pair_pieces({"distillation": pair(labels, ce, mirrors, single)}, claims.Design(drawn=drawn),
+    distill, _ = claims.pair_pieces({"distillation": pair(labels, ce, mirrors, single)}, claims.Design(seeded=drawn),
                                     "last_half")
     decision = claims.decide(distill)
     assert decision.verdict == INCONCLUSIVE and "one run of teacher" in decision.reason
@@ -117,7 +117,7 @@ def test_initialisation_pairs_any_piece_agreeing_with_none_against_and_a_given_t
              ("toy-init", "toy init", 0.04), ("toy-init-s1", "toy init", 0.05)]
     second = [("big", "big", 0.61), ("big", "big", 0.61), ("toy", "toy", 0.33), ("toy-s1", "toy", 0.36)]
     drawn = frozenset({"big-init", "big-init-s1", "toy-init", "toy-init-s1", "toy", "toy-s1"})
-    _, init = claims.pair_pieces({"init-vs-trained": pair(labels, first, second)}, claims.Design(drawn=drawn),
+    _, init = claims.pair_pieces({"init-vs-trained": pair(labels, first, second)}, claims.Design(seeded=drawn),
                                  "last_half")
     decision = claims.decide(init)
     assert [r.verdict for r in decision.readings] == [AGREES, DISAGREES]
@@ -188,7 +188,7 @@ def test_series_first_against_last_checkpoint_paired_by_run(verdict):
         rows = [{"checkpoint": "init", "tokens": 0}, {"checkpoint": "step 10", "tokens": 100}]
         series[f"run{run}"] = table(rows, [start + 0.01 * run, end - 0.01 * run])
     found = claims.series_pieces(series, claims.Design(series_groups={f"run{r}": "toy" for r in range(3)},
-                                                        drawn_series=frozenset(series)), "last_half")
+                                                        seeded_series=frozenset(series)), "last_half")
     assert len(found) == 1 and claims.decide(found).verdict == verdict and "toy (3 runs)" in found[0].text
 
 
@@ -219,7 +219,7 @@ def test_the_noise_sources_of_a_family_that_groups_them_are_shown_with_their_var
     # on the page: beside the size claim of a family that does not compare sizes
     trends = {"sources_austen": sources}
     found = claims.all_claims(claims.Evidence(trends=trends), claims.Design(
-        drawn=frozenset(sources.rows["model"]), families={"sources": ["austen"]}, uncounted=frozenset({"sources"})))
+        seeded=frozenset(sources.rows["model"]), families={"sources": ["austen"]}, uncounted=frozenset({"sources"})))
     size = next(verdict for verdict in found if verdict.claim == claims.SIZE)
     assert line in size.notes and size.verdict == UNTESTED
 

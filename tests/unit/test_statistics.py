@@ -15,7 +15,7 @@ from condensation.reporting.statistics.decisions import (
     DISAGREES,
     INCONCLUSIVE,
     UNTESTED,
-    Piece,
+    EvidencePiece,
     decide,
     holm,
     over_statistics,
@@ -279,7 +279,7 @@ def test_a_statistic_stuck_at_one_is_flagged_not_tested():
                                 resamples=50)
     result = difference(panel, "a", "b")
     assert result.saturated and "1.00 for every run" in result.saturated
-    reading = decide([Piece("p", "", result)]).readings[0]
+    reading = decide([EvidencePiece("p", "", result)]).readings[0]
     assert reading.verdict == INCONCLUSIVE and "cannot separate" in reading.reason
 
 
@@ -322,8 +322,8 @@ def test_fieller_and_the_share_of_a_gap_closed():
     assert ratio.estimate == pytest.approx(0.2) and ratio.ci_low == pytest.approx(0.2, abs=1e-6)
     share, ratio90 = gap_share(panel, "distilled", "ce", "teacher", margin=0.25)
     assert share.estimate == pytest.approx(0.2)
-    assert read_equivalence(Piece("d", "", share, margin=0.25, ratio=ratio90)).verdict == AGREES
-    assert read_equivalence(Piece("d", "", share, margin=0.10, ratio=ratio90)).verdict == DISAGREES
+    assert read_equivalence(EvidencePiece("d", "", share, margin=0.25, ratio=ratio90)).verdict == AGREES
+    assert read_equivalence(EvidencePiece("d", "", share, margin=0.10, ratio=ratio90)).verdict == DISAGREES
 
 
 # ---------------------------------------------------------------------------------------------
@@ -331,8 +331,8 @@ def test_fieller_and_the_share_of_a_gap_closed():
 # ---------------------------------------------------------------------------------------------
 
 
-def _piece(estimate: float, se: float, direction: int = 1, dof: float = 10.0) -> Piece:
-    return Piece(f"{estimate}", "", Estimate(estimate, se, dof, se, 0.0, "seeds and sequences"), direction)
+def _piece(estimate: float, se: float, direction: int = 1, dof: float = 10.0) -> EvidencePiece:
+    return EvidencePiece(f"{estimate}", "", Estimate(estimate, se, dof, se, 0.0, "seeds and sequences"), direction)
 
 
 def test_holm_multiplies_by_the_remaining_count_and_keeps_the_order():

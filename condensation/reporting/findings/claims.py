@@ -42,7 +42,7 @@ from condensation.reporting.findings.noise_sources import noise_source_line
 from condensation.reporting.statistics.decisions import (
     ANY,
     Decision,
-    Piece,
+    EvidencePiece,
     Verdict,
     decide,
     over_statistics,
@@ -76,7 +76,7 @@ COLLAPSED = 0.99
 class Design:
     """What the config says about the models behind the tables."""
 
-    drawn: frozenset[str] = frozenset()
+    seeded: frozenset[str] = frozenset()
     """Models trained or initialised here (one run of one leaves its training noise unmeasured)."""
     uncounted: frozenset[str] = frozenset()
     """Families whose models differ in more than size (``compares_size: false``)."""
@@ -84,7 +84,7 @@ class Design:
     """Family -> its datasets in config order; the first is the family's primary text."""
     series_groups: Mapping[str, str] = field(default_factory=dict)
     """Series -> the group read together (the runs of one family pre-trained here)."""
-    drawn_series: frozenset[str] = frozenset()
+    seeded_series: frozenset[str] = frozenset()
     pooled: Mapping[str, Sequence[str]] = field(default_factory=dict)
     """A study's effects with its base models pooled (a label's pre-training runs) -> the
     per-model effects it replaces in the dispersion verdict (they stay on the page, not counted)."""
@@ -92,9 +92,9 @@ class Design:
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Design:
         """From the findings rule's ``design`` parameter (``rules/functions/figures.smk``)."""
-        return cls(drawn=frozenset(params["drawn_models"]), uncounted=frozenset(params["uncounted_families"]),
+        return cls(seeded=frozenset(params["seeded_models"]), uncounted=frozenset(params["uncounted_families"]),
                    families=dict(params["families"]), series_groups=dict(params["series_groups"]),
-                   drawn_series=frozenset(params["drawn_series"]),
+                   seeded_series=frozenset(params["seeded_series"]),
                    pooled={name: tuple(members) for name, members in params["pooled"].items()})
 
 
@@ -135,7 +135,7 @@ def _title(statistic: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def size_piece(name: str, profiles: Profiles, design: Design, statistic: str, direction: int) -> Piece | None:
+def size_piece(name: str, profiles: Profiles, design: Design, statistic: str, direction: int) -> EvidencePiece | None:
     """The slope of ``statistic`` over log10(parameters) across the sizes of one family on one
     text (replicates: rows with the same label, none paired across sizes)."""
     rows = profiles.rows.drop_duplicates("model")
@@ -145,7 +145,7 @@ def size_piece(name: str, profiles: Profiles, design: Design, statistic: str, di
         return None
     positions = {label: math.log10(float(rows.loc[rows["label"] == label, "num_parameters"].iloc[0]))
                  for label in labels}
-    fixed = [label for label in labels if not rows.loc[rows["label"] == label, "model"].isin(design.drawn).any()]
+    fixed = [label for label in labels if not rows.loc[rows["label"] == label, "model"].isin(design.seeded).any()]
     panel = profiles.panel(statistic, list(rows["label"]), list(rows["model"]), fixed)
     if np.ptp(list(positions.values())) == 0:
         return None
@@ -155,7 +155,7 @@ def size_piece(name: str, profiles: Profiles, design: Design, statistic: str, di
     counts = "/".join(str(int((rows["label"] == label).sum())) for label in labels)
     text = (f"{name} ({len(labels)} sizes, runs per size {counts}; {_title(statistic)} {sizes}): "
             f"slope per decade of parameters {describe(result)}")
-    return Piece(name, text, result, direction)
+    return EvidencePiece(name, text, result, direction)
 
 
 def size_claim(trends: Mapping[str, Profiles], design: Design, statistic: str = "last_half",
@@ -189,7 +189,7 @@ def _pair_panel(profiles: Profiles, members: Mapping[str, pd.Series], design: De
     keep, arms, seeds, fixed = [], [], [], []
     for arm, mask in members.items():
         rows = profiles.rows[mask.to_numpy()]
-        given = not rows["model"].isin(design.drawn).any()
+        given = not rows["model"].isin(design.seeded).any()
         if given or rows["model"].nunique() == 1:
             rows = rows.drop_duplicates("model")
         if given:
@@ -206,7 +206,7 @@ def _pair_panel(profiles: Profiles, members: Mapping[str, pd.Series], design: De
 
 
 def pair_pieces(pairs: Mapping[str, tuple[Sequence[str], Profiles]], design: Design,
-                statistic: str, orientation: int = 1) -> tuple[list[Piece], list[Piece]]:
+                statistic: str, orientation: int = 1) -> tuple[list[EvidencePiece], list[EvidencePiece]]:
     """The distillation pieces (equivalence) and the initialisation pieces (directional) of every
     pair, per (first label, second label) combination. ``orientation`` -1 reads a lens that falls
     as condensation rises."""
@@ -232,12 +232,12 @@ def pair_pieces(pairs: Mapping[str, tuple[Sequence[str], Profiles]], design: Des
                 text = (f"{title}: {_means(profiles.subset(in_a), statistic)} vs "
                         f"{_means(profiles.subset(in_b), statistic)}"
                         f" ({_title(statistic)}); {labels[0]} - {labels[1]} {describe(result)}")
-                init.append(Piece(title, text, result, orientation))
+                init.append(EvidencePiece(title, text, result, orientation))
     return distill, init
 
 
 def _distillation_piece(title: str, arms: Sequence[str], profiles: Profiles, members: Mapping[str, pd.Series],
-                        design: Design, statistic: str) -> Piece:
+                        design: Design, statistic: str) -> EvidencePiece:
     """The share of the gap from the CE student (``arms[0]``) to the teacher (``arms[2]``) that the
     distilled student (``arms[1]``) closes, tested against :data:`DISTILLATION_MARGIN` at 90 %
     two-sided (two one-sided tests at 5 %). A ratio: the same whatever the statistic's sign."""
@@ -249,7 +249,7 @@ def _distillation_piece(title: str, arms: Sequence[str], profiles: Profiles, mem
     text = (f"{title}: {distilled} - {ce} {describe(moved)}; {teacher} - {ce} {describe(gap)}; "
             f"share of the gap closed {_pct(ratio.estimate)} [{_pct(ratio.ci_low)}, {_pct(ratio.ci_high)}] "
             f"(90 %, Fieller; agrees below {margin:.0%})")
-    return Piece(title, text, share, margin=margin, ratio=ratio)
+    return EvidencePiece(title, text, share, margin=margin, ratio=ratio)
 
 
 def _pct(value: float) -> str:
@@ -261,7 +261,8 @@ def _pct(value: float) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def series_pieces(series: Mapping[str, Profiles], design: Design, statistic: str, orientation: int = 1) -> list[Piece]:
+def series_pieces(series: Mapping[str, Profiles], design: Design, statistic: str,
+                  orientation: int = 1) -> list[EvidencePiece]:
     """Each group of series (the runs of one family pre-trained here): the first checkpoint
     (initialisation) against the last, paired by run."""
     groups: dict[str, list[str]] = {}
@@ -280,14 +281,14 @@ def series_pieces(series: Mapping[str, Profiles], design: Design, statistic: str
                 seeds.append(name)
                 rows.append({"series": name, "checkpoint": table.rows["checkpoint"].iloc[index]})
         combined = Profiles(pd.DataFrame(rows), layers, lens_values, lens_jack)
-        fixed = [] if any(n in design.drawn_series for n in names) else ["first checkpoint", "last checkpoint"]
+        fixed = [] if any(n in design.seeded_series for n in names) else ["first checkpoint", "last checkpoint"]
         panel = combined.panel(statistic, arms, seeds, fixed)
         result = difference(panel, "first checkpoint", "last checkpoint")
         firsts, lasts = (combined.subset(np.array(arms) == f"{which} checkpoint") for which in ("first", "last"))
         text = (f"{group} ({len(names)} run{'s' if len(names) > 1 else ''}): {firsts.rows['checkpoint'].iloc[0]} "
                 f"{_means(firsts, statistic)} -> {lasts.rows['checkpoint'].iloc[0]} {_means(lasts, statistic)} "
                 f"({_title(statistic)}), first - last {describe(result)}{_peaks(series, names, statistic)}")
-        pieces.append(Piece(group, text, result, orientation))
+        pieces.append(EvidencePiece(group, text, result, orientation))
     return pieces
 
 
@@ -333,7 +334,7 @@ def estimate_from(row: Mapping, prefix: str = "", suffix: str = "", covers: str 
 
 def dispersion_condensation_pieces(effects: Mapping[str, pd.DataFrame], trajectories: Mapping[str, pd.DataFrame],
                                    statistic: str, method: str = "dispersion",
-                                   pooled: Sequence[str] = ()) -> list[Piece]:
+                                   pooled: Sequence[str] = ()) -> list[EvidencePiece]:
     """Dispersion against CE at the last step each study measured (its effects table), with the
     runs that collapsed named; the effects named in ``pooled`` replicate base models, not seeds."""
     pieces = []
@@ -349,7 +350,8 @@ def dispersion_condensation_pieces(effects: Mapping[str, pd.DataFrame], trajecto
         collapsed = _collapsed(trajectories.get(name), int(last["step"]), (method, "ce"))
         notes = ((f"{name}: collapsed at step {int(last['step'])} (deeper-layer cosine >= {COLLAPSED}): "
                   f"{collapsed}",) if collapsed else ())
-        pieces.append(Piece(name, text + (f"; collapsed: {collapsed}" if collapsed else ""), result, -1, notes=notes))
+        shown = text + (f"; collapsed: {collapsed}" if collapsed else "")
+        pieces.append(EvidencePiece(name, shown, result, -1, notes=notes))
     return pieces
 
 
@@ -368,7 +370,8 @@ def _collapsed(trajectory: pd.DataFrame | None, step: int, methods: Sequence[str
     return "; ".join(parts)
 
 
-def score_pieces(tables: Mapping[str, pd.DataFrame], method: str = "dispersion", baseline: str = "ce") -> list[Piece]:
+def score_pieces(tables: Mapping[str, pd.DataFrame], method: str = "dispersion",
+                 baseline: str = "ce") -> list[EvidencePiece]:
     """Dispersion against CE in each score table, per model: the table's seed-and-item test."""
     pieces = []
     for name, table in tables.items():
@@ -377,7 +380,7 @@ def score_pieces(tables: Mapping[str, pd.DataFrame], method: str = "dispersion",
             text = (f"{name}, {row['model']}: {method} - CE {describe(result, 2)} points over "
                     f"{int(row['n_seeds'])} seeds "
                     f"and the counted tasks' items")
-            pieces.append(Piece(f"{name}, {row['model']}", text, result, +1))
+            pieces.append(EvidencePiece(f"{name}, {row['model']}", text, result, +1))
     return pieces
 
 

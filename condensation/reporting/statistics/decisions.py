@@ -44,7 +44,7 @@ RULE_TEXT = {ANY: "agrees when a counted piece agrees and none disagrees, Holm-a
 
 
 @dataclass(frozen=True)
-class Piece:
+class EvidencePiece:
     """One piece of evidence: its name, the numbers a reader sees, its estimate, and the sign the
     claim predicts (``direction`` +1 / -1). An equivalence piece has a ``margin`` and its ratio."""
 
@@ -62,7 +62,7 @@ class Reading:
     """A piece read at a level: its verdict, why (if inconclusive), the p it was judged on and the
     smallest effect the design could have found."""
 
-    piece: Piece
+    piece: EvidencePiece
     verdict: str
     reason: str = ""
     p_value: float = math.nan
@@ -71,7 +71,7 @@ class Reading:
     counted: bool = True
 
 
-def read_directional(piece: Piece, level: float = ALPHA, p_value: float | None = None) -> Reading:
+def read_directional(piece: EvidencePiece, level: float = ALPHA, p_value: float | None = None) -> Reading:
     """Two-sided test of zero at ``level`` (``p_value``: an adjusted p to judge instead)."""
     result = piece.estimate
     detectable = result.detectable(level, POWER)
@@ -87,7 +87,7 @@ def read_directional(piece: Piece, level: float = ALPHA, p_value: float | None =
     return Reading(piece, INCONCLUSIVE, why, p, level, detectable)
 
 
-def read_equivalence(piece: Piece, level: float = ALPHA) -> Reading:
+def read_equivalence(piece: EvidencePiece, level: float = ALPHA) -> Reading:
     """A claim that an effect stays below ``piece.margin`` of a reference gap (a ratio with
     Fieller's interval at ``1 - 2 level``, i.e. two one-sided tests at ``level``): agrees when the
     upper bound is below the margin, disagrees when the lower bound is above it."""
@@ -135,8 +135,8 @@ class Decision:
     rule: str = ANY
 
 
-def decide(pieces: Sequence[Piece], rule: str = ANY, statistic: str = "", alpha: float = ALPHA,
-           robustness: Sequence[Piece] = ()) -> Decision:
+def decide(pieces: Sequence[EvidencePiece], rule: str = ANY, statistic: str = "", alpha: float = ALPHA,
+           robustness: Sequence[EvidencePiece] = ()) -> Decision:
     """The claim's verdict on one statistic from its counted ``pieces`` (module docstring: ``ANY``,
     Holm over exactly these pieces); ``robustness`` pieces (the same models measured again) are
     read at ``alpha`` each and shown, never counted."""
@@ -163,11 +163,11 @@ def decide(pieces: Sequence[Piece], rule: str = ANY, statistic: str = "", alpha:
     return Decision(statistic, INCONCLUSIVE, readings + checks, "; ".join(reasons), rule)
 
 
-def _read(piece: Piece, level: float) -> Reading:
+def _read(piece: EvidencePiece, level: float) -> Reading:
     return read_equivalence(piece, level) if piece.margin is not None else read_directional(piece, level)
 
 
-def _read_holm(pieces: Sequence[Piece], alpha: float) -> list[Reading]:
+def _read_holm(pieces: Sequence[EvidencePiece], alpha: float) -> list[Reading]:
     """Each piece at Holm's level within the claim: directional pieces by their adjusted p; an
     equivalence piece (tested by its interval) at alpha / m, the level Holm gives the first."""
     m = len(pieces)

@@ -24,7 +24,7 @@ from condensation.reporting.statistics.decisions import (
     AGREES,
     ANY,
     DISAGREES,
-    Piece,
+    EvidencePiece,
     decide,
 )
 from condensation.reporting.statistics.panel import (
@@ -121,7 +121,8 @@ def simulate_difference(effect: float, seeds: int, *, paired: bool = True, noise
         main = rng.normal(0, noise.sequence_sd, noise.sequences)
         runs, per_unit = _draw_runs(rng, {"first": 0.5, "second": 0.5 + effect}, seeds, noise, paired, main)
         panel = panel_from_units(runs, per_unit, units="sequences")
-        calls.append(decide([Piece("sim", "", difference(panel, "second", "first"), direction=-1)], ANY).verdict)
+        piece = EvidencePiece("sim", "", difference(panel, "second", "first"), direction=-1)
+        calls.append(decide([piece], ANY).verdict)
     return _rates(calls)
 
 
@@ -141,7 +142,7 @@ def simulate_slope(slope_per_decade: float, positions: Sequence[float], seeds: i
             main = rng.normal(0, noise.sequence_sd, noise.sequences)
             runs, per_unit = _draw_runs(rng, arms, seeds, noise, False, main)
             panel = panel_from_units(runs, per_unit, units="sequences")
-            pieces.append(Piece("sim", "", slope(panel, dict(zip(arms, x))), direction=-1))
+            pieces.append(EvidencePiece("sim", "", slope(panel, dict(zip(arms, x))), direction=-1))
         calls.append(decide(pieces[:1], ANY, robustness=pieces[1:]).verdict)
     return _rates(calls)
 
@@ -159,7 +160,7 @@ def simulate_gap_share(share: float, seeds: int, *, margin: float = 0.25, gap: f
         runs, per_unit = _draw_runs(rng, arms, seeds, noise, True, main)
         panel = panel_from_units(runs, per_unit, units="sequences")
         share, ratio = gap_share(panel, "distilled", "ce", "teacher", margin)
-        piece = Piece("sim", "", share, margin=margin, ratio=ratio)
+        piece = EvidencePiece("sim", "", share, margin=margin, ratio=ratio)
         calls.append(decide([piece], ANY).verdict)
     return _rates(calls)
 
@@ -194,7 +195,7 @@ def simulate_scores(effect_points: float, seeds: int, *, noise: ScoreNoise = Sco
                     per_unit.append(100.0 * right)
                     runs.append(Run(arm, s, 0.0))
             panel = panel_from_units(runs, per_unit, units="test items", strata=strata, weights=weights)
-            found.append(Piece("sim", "", difference(panel, "method", "ce"), direction=+1))
+            found.append(EvidencePiece("sim", "", difference(panel, "method", "ce"), direction=+1))
         calls.append(decide(found, ANY).verdict)
     return _rates(calls)
 
@@ -288,5 +289,6 @@ def simulate_pooled_bases(effect: float, bases: int, seeds: int, *, base_sd: flo
             by_base[f"base{base}"] = Profiles(pd.DataFrame(rows), layers, [None] * len(rows), [None] * len(rows))
         profiles = pool_bases(by_base) if pooled else Profiles.concat(list(by_base.values()))
         panel = profiles.panel("last_half", list(profiles.rows["method"]), list(profiles.rows["seed"]))
-        calls.append(decide([Piece("sim", "", difference(panel, "dispersion", "ce"), direction=-1)], ANY).verdict)
+        piece = EvidencePiece("sim", "", difference(panel, "dispersion", "ce"), direction=-1)
+        calls.append(decide([piece], ANY).verdict)
     return _rates(calls)
