@@ -9,6 +9,8 @@ a few percent of a standard error (for a normal statistic about 0.06 sd at 2,000
 
 from __future__ import annotations
 
+import numpy as np
+
 CONFIDENCE = 0.95
 """Two-sided level of every reported interval."""
 
@@ -30,3 +32,9 @@ ITEM_RESAMPLES = 10_000
 
 BOOTSTRAP_SEED = 0
 """The seed of every bootstrap: the same inputs give the same interval."""
+
+
+def resampled_units(n: int, resamples: int, seed: int = BOOTSTRAP_SEED) -> np.ndarray:
+    """``[resamples, n]`` indices of ``n`` units drawn with replacement: the one draw behind the
+    depth trend's bootstrap and the findings panels' (the same seed, the same resamples)."""
+    return np.random.default_rng(seed).integers(0, n, size=(resamples, n))

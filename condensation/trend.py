@@ -21,7 +21,7 @@ import numpy as np
 from condensation import lenses as lens_module
 from condensation.config.specs import TrendConfig
 from condensation.geometry import CosineStatistics
-from condensation.intervals import BOOTSTRAP_SEED, CONFIDENCE, SEQUENCE_RESAMPLES
+from condensation.intervals import BOOTSTRAP_SEED, CONFIDENCE, SEQUENCE_RESAMPLES, resampled_units
 
 log = logging.getLogger("condensation")
 
@@ -123,7 +123,7 @@ def bootstrap_mean_interval(
     values = np.asarray(values, dtype=np.float64)
     if values.shape[0] < 2:
         return np.full(values.shape[1:] + (2,), np.nan)
-    rows = np.random.default_rng(seed).integers(0, values.shape[0], size=(resamples, values.shape[0]))
+    rows = resampled_units(values.shape[0], resamples, seed)
     # sequences last, and np.take rather than fancy indexing: about 20x faster (1.5 ms for 4000 x 100)
     means = np.take(np.moveaxis(values, 0, -1), rows, axis=-1).mean(axis=-1)  # [..., resamples]
     tail = (1.0 - confidence) / 2.0

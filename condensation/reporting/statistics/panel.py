@@ -43,7 +43,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-from condensation.intervals import BOOTSTRAP_SEED, CONFIDENCE, EQUIVALENCE_CONFIDENCE, PANEL_RESAMPLES
+from condensation.intervals import (
+    BOOTSTRAP_SEED,
+    CONFIDENCE,
+    EQUIVALENCE_CONFIDENCE,
+    PANEL_RESAMPLES,
+    resampled_units,
+)
 
 # --------------------------------------------------------------------------------------------
 # How the units were sampled
@@ -212,7 +218,7 @@ def _stack(arrays: Sequence[np.ndarray], what: str, ndim: int = 2) -> np.ndarray
 
 def _resample_counts(n: int, resamples: int, seed: int) -> np.ndarray:
     """``[resamples, n]``: how often each unit is drawn in each bootstrap resample."""
-    draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    draws = resampled_units(n, resamples, seed)
     counts = np.zeros((resamples, n))
     np.add.at(counts, (np.arange(resamples)[:, None], draws), 1.0)
     return counts
