@@ -39,10 +39,15 @@ def test_the_score_test_is_powered_where_the_double_counted_one_was_not():
     assert power.simulate_scores(3.0, 3, draws=300).agrees >= 0.65
 
 
-def test_the_distillation_equivalence_test_is_calibrated_at_its_margin_and_powered_below_it():
+def test_the_distillation_equivalence_test_is_calibrated_at_its_margin_and_its_power_is_stated():
+    """Each teacher replicate is a pre-training run of its own (its seed shift is not the students'):
+    the default's 3 seeds find a share of 0 about two times in three (docs/statistics.md: 68 %),
+    four seeds 80 % or more. The simulation that let the teacher share the students' shift gave 100 %."""
     at_margin = power.simulate_gap_share(0.25, 3, draws=800)
     assert at_margin.agrees <= 0.05 + at_margin.margin
-    assert power.simulate_gap_share(0.0, 3, draws=200).agrees >= 0.80
+    three = power.simulate_gap_share(0.0, 3, draws=300).agrees
+    assert 0.55 <= three <= 0.80
+    assert power.simulate_gap_share(0.0, 4, draws=300).agrees >= 0.80
 
 
 def default_size_design() -> tuple[list[float], list[int]]:

@@ -239,18 +239,20 @@ def test_one_run_trained_here_leaves_its_noise_unmeasured_and_a_given_model_does
     assert given.measured and given.dof == pytest.approx(1) and given.per_seed == pytest.approx((0.12, 0.14))
 
 
-def test_a_slope_over_sizes_is_a_linear_contrast_with_welch_degrees_of_freedom():
+def test_a_slope_over_sizes_is_a_linear_contrast_with_welch_degrees_of_freedom_bounded_by_hsu():
     x = np.log10([1e6, 2e6, 4e6])
-    values = {"S": [0.30, 0.32], "M": [0.25, 0.27, 0.26], "L": [0.20, 0.22]}
+    values = {"S": [0.30, 0.32, 0.31], "M": [0.25, 0.27], "L": [0.20, 0.22, 0.21, 0.23]}
     runs = [Run(arm, f"{arm}{i}", 0.0) for arm, vs in values.items() for i, _ in enumerate(vs)]
     panel = panel_from_units(runs, [np.full(4, v) for vs in values.values() for v in vs], units="sequences")
     result = slope(panel, dict(zip(values, x)))
-    assert result.estimate == pytest.approx(np.polyfit(x, [0.31, 0.26, 0.21], 1)[0])
+    assert result.estimate == pytest.approx(np.polyfit(x, [0.31, 0.26, 0.215], 1)[0])
     c = (x - x.mean()) / ((x - x.mean()) ** 2).sum()
     parts = [c[i] ** 2 * np.var(vs, ddof=1) / len(vs) for i, vs in enumerate(values.values())]
     assert result.se**2 == pytest.approx(sum(parts))  # no sequence noise at all here
-    assert result.dof == pytest.approx(sum(parts) ** 2
-                                       / sum(p**2 / (len(vs) - 1) for p, vs in zip(parts, values.values())))
+    welch = sum(parts) ** 2 / sum(p**2 / (len(vs) - 1) for p, vs in zip(parts, values.values()))
+    # Hsu's bound, min(k) - 1, over the arms that carry the slope (the middle's c is 0), whose seed
+    # counts differ (3 and 4): S's 3 seeds give 2
+    assert welch > 2 and result.dof == pytest.approx(2.0)
     assert result.interval()[1] < 0
 
 
@@ -363,11 +365,14 @@ def test_holm_over_the_pieces_decides_a_piece_significant_alone():
 
 
 def test_an_inconclusive_piece_says_what_the_design_could_detect():
+    def power(effect: float, level: float) -> float:  # a two-sided t test's, by the noncentral t
+        critical = stats.t.isf(level / 2, 4)
+        return stats.nct.sf(critical, 4, effect / 0.1) + stats.nct.cdf(-critical, 4, effect / 0.1)
+
     reading = decide([_piece(0.1, 0.1, dof=4)]).readings[0]
-    expected = (stats.t.isf(0.025, 4) + stats.t.isf(0.2, 4)) * 0.1
-    assert reading.verdict == INCONCLUSIVE and reading.detectable == pytest.approx(expected)
+    assert reading.verdict == INCONCLUSIVE and power(reading.detectable, 0.05) == pytest.approx(0.80, abs=1e-6)
     two = decide([_piece(0.1, 0.1, dof=4), _piece(0.0, 0.1, dof=4)]).readings[0]  # tested at 0.025 by Holm's first step
-    assert two.detectable == pytest.approx((stats.t.isf(0.0125, 4) + stats.t.isf(0.2, 4)) * 0.1)
+    assert power(two.detectable, 0.025) == pytest.approx(0.80, abs=1e-6) and two.detectable > reading.detectable
 
 
 def test_a_claim_over_statistics_takes_a_verdict_only_when_they_agree():

@@ -985,7 +985,8 @@ def test_condensation_effects_by_hand():
     assert final["mean"] == pytest.approx((deep("dispersion", 0).mean() + deep("dispersion", 1).mean()) / 2)
     half = stats.t.ppf(0.975, 1) * se
     assert (final["ci_low"], final["ci_high"]) == (pytest.approx(d.mean() - half), pytest.approx(d.mean() + half))
-    assert final["detectable"] == pytest.approx((stats.t.isf(0.025, 1) + stats.t.isf(0.2, 1)) * se)
+    shift, critical = final["detectable"] / se, stats.t.isf(0.025, 1)  # 80 % power by the noncentral t
+    assert stats.nct.sf(critical, 1, shift) == pytest.approx(0.80, abs=1e-6)  # the other tail: below 1e-17
     rho = effects[effects["metric"] == "spearman_rho"].set_index("step")
     assert rho.loc[20, "difference"] == pytest.approx(-1.0 - 1.0)  # falling against rising profiles
 

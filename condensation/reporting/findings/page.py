@@ -7,12 +7,14 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from condensation.intervals import CONFIDENCE
 from condensation.reporting.findings.claims import CLAIM_KEYS
 from condensation.reporting.statistics.decisions import (
     ALPHA,
     INCONCLUSIVE,
     POWER,
     Decision,
+    EvidencePiece,
     Reading,
     Verdict,
 )
@@ -104,8 +106,8 @@ def _lens_table(under_lenses: Mapping[str, Sequence[Verdict]]) -> list[str]:
     claims = [v.claim for v in under_lenses[lenses[0]]]
     lines = ["", "## Each condensation claim under each lens", "",
              "The same claims with each lens of `condensation.lenses` over the same layers in place of the cosine, its",
-             "interval a delete-a-group jackknife over groups of sequences (t with G - 1 degrees of freedom) "
-             "and over seeds;",
+             "interval a delete-a-group jackknife over groups of sequences and over seeds (t with G - 1 degrees "
+             "of freedom, or the seeds' if fewer);",
              "IsoScore* and the effective rank fall as condensation rises, so their predicted signs are flipped. The",
              "evidence behind each cell is in findings.json.", "",
              "| claim | " + " | ".join(lenses) + " |", "|---" * (len(lenses) + 1) + "|"]
@@ -115,13 +117,22 @@ def _lens_table(under_lenses: Mapping[str, Sequence[Verdict]]) -> list[str]:
     return lines
 
 
+def _interval(piece: EvidencePiece) -> tuple[float, float, float]:
+    """The interval a piece is judged by, with its level: Fieller's for a share (an equivalence
+    piece), else the estimate's t interval at the reported level."""
+    if piece.ratio is not None:
+        return piece.ratio.ci_low, piece.ratio.ci_high, piece.ratio.confidence
+    return (*piece.estimate.interval(), CONFIDENCE)
+
+
 def _reading_json(reading: Reading) -> dict[str, Any]:
     result = reading.piece.estimate
-    low, high = result.interval()
+    low, high, level = _interval(reading.piece)
     return {
         "piece": reading.piece.name, "text": reading.piece.text, "counted": reading.counted, "verdict": reading.verdict,
         "reason": reading.reason, "estimate": result.estimate, "se": result.se, "dof": result.dof,
-        "seed_se": result.seed_se, "unit_se": result.unit_se, "ci_low": low, "ci_high": high, "covers": result.covers,
+        "seed_se": result.seed_se, "unit_se": result.unit_se, "ci_low": low, "ci_high": high, "ci_level": level,
+        "covers": result.covers,
         "p": result.p_value, "p_judged": reading.p_value, "level": reading.level, "detectable": reading.detectable,
         "margin": reading.piece.margin, "per_seed": list(result.per_seed),
         **({"share_ci_low": reading.piece.ratio.ci_low, "share_ci_high": reading.piece.ratio.ci_high}
@@ -142,7 +153,8 @@ STATISTIC_KEYS = {"deeper-layer cosine": "deep_cos", "Spearman rho": "rho", "acc
 def summary_json(verdicts: Sequence[Verdict]) -> dict[str, Any]:
     """The findings' main numbers, a few per claim, for `dvc metrics diff` and `dvc exp show`:
     each claim's verdict and, per statistic, its first counted piece (the size slope, the share of
-    the gap distillation closes, Table 2's difference, ...): estimate and 95 % interval."""
+    the gap distillation closes, Table 2's difference, ...): estimate and the interval it is judged by
+    (95 %; Fieller's 90 % for a share)."""
     summary: dict[str, Any] = {}
     for verdict in verdicts:
         claim: dict[str, Any] = {"verdict": verdict.verdict}
@@ -151,7 +163,7 @@ def summary_json(verdicts: Sequence[Verdict]) -> dict[str, Any]:
             if not counted:
                 continue
             piece = counted[0].piece
-            low, high = piece.estimate.interval()
+            low, high, _ = _interval(piece)
             numbers = {"estimate": piece.estimate.estimate, "ci_low": low, "ci_high": high}
             if piece.ratio is not None:
                 numbers |= {"share": piece.ratio.estimate, "share_ci_low": piece.ratio.ci_low,

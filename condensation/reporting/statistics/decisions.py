@@ -94,6 +94,9 @@ def read_equivalence(piece: EvidencePiece, level: float = ALPHA) -> Reading:
     ratio, margin = piece.ratio, piece.margin
     if ratio is None or margin is None:
         raise ValueError(f"{piece.name}: an equivalence piece needs a margin and a ratio")
+    if not math.isclose(ratio.confidence, 1 - 2 * level):  # Holm's level: the interval widens with it
+        ratio = ratio.at(1 - 2 * level)
+        piece = replace(piece, ratio=ratio)
     if not piece.estimate.measured:
         return Reading(piece, INCONCLUSIVE, piece.estimate.unmeasured, level=level)
     detectable = margin - piece.estimate.detectable(level, POWER, sides=1)
@@ -173,6 +176,9 @@ def _read_holm(pieces: Sequence[EvidencePiece], alpha: float) -> list[Reading]:
     m = len(pieces)
     if m == 1:
         return [_read(pieces[0], alpha)]
+    if len({piece.margin is None for piece in pieces}) > 1:  # Holm's p's would leave the intervals out of m
+        raise ValueError("a claim's counted pieces are all directional or all equivalence pieces, not both: "
+                         + ", ".join(piece.name for piece in pieces))
     adjusted = holm([p.estimate.p_value if p.margin is None and p.estimate.measured else math.nan for p in pieces])
     readings = []
     for piece, p in zip(pieces, adjusted):
