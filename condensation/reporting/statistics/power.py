@@ -154,7 +154,7 @@ def simulate_slope(slope_per_decade: float, positions: Sequence[float], seeds: i
 
 STUDENT_SHARING = 0.9
 """How much of a seed's shift the CE and the distilled student share (the same initialisation and
-data order): the default's from-scratch students measured 0.97 as the correlation of their three
+data order): the default's from-scratch students measured 0.96 as the correlation of their three
 seeds' deeper-layer cosines (2026-11-28, docs/statistics.md), rounded down for three seeds' noise."""
 
 
