@@ -155,7 +155,8 @@ def simulate_slope(slope_per_decade: float, positions: Sequence[float], seeds: i
 STUDENT_SHARING = 0.9
 """How much of a seed's shift the CE and the distilled student share (the same initialisation and
 data order): the default's from-scratch students measured 0.96 as the correlation of their three
-seeds' deeper-layer cosines (2026-11-28, docs/statistics.md), rounded down for three seeds' noise."""
+seeds' deeper-layer cosines (benchmarks/results/distillation-students-2026-11-28.md), rounded
+down for three seeds' noise."""
 
 
 def simulate_gap_share(share: float, seeds: int, *, margin: float = 0.25, gap: float = -0.15,
