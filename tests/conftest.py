@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["cpu_report"]  # the CPU each test costs, listed at the end (tests/cpu_report.py)
+from tests.helpers.collection import refuse_planning_outside_clean_clone
+from tests.helpers.repo import REPO
+from tests.helpers.text import SAMPLE_TEXT
 
-REPO = Path(__file__).resolve().parents[1]
-DOC_PAGES = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
-"""The front page and the docs pages: the commands, examples and links they show are tested."""
+pytest_plugins = ["cpu_report"]  # the CPU each test costs, listed at the end (tests/cpu_report.py)
 
 # Tests never reach the Hugging Face Hub; a test that tried would fail fast instead of hanging.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -34,14 +34,6 @@ os.environ["CONDENSATION_CACHE"] = tempfile.mkdtemp(prefix="condensation-tests-c
 # as in some CI images), every job compiled the package again (0.2 s of CPU a job, ~550 jobs).
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
-
-SAMPLE_TEXT = (
-    "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
-    "must be in want of a wife. However little known the feelings or views of such a man may be "
-    "on his first entering a neighbourhood, this truth is so well fixed in the minds of the "
-    "surrounding families, that he is considered the rightful property of some one or other of "
-    "their daughters. "
-) * 20
 
 
 LONGEST_FIRST = (
@@ -70,15 +62,6 @@ LONGEST_FIRST = (
 2026-11-27 at cddbb96). pytest-xdist (pyproject.toml) hands whole modules to its workers in the
 order collected: starting with these (longest processing time first) lets the short ones fill in
 at the end, and both workers finish together."""
-
-
-def refuse_planning_outside_clean_clone(items) -> None:
-    """A test marked ``plans`` must take the fixture clean_clone: UsageError naming those that do not."""
-    planning_elsewhere = [item.nodeid for item in items
-                          if item.get_closest_marker("plans") and "clean_clone" not in item.fixturenames]
-    if planning_elsewhere:
-        raise pytest.UsageError("tests marked 'plans' must plan in the fixture clean_clone (a clean copy of the "
-                                "checkout), not in the checkout: " + ", ".join(planning_elsewhere))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -219,13 +202,13 @@ def one_step_study(tmp_path_factory, tiny_model_dir):
 def run_on_two_ranks(tmp_path):
     """Run a script template under torchrun with two CPU (gloo) processes; return each rank's report.
 
-    The template gets ``{repo}`` and ``{tests}`` filled in, is called with an output directory,
-    and must write ``rank<r>.json`` there.
+    The template gets ``{repo}`` filled in (to put on ``sys.path``, for ``condensation`` and
+    ``tests.helpers``), is called with an output directory, and must write ``rank<r>.json`` there.
     """
 
     def run(template: str) -> list[dict]:
         script = tmp_path / "ddp_run.py"
-        script.write_text(template.format(repo=str(REPO), tests=str(REPO / "tests" / "unit")))
+        script.write_text(template.format(repo=str(REPO)))
         env = os.environ | {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
         done = subprocess.run([*torchrun, str(script), str(tmp_path)], env=env, capture_output=True, text=True,

@@ -1,4 +1,5 @@
-"""Dry runs of several config overlays in one process (rerun_triggers.planned_in_batches' worker).
+"""Dry runs of several config overlays in one process (tests/workflow/rerun_triggers.py's
+planned_in_batches runs it as a script); ``job_counts`` reads a dry run's job-stats table.
 
     python plan_overlays.py OVERLAY... # in the project: prints a JSON list of jobs per rule
 

@@ -11,12 +11,10 @@ import re
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
+from transformers import AutoModelForCausalLM
 
-from condensation.config.runs import TrainConfig
 from condensation.training.baselines import (
     ActiveForgetting,
     ActiveForgettingConfig,
@@ -26,34 +24,9 @@ from condensation.training.baselines import (
     make_baseline,
 )
 from condensation.training.loop import train
+from tests.helpers.baselines import BASELINES, BLOCK, HIDDEN, TRAIN_BLOCKS, VAL_BLOCKS, VOCAB, make_model, short_config
 
-VOCAB, BLOCK, HIDDEN = 97, 16, 32
 REPO = Path(__file__).resolve().parents[2]
-
-
-def make_model(seed: int = 0) -> GPT2LMHeadModel:
-    """Tiny GPT-2 with tied input/output embeddings and its default dropout (so resume needs the RNG)."""
-    torch.manual_seed(seed)
-    config = GPT2Config(
-        n_layer=2, n_embd=HIDDEN, n_head=2, n_positions=64, vocab_size=VOCAB, bos_token_id=0, eos_token_id=0
-    )
-    return GPT2LMHeadModel(config)
-
-
-def make_blocks(num_blocks: int, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, VOCAB, size=(num_blocks, BLOCK), dtype=np.int64)
-
-
-TRAIN_BLOCKS, VAL_BLOCKS = make_blocks(20, seed=1), make_blocks(8, seed=2)
-
-
-def short_config(steps: int, **overrides) -> TrainConfig:
-    """``steps`` optimizer steps of 2 micro-batches of 2 blocks; states only when asked (stop)."""
-    settings = dict(
-        train_tokens=steps * 2 * 2 * BLOCK, block_size=BLOCK, micro_batch_size=2, grad_accum_steps=2,
-        lr=1e-2, num_checkpoints=0, checkpoint_every=1000, val_batches=2, seed=3,
-    )
-    return TrainConfig(**(settings | overrides))
 
 
 def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
@@ -291,13 +264,6 @@ def test_resets_in_training_at_multiples_of_every(tmp_path):
 # ----------------------------------------------------------------------------- exact resume
 
 
-BASELINES = {
-    "noisy": lambda: NoisyEmbedding(NoisyEmbeddingConfig(alpha=5.0)),
-    "forgetting": lambda: ActiveForgetting(ActiveForgettingConfig(every=3)),
-    "forgetting-reset": lambda: ActiveForgetting(ActiveForgettingConfig(every=3, tied_head="reset")),
-}
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(one_thread, tmp_path_factory):
     """8 steps per baseline in one go: the references."""
@@ -352,11 +318,11 @@ DDP_RUN = textwrap.dedent(
     """
     import hashlib, json, os, sys
     from pathlib import Path
-    sys.path[:0] = [{repo!r}, {tests!r}]
+    sys.path.insert(0, {repo!r})
     import torch
     torch.set_num_threads(1)
     from condensation.training.loop import train
-    from test_baselines import BASELINES, TRAIN_BLOCKS, VAL_BLOCKS, make_model, short_config
+    from tests.helpers.baselines import BASELINES, TRAIN_BLOCKS, VAL_BLOCKS, make_model, short_config
     # torchrun's variable: a PartialState made before train()'s Accelerator would see one process.
     out, rank = Path(sys.argv[1]), int(os.environ["RANK"])
     report = {{}}

@@ -12,8 +12,8 @@ from condensation.config.objectives import DistillationConfig, resolve_method
 from condensation.config.runs import TrainConfig
 from condensation.training.distillation import Teacher, distillation_loss
 from condensation.training.loop import train
-from tests.unit.float_bounds import LOGGED_REL
-from tests.unit.test_train import (
+from tests.helpers.float_bounds import LOGGED_REL
+from tests.helpers.training import (
     BLOCK,
     TRAIN_BLOCKS,
     VAL_BLOCKS,

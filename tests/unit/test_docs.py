@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DOC_PAGES, REPO
+from tests.helpers.repo import DOC_PAGES, REPO
 
 FRONT_PAGE_LINES = 250
 """The README is a front page: what this is, the two commands, what the default computes

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_tasks import synthetic_novel, write_tiny_tasks
 
 from condensation.evaluation.harness import (
     EvalSettings,
@@ -26,6 +25,7 @@ from condensation.evaluation.score_files import (
     write_item_rows,
 )
 from condensation.models import ModelHandle
+from tests.helpers.tasks import synthetic_novel, write_tiny_tasks
 
 
 @pytest.fixture(scope="module")

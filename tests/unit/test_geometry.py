@@ -27,7 +27,7 @@ from condensation.geometry import NUM_BINS, CosineStatistics
 from condensation.lens_extraction import LensAccumulator
 from condensation.runtime.io import CorruptArtifactError, write_manifest
 from condensation.trend import bootstrap_mean_interval, depth_trend, trend_statistics
-from tests.unit.float_bounds import U32, histogram_tolerance, mean_cosine_bound
+from tests.helpers.float_bounds import U32, histogram_tolerance, mean_cosine_bound
 
 
 def orthonormal(num_tokens: int, dim: int, seed: int = 0) -> torch.Tensor:

@@ -69,7 +69,7 @@ def cuda_synchronised(value):
 def packed_blocks(tmp_path_factory, tiny_tokenizer_dir):
     from transformers import AutoTokenizer
 
-    from tests.conftest import SAMPLE_TEXT
+    from tests.helpers.text import SAMPLE_TEXT
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir))
     path = tmp_path_factory.mktemp("blocks") / "blocks.npy"
@@ -287,14 +287,13 @@ def test_histogram_counts_on_cuda_are_the_cpus(dtype):
 def test_scoring_on_cuda_matches_float32_on_the_cpu(gpt2_handle, tmp_path):
     """``score_checkpoint`` (the scoring jobs' function) loads the model on CUDA in bf16; its
     per-item log-likelihoods follow float32 on the CPU."""
-    from test_tasks import synthetic_novel, write_tiny_tasks
-
     from condensation.evaluation.harness import (
         EvalSettings,
         score_checkpoint,
         score_model,
     )
     from condensation.evaluation.score_files import item_rows_path, read_item_rows
+    from tests.helpers.tasks import synthetic_novel, write_tiny_tasks
 
     tasks = write_tiny_tasks(tmp_path / "tasks", synthetic_novel())
     record = {"model": "gpt2-4x128", "method": "pretrained", "seed": None, "checkpoint": "pretrained", "step": None,

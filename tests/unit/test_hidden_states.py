@@ -10,7 +10,7 @@ import torch
 
 from condensation.hidden_states import UnsupportedModelError, source_of
 from condensation.measurement import MeasureError, measure
-from tests.unit.float_bounds import U32, mean_cosine_bound
+from tests.helpers.float_bounds import U32, mean_cosine_bound
 
 VOCAB, LAYERS, WIDTH, HEADS, CONTEXT = 96, 3, 32, 4, 64
 

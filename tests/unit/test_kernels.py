@@ -17,7 +17,7 @@ from condensation.training.losses import (
     layer_loss,
     reference_layer_loss,
 )
-from tests.unit.float_bounds import cosine_bound, gamma
+from tests.helpers.float_bounds import cosine_bound, gamma
 
 CLAMP = AuxLossConfig("dispersion").clamp
 

@@ -10,7 +10,7 @@ import torch
 
 from condensation import cosine_extraction, geometry, lens_extraction, lenses
 from condensation.trend import lens_summary
-from tests.unit.float_bounds import U64, gamma
+from tests.helpers.float_bounds import U64, gamma
 
 LENS_TOLERANCE = 1e-6
 """How far a spectral lens may move when computed another way from the same float32 sample (its

@@ -13,7 +13,7 @@ import pytest
 
 from condensation import geometry, models
 from condensation.measurement import MeasureError, measure
-from tests.conftest import SAMPLE_TEXT
+from tests.helpers.text import SAMPLE_TEXT
 
 REPO = Path(__file__).resolve().parents[2]
 

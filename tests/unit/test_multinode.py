@@ -24,7 +24,7 @@ from condensation.config.validate import ConfigError, validate_config
 from condensation.runtime import nodes
 from condensation.runtime.nodes import NodePlace, accelerate_command, srun_command
 from condensation.training.batches import validation_batches
-from tests.unit.test_train import assert_same_log_except_time, read_log, read_series, state_step
+from tests.helpers.training import assert_same_log_except_time, read_log, read_series, state_step
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_SLURM = REPO / "tests" / "workflow" / "fake_slurm"
@@ -171,14 +171,14 @@ RUN = textwrap.dedent(
     """
     import dataclasses, json, sys, time
     from pathlib import Path
-    sys.path[:0] = [{repo!r}, {tests!r}]
+    sys.path.insert(0, {repo!r})
     import torch
     torch.set_num_threads(1)
     from accelerate import PartialState
     from condensation.config.objectives import AuxLossConfig
     from condensation.training.loop import train
     from condensation.training.losses import AuxiliaryLoss
-    from test_train import TRAIN_BLOCKS, VAL_BLOCKS, make_model, resume_config
+    from tests.helpers.training import TRAIN_BLOCKS, VAL_BLOCKS, make_model, resume_config
     out, sharding, slow = Path(sys.argv[1]), sys.argv[2], sys.argv[3:] == ["slow"]
     aux = AuxiliaryLoss(AuxLossConfig("dispersion", weight=0.5))
     config = dataclasses.replace(resume_config(), sharding=sharding)
@@ -196,7 +196,7 @@ CPU_ENV = {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
 
 def write_run_script(tmp_path: Path) -> Path:
     script = tmp_path / "run.py"
-    script.write_text(RUN.format(repo=str(REPO), tests=str(REPO / "tests" / "unit")))
+    script.write_text(RUN.format(repo=str(REPO)))
     return script
 
 

@@ -11,7 +11,7 @@ import yaml
 from condensation.config.objectives import OBJECTIVES, resolve_method
 from condensation.runtime.io import read_json
 from condensation.training.checkpointing import RunDir
-from tests.conftest import REPO
+from tests.helpers.repo import REPO
 
 PAPER = yaml.safe_load((REPO / "configs/paper.yaml").read_text())
 METHODS = {f"{study}.{name}": spec

@@ -3,7 +3,6 @@ SIGKILL), NaN guard, skipping finished runs. Tiny GPT-2 on random tokens, CPU, n
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import logging
@@ -40,110 +39,32 @@ from condensation.training.loop import train
 from condensation.training.precision import resolve_mixed_precision
 from condensation.training.terms import HiddenStateLoss
 from condensation.trend import trend_statistics
-from tests.unit.float_bounds import LOGGED_REL, mean_cosine_bound
+from tests.helpers.float_bounds import LOGGED_REL, mean_cosine_bound
+from tests.helpers.training import (
+    BLOCK,
+    TRAIN_BLOCKS,
+    VAL_BLOCKS,
+    VOCAB,
+    assert_same_log_except_time,
+    assert_same_series_except_timings,
+    assert_same_weights,
+    make_model,
+    read_log,
+    read_series,
+    resume_config,
+    state_step,
+    tiny_tokenizer,
+)
 
-VOCAB, BLOCK = 97, 16
 REPO = Path(__file__).resolve().parents[2]
 
-
-def make_model(seed: int = 0) -> GPT2LMHeadModel:
-    """Tiny GPT-2 with its default dropout (0.1), so exact resume needs the RNG states restored."""
-    torch.manual_seed(seed)
-    config = GPT2Config(
-        n_layer=2, n_embd=32, n_head=2, n_positions=64, vocab_size=VOCAB, n_inner=64,
-        bos_token_id=0, eos_token_id=0,  # GPT-2's 50256 lies outside the tiny vocabulary
-    )
-    return GPT2LMHeadModel(config)
-
-
-def make_blocks(num_blocks: int, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, VOCAB, size=(num_blocks, BLOCK), dtype=np.int64)
-
-
-def resume_config() -> TrainConfig:
-    """20 steps of 2 x 4 blocks over 22 blocks: several epochs, batches straddling epoch ends,
-    gradient accumulation, states every 4 steps, evaluation checkpoints at 0, 5, 10, 15, 20; the
-    DVCLive tracker (the default) and the condensation probe at 0, 3, ..., 18, 20, so that every
-    resume test also checks that watching a run does not change it."""
-    return TrainConfig(
-        train_tokens=20 * 2 * 4 * BLOCK,
-        block_size=BLOCK,
-        micro_batch_size=4,
-        grad_accum_steps=2,
-        lr=1e-3,
-        checkpoint_every=4,
-        num_checkpoints=3,
-        val_batches=2,
-        probe_every=3,
-        probe_sequences=6,
-    )
-
-
-PROBE_STEPS = [0, 3, 6, 9, 12, 15, 18, 20]
-TIMINGS = ("train/tokens_per_s", "probe/seconds")
-"""Tracker series that measure time: they differ between runs, unlike every other series."""
-
-
-TRAIN_BLOCKS, VAL_BLOCKS = make_blocks(22, seed=1), make_blocks(10, seed=2)
-
-
-def read_log(out_dir: Path) -> list[dict[str, str]]:
-    with open(out_dir / "log.csv", newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-def read_series(out_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every DVCLive series of a run: name (``train/ce``) -> [(step, value)] in file order."""
-    root = out_dir / "dvclive" / "plots" / "metrics"
-    series = {}
-    for path in sorted(root.rglob("*.tsv")):
-        with open(path, newline="") as handle:
-            rows = list(csv.DictReader(handle, delimiter="\t"))
-        name = path.relative_to(root).with_suffix("").as_posix()
-        series[name] = [(int(row["step"]), float(row[path.stem])) for row in rows]
-    return series
-
-
-def assert_same_series_except_timings(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for name in a:
-        if name in TIMINGS:
-            assert [step for step, _ in a[name]] == [step for step, _ in b[name]], name
-        else:
-            assert a[name] == b[name], name
-
-
-def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
-    pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
-    assert pa.keys() == pb.keys()
-    for name in pa:
-        assert torch.equal(pa[name], pb[name]), f"{name} differs"
-
-
-def assert_same_log_except_time(a: list[dict[str, str]], b: list[dict[str, str]]) -> None:
-    strip = lambda rows: [{k: v for k, v in row.items() if k != "elapsed_s"} for row in rows]  # noqa: E731
-    assert strip(a) == strip(b)
-
-
-def state_step(progress: Path) -> int:
-    return json.loads(progress.read_text())["step"]
+PROBE_STEPS = [0, 3, 6, 9, 12, 15, 18, 20]  # resume_config's probe: every 3 steps and the last
 
 
 def record_forward_kwargs(model: torch.nn.Module) -> list[dict]:
     calls: list[dict] = []
     model.register_forward_pre_hook(lambda module, args, kwargs: calls.append(dict(kwargs)), with_kwargs=True)
     return calls
-
-
-def tiny_tokenizer():
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import WhitespaceSplit
-    from transformers import PreTrainedTokenizerFast
-
-    backend = Tokenizer(WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t0"))
-    backend.pre_tokenizer = WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=backend)
 
 
 @pytest.fixture(scope="module")
@@ -315,11 +236,11 @@ KILLED_RUN = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    sys.path[:0] = [{repo!r}, {tests!r}]
+    sys.path.insert(0, {repo!r})
     import torch
     torch.set_num_threads(1)
     from condensation.training.loop import train
-    from test_train import TRAIN_BLOCKS, VAL_BLOCKS, make_model, resume_config
+    from tests.helpers.training import TRAIN_BLOCKS, VAL_BLOCKS, make_model, resume_config
     model = make_model()
     # Slow every forward down so the parent can kill mid-run; sleeping changes no number.
     model.register_forward_pre_hook(lambda *args: time.sleep(0.05))
@@ -330,7 +251,7 @@ KILLED_RUN = textwrap.dedent(
 
 def test_resume_after_sigkill_is_bit_identical(uninterrupted, tmp_path):
     reference, _, reference_dir = uninterrupted
-    script = KILLED_RUN.format(repo=str(REPO), tests=str(REPO / "tests" / "unit"))
+    script = KILLED_RUN.format(repo=str(REPO))
     process = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stderr=subprocess.DEVNULL)
     progress = tmp_path / "state" / "progress.json"
 
@@ -375,7 +296,7 @@ def test_sigterm_saves_the_step_it_ends_and_the_rerun_resumes_there_bit_identica
     ends the step under way, saves that step's state, fails naming it, and a rerun resumes there:
     no step trained twice, weights as an uninterrupted run's."""
     reference, _, reference_dir = uninterrupted
-    script = KILLED_RUN.format(repo=str(REPO), tests=str(REPO / "tests" / "unit"))
+    script = KILLED_RUN.format(repo=str(REPO))
     process = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -781,12 +702,12 @@ DDP_RUN = textwrap.dedent(
     """
     import hashlib, json, sys
     from pathlib import Path
-    sys.path[:0] = [{repo!r}, {tests!r}]
+    sys.path.insert(0, {repo!r})
     import torch
     torch.set_num_threads(1)
     from accelerate import PartialState
     from condensation.training.loop import train
-    from test_train import TRAIN_BLOCKS, VAL_BLOCKS, make_model, resume_config
+    from tests.helpers.training import TRAIN_BLOCKS, VAL_BLOCKS, make_model, resume_config
     out = Path(sys.argv[1])
     reference = make_model()
     result = train(reference, TRAIN_BLOCKS, VAL_BLOCKS, resume_config(), out / "a")

@@ -21,7 +21,7 @@ from condensation.training.batches import forward_and_ce
 from condensation.training.loop import train
 from condensation.training.terms import HiddenStateLoss
 from condensation.training.vocabulary import pad_vocabulary, true_vocabulary
-from tests.unit.test_train import (
+from tests.helpers.training import (
     BLOCK,
     TRAIN_BLOCKS,
     VAL_BLOCKS,

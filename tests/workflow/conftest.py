@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from filelock import FileLock
-from workflow_helpers import BIN, copy_workflow, run
+
+from tests.helpers.workflow import BIN, copy_workflow, run
 
 TINY_CONFIG = Path(__file__).parent / "configs" / "tiny.yaml"
 

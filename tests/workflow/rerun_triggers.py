@@ -21,6 +21,8 @@ import yaml
 from condensation.config.validate import ConfigError, validate_config
 
 Setting = tuple[str, ...]
+PLAN_OVERLAYS = Path(__file__).parents[1] / "helpers" / "plan_overlays.py"
+"""The worker each batch of overlays is planned by, run as a script in the project's copy."""
 
 NOT_SHAPING = {
     ("gpu_memory_gb",): "sets how many GPUs a job asks for (a resource), not what it computes",
@@ -229,11 +231,12 @@ def missed(planned: dict[Setting, tuple[Any, dict[str, int]]]) -> list[str]:
 
 
 def planned_in_batches(project: Path, overlays: list[Path], workers: int) -> list[dict[str, int]]:
-    """:func:`plan_overlays.plan_in_one_process` over ``workers`` processes, each with its share of ``overlays``."""
+    """:func:`tests.helpers.plan_overlays.plan_in_one_process` over ``workers`` processes, each with its
+    share of ``overlays``."""
     batches = [overlays[i::workers] for i in range(workers)]
 
     def run_batch(batch: list[Path]) -> list[dict[str, int]]:
-        done = subprocess.run([sys.executable, str(Path(__file__).with_name("plan_overlays.py")), *map(str, batch)],
+        done = subprocess.run([sys.executable, str(PLAN_OVERLAYS), *map(str, batch)],
                               cwd=project, capture_output=True, text=True, timeout=1800)
         if done.returncode != 0:
             raise AssertionError(done.stdout[-2000:] + done.stderr[-4000:])

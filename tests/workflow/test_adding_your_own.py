@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from workflow_helpers import BIN
+
+from tests.helpers.workflow import BIN
 
 pytestmark = [pytest.mark.slow, pytest.mark.plans]
 

@@ -15,10 +15,10 @@ import subprocess
 import sys
 
 import pytest
-from workflow_helpers import BIN, copy_workflow, run
 
 from condensation.runtime.checkout import copy_checkout
-from tests.conftest import refuse_planning_outside_clean_clone
+from tests.helpers.collection import refuse_planning_outside_clean_clone
+from tests.helpers.workflow import BIN, copy_workflow, run
 
 pytestmark = pytest.mark.slow
 

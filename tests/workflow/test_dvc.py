@@ -16,8 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from plan_overlays import job_counts
-from workflow_helpers import BIN, copy_run, run
+
+from tests.helpers.plan_overlays import job_counts
+from tests.helpers.workflow import BIN, copy_run, run
 
 pytestmark = pytest.mark.slow
 

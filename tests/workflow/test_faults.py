@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
-from workflow_helpers import BIN, copy_workflow, run
 
 from condensation.geometry import CosineStatistics
 from condensation.runtime.io import sha256_file, verify_manifest
 from stand_in_hub import client_env, inject, requests_received, serve
+from tests.helpers.workflow import BIN, copy_workflow, run
 
 pytestmark = pytest.mark.slow
 

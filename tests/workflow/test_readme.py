@@ -13,9 +13,9 @@ import shlex
 from pathlib import Path
 
 import pytest
-from workflow_helpers import BIN, run
 
-from tests.conftest import DOC_PAGES, REPO
+from tests.helpers.repo import DOC_PAGES, REPO
+from tests.helpers.workflow import BIN, run
 
 pytestmark = pytest.mark.slow
 

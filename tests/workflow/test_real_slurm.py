@@ -16,8 +16,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from real_slurm import KILL_WAIT, NODE_MEMORY_MB, NODES, SlurmCluster, missing
-from workflow_helpers import BIN, copy_run, copy_workflow, run
+
+from tests.helpers.workflow import BIN, copy_run, copy_workflow, run
+from tests.workflow.real_slurm import KILL_WAIT, NODE_MEMORY_MB, NODES, SlurmCluster, missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(missing() is not None, reason=missing() or "")]
 

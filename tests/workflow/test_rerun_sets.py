@@ -11,8 +11,9 @@ import subprocess
 import sys
 
 import pytest
-from plan_overlays import job_counts
-from workflow_helpers import BIN, copy_workflow, run
+
+from tests.helpers.plan_overlays import job_counts
+from tests.helpers.workflow import BIN, copy_workflow, run
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,8 @@ changed in turn in an overlay over the session's finished tiny run, planned by `
 from __future__ import annotations
 
 import pytest
-import rerun_triggers
+
+from tests.workflow import rerun_triggers
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import pytest
-from workflow_helpers import BIN, run
+
+from tests.helpers.workflow import BIN, run
 
 pytestmark = pytest.mark.slow
 
