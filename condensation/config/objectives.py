@@ -29,7 +29,6 @@ Placement = Literal["all", "last", "early_half", "late_half"]
 PLACEMENTS: tuple[str, ...] = typing.get_args(Placement)
 
 TiedHead = Literal["untie", "reset"]
-TIED_HEAD_OPTIONS: tuple[str, ...] = typing.get_args(TiedHead)
 
 Kernel = Literal["auto", "eager", "compiled"]
 KERNELS: tuple[str, ...] = typing.get_args(Kernel)
@@ -251,8 +250,7 @@ class ActiveForgettingConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.every, int) or self.every < 1:
             raise ValueError(f"ActiveForgettingConfig.every must be an integer >= 1, got {self.every!r}")
-        if self.tied_head not in TIED_HEAD_OPTIONS:
-            raise ValueError(f"ActiveForgettingConfig.tied_head must be 'untie' or 'reset', got {self.tied_head!r}")
+        check_choices(self)
         if self.std is not None and not 0 < self.std < math.inf:
             raise ValueError(f"ActiveForgettingConfig.std must be a finite number > 0, or None, got {self.std}")
 
