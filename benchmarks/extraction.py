@@ -10,7 +10,7 @@ shared machine hits all of them alike):
                model's device, under ``inference_mode``, and the other lenses
                (``condensation.lenses``) from the same pass; on CUDA the model runs in bfloat16.
 ``cosines``    the same call with ``lens_tokens=None``: the cosines alone, so ``ours / cosines``
-               is what the lenses cost (target <= 1.10, on any device).
+               is what the lenses cost (target <= 1.20 with ten lenses, on any device).
 ``reference``  the method of the paper's code, re-implemented here plainly: one sequence at a
                time, float32, ``output_hidden_states=True``; then for every layer the ``[T, d]``
                states go to CPU numpy, rows are normalised, ``z @ z.T`` is the ``T x T`` cosine
@@ -164,7 +164,7 @@ def finalize_cost(model: torch.nn.Module, input_ids: torch.Tensor, batch_size: i
     deep = (layers + 1) // 2
     return {"placements": {name: {key: row[key] for key in ("time_s", "min_s")} for name, row in timed.items()},
             "eigendecompositions": layers + deep * lenses.groups, "matrix": min(sample, width),
-            "max_abs_diff": float(abs(returned["device"].values - returned["host"].values).max())}
+            "max_abs_diff": float(np.nanmax(abs(returned["device"].values - returned["host"].values)))}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -289,7 +289,7 @@ def print_results(result: dict, device: torch.device) -> None:
           f"(min x{ratios['bare_over_ours_min']:.2f})")
     print(f"  ours / cosines (what the lenses cost): x{ratios['lenses_cost']:.3f} "
           f"(min x{ratios['lenses_cost_min']:.3f}); "
-          f"target <= 1.10x: {'met' if ratios['lenses_cost'] <= 1.10 else 'NOT met'}")
+          f"target <= 1.20x: {'met' if ratios['lenses_cost'] <= 1.20 else 'NOT met'}")
     agreement = result["agreement"]
     print(f"  agreement ours vs reference: per-layer mean cosine max |diff| "
           f"{agreement['layer_mean_max_abs_diff']:.1e}, "
@@ -300,7 +300,8 @@ def print_results(result: dict, device: torch.device) -> None:
     print(f"  once per call, finalize: {finalize['fixed_s']:.3f} s ({ratios['finalize_share']:.0%} of ours), "
           f"the cosines' {cosines_s:.3f} s and the lenses' {device_s:.3f} s")
     print(f"  the lenses' finalize ({finalize['eigendecompositions']} eigendecompositions of "
-          f"{finalize['matrix']} x {finalize['matrix']}, for the effective rank and PC1 share; IsoScore* needs none): "
+          f"{finalize['matrix']} x {finalize['matrix']}, for the effective rank, PC1 share and alpha-ReQ; "
+          f"IsoScore* needs none): "
           f"{device_s:.3f} s with the spectra on the model's device "
           f"({ratios['lens_finalize_share']:.0%} of ours), {host_s:.3f} s on the host "
           f"(device / host x{device_s / host_s:.2f}; lenses differ by {finalize['max_abs_diff']:.1e})")

@@ -55,11 +55,13 @@ the cache costs memory traffic: GPT2-small's layers one at a time (a 13-layer st
 tokens made a batch's reductions about 1.3x slower on one thread of a busy 2-core machine)."""
 
 
-def unit_layer_stacks(hidden_states: Sequence[torch.Tensor], budget: int | None = None) -> Iterator[torch.Tensor]:
-    """The unit rows (:func:`unit_directions`, float32) of each layer's ``[B, T, d]`` states, in
-    order, as stacks ``[m, B, T, d]`` of consecutive layers on one device, each of at most
-    ``budget`` values or one layer (None: :data:`STACK_VALUES` on a GPU, :data:`CPU_STACK_VALUES`
-    on a CPU)."""
+def unit_layer_stacks(hidden_states: Sequence[torch.Tensor],
+                      budget: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The unit rows (:func:`unit_directions`, float32) of each layer's ``[B, T, d]`` states and
+    their floored norms ``[m, B, T]``, in order, as stacks ``[m, B, T, d]`` of consecutive layers
+    on one device, each of at most ``budget`` values or one layer (None: :data:`STACK_VALUES` on a
+    GPU, :data:`CPU_STACK_VALUES` on a CPU). The norms are what the massive-activation lenses read
+    (a token's largest entry is its norm times its unit row's)."""
     stack: list[torch.Tensor] = []
     for hidden in hidden_states:
         limit = budget or (CPU_STACK_VALUES if hidden.device.type == "cpu" else STACK_VALUES)
@@ -71,16 +73,18 @@ def unit_layer_stacks(hidden_states: Sequence[torch.Tensor], budget: int | None 
         yield _unit_stack(stack)
 
 
-def _unit_stack(layers: list[torch.Tensor]) -> torch.Tensor:
-    stacked = layers[0].unsqueeze(0) if len(layers) == 1 else torch.stack(layers)
-    return unit_directions(stacked.float())
+def _unit_stack(layers: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    stacked = (layers[0].unsqueeze(0) if len(layers) == 1 else torch.stack(layers)).float()
+    norm = _squared_and_floored_norm(stacked, NORM_EPS)[1]  # the norm unit_directions divides by
+    return stacked / norm, norm.squeeze(-1)
 
 
 class LayerAccumulator(Protocol):
     """A running reduction over batches that reads the unit rows of every layer."""
 
-    def add_layers(self, units: torch.Tensor) -> None:
-        """The current batch's next layers, as their unit rows ``[m, B, T, d]``."""
+    def add_layers(self, units: torch.Tensor, norms: torch.Tensor) -> None:
+        """The current batch's next layers, as their unit rows ``[m, B, T, d]`` and the states'
+        norms ``[m, B, T]``."""
 
     def end_batch(self) -> None:
         """The batch is complete: add it."""
@@ -90,9 +94,9 @@ def accumulate(accumulators: Iterable[LayerAccumulator], hidden_states: Sequence
     """Add one batch of hidden states (``[B, T, d]`` per layer) to every accumulator: each stack
     of unit rows is computed once and read by all of them, then dropped."""
     accumulators = list(accumulators)
-    for units in unit_layer_stacks(hidden_states):
+    for units, norms in unit_layer_stacks(hidden_states):
         for accumulator in accumulators:
-            accumulator.add_layers(units)
+            accumulator.add_layers(units, norms)
     for accumulator in accumulators:
         accumulator.end_batch()
 

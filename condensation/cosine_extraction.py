@@ -142,9 +142,10 @@ class CosineAccumulator:
         """Add one batch: ``hidden_states[l]`` is ``[B, T, d]`` for every layer ``l``."""
         accumulate([self], hidden_states)
 
-    def add_layers(self, units: torch.Tensor) -> None:
+    def add_layers(self, units: torch.Tensor, norms: torch.Tensor | None = None) -> None:
         """The current batch's next layers, as their unit rows ``[m, B, T, d]``
-        (:func:`condensation.cosine.unit_layer_stacks`); :meth:`end_batch` adds the batch."""
+        (:func:`condensation.cosine.unit_layer_stacks`; the cosines read no norm);
+        :meth:`end_batch` adds the batch."""
         seq_len = int(units.shape[2])
         if self.seq_len is None:
             self.seq_len, self._blocks = seq_len, position_blocks(seq_len, self.heatmap_size)

@@ -10,18 +10,29 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from condensation.cosine import accumulate, join_stacks
+from condensation.cosine import NORM_EPS, accumulate, join_stacks
 from condensation.lenses import (
     JACKKNIFE_GROUPS,
     LENSES,
+    OUTLIER_DIMENSIONS,
     SAMPLE_SEED,
     SAMPLE_TOKENS,
+    SPECTRAL,
     LensStatistics,
+    alpha_req,
     effective_rank_share,
     floored_eigenvalues,
     isoscore_of_moments,
     pc1_share,
+    rows,
 )
+
+SPECTRAL_ROWS = rows(SPECTRAL)
+
+MEDIAN_STRIDE = 4
+"""``massive_ratio``'s median reads every fourth sampled token (256 of the default 1024, all of
+their coordinates): the median of ~10^5 values moves by well under a percent, a ratio that spans
+orders of magnitude between models, at a quarter of the cost."""
 
 
 def covariance_eigenvalues(tokens: torch.Tensor) -> np.ndarray:
@@ -40,9 +51,10 @@ def _smaller_scatter(tokens: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 def spectral_lenses(tokens: torch.Tensor, groups: torch.Tensor | None = None) -> np.ndarray:
-    """``[3, 1 + G]``: the spectral lenses of the sampled token directions ``[n, d]``, then (with
-    ``groups``, each token's group ``0 .. G - 1``, on the host) of the tokens with each of the ``G``
-    groups left out. One layer of ``LensAccumulator.finalize``, which batches the layers."""
+    """``[4, 1 + G]``: the spectral lenses (``lenses.SPECTRAL``) of the sampled token directions
+    ``[n, d]``, then (with ``groups``, each token's group ``0 .. G - 1``, on the host) of the
+    tokens with each of the ``G`` groups left out. One layer of ``LensAccumulator.finalize``,
+    which batches the layers."""
     count = 0 if groups is None else int(groups.max()) + 1
     if tokens.shape[0] < tokens.shape[1]:
         return gram_lenses(tokens, groups, count)
@@ -95,11 +107,11 @@ def covariance_spectra(covariances: torch.Tensor, device: torch.device | str | N
 
 def lenses_of_covariances(covariances: torch.Tensor, width: int, divisor: float = 1.0,
                           spectra_device: torch.device | str | None = None) -> np.ndarray:
-    """``[3, M]``: (IsoScore*, effective rank share, PC1 share) of ``M`` covariances ``[M, k, k]``
-    of ``width``-wide tokens, or of ``divisor`` times them (scatters, or Gram matrices with
-    ``k < width``: the same non-zero eigenvalues). IsoScore* reads the trace and the Frobenius
-    norm alone (:func:`isoscore_of_moments`); the effective rank needs every eigenvalue and PC1
-    share the largest, from one batched eigendecomposition on ``spectra_device``."""
+    """``[4, M]``: (IsoScore*, effective rank share, PC1 share, alpha-ReQ) of ``M`` covariances
+    ``[M, k, k]`` of ``width``-wide tokens, or of ``divisor`` times them (scatters, or Gram
+    matrices with ``k < width``: the same non-zero eigenvalues). IsoScore* reads the trace and the
+    Frobenius norm alone (:func:`isoscore_of_moments`); the effective rank and alpha-ReQ need every
+    eigenvalue and PC1 share the largest, from one batched eigendecomposition on ``spectra_device``."""
     trace = covariances.diagonal(dim1=-2, dim2=-1).sum(-1, dtype=torch.float64).cpu().numpy() / divisor
     # each row's dot product in float32 (relative error ~1e-7; a third of the time of a float64 copy
     # on a CPU), their sum in float64
@@ -108,11 +120,44 @@ def lenses_of_covariances(covariances: torch.Tensor, width: int, divisor: float 
                for values in covariance_spectra(covariances, spectra_device) / divisor]
     return np.array([isoscore_of_moments(trace, squared_norm, width),
                      [effective_rank_share(values, width) for values in spectra],
-                     [pc1_share(values) for values in spectra]])
+                     [pc1_share(values) for values in spectra],
+                     [alpha_req(values) for values in spectra]])
+
+
+def outlier_free_cosines(sample: torch.Tensor, sequences: torch.Tensor, kept: torch.Tensor | None = None,
+                         dimensions: int = OUTLIER_DIMENSIONS) -> torch.Tensor:
+    """``[L]``: the within-sequence mean cosine of the sampled tokens ``[L, K, d]`` (unit rows;
+    ``sequences`` ``[K]``, each token's sequence, on the host) with each layer's ``dimensions``
+    coordinates of largest variance (over the tokens ``kept``, a ``[K]`` mask on the host; None:
+    all) removed and the rows renormalised, over the pairs of distinct kept tokens of one sequence.
+    NaN where no sequence has two kept tokens.
+
+    Without copying the sample: a trimmed row is ``u / r`` off the removed coordinates, ``r`` the
+    norm of what is left, so each sequence's sum of trimmed rows is its ``1 / r``-weighted sum of
+    rows (one batched product) less the removed coordinates of that sum."""
+    if kept is not None:
+        index = torch.nonzero(kept).squeeze(1)
+        sample, sequences = sample[:, index.to(sample.device)], sequences[index]
+    dimensions = min(dimensions, sample.shape[-1] - 1)
+    outliers = sample.var(dim=1).topk(dimensions, dim=-1).indices  # [L, k]
+    removed = sample.gather(2, outliers[:, None, :].expand(-1, sample.shape[1], -1))  # [L, K, k]
+    left = (sample.pow(2).sum(-1) - removed.pow(2).sum(-1)).clamp_min(0.0)  # [L, K] squared norm left
+    weights = left.clamp_min(NORM_EPS**2).rsqrt()  # the floor unit_rows puts on a norm
+    _, members = torch.unique(sequences, return_inverse=True)
+    one_hot = torch.nn.functional.one_hot(members).T.to(sample.device, sample.dtype)  # [N', K]
+    counts = one_hot.sum(1).double()
+    pairs = float((counts * (counts - 1)).sum())
+    sums = (one_hot[None] * weights[:, None, :]) @ sample  # [L, N', d]
+    trimmed_sums = sums.double().pow(2).sum(-1) - sums.gather(2, outliers[:, None, :].expand(-1, sums.shape[1], -1)
+                                                               ).double().pow(2).sum(-1)
+    diagonal = (left.double() * weights.double() ** 2).sum(-1)  # 1 per row with anything left
+    total = trimmed_sums.sum(-1) - diagonal
+    return total / pairs if pairs else torch.full_like(total, float("nan"))
 
 
 class LensAccumulator:
-    """Running sums for the lenses over batches of sequences; see the module docstring."""
+    """Running sums for the lenses over batches of sequences; see the module docstring of
+    :mod:`condensation.lenses`."""
 
     def __init__(self, num_sequences: int, seq_len: int, sample_tokens: int = SAMPLE_TOKENS,
                  groups: int = JACKKNIFE_GROUPS, seed: int = SAMPLE_SEED) -> None:
@@ -127,6 +172,10 @@ class LensAccumulator:
         self._sums: torch.Tensor | None = None  # [L+1, G, d] sum of unit rows per group
         self._within: torch.Tensor | None = None  # [L+1, G, 2]: sum of ||s_n||^2, sum of diagonal (||u||^2)
         self._sample: torch.Tensor | None = None  # [L+1, K, d] float32, on the hidden states' device
+        self._sample_norms: torch.Tensor | None = None  # [L+1, K] the sampled tokens' norms
+        self._half_angles: list[torch.Tensor] = []  # per batch [L, B]: half-angle sums from layer 1 on
+        self._norm_values: list[torch.Tensor] = []  # per batch [L+1, 2, B]: largest |activation|, sink share
+        self._previous: torch.Tensor | None = None  # the last layer's unit rows of the batch's previous stack
         self._group_sizes = np.bincount(np.arange(num_sequences) % self.groups, minlength=self.groups)
         self._device_constants: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
         self._batch: list[tuple[torch.Tensor, ...]] = []  # the current batch's sums, a stack of layers at a time
@@ -137,9 +186,9 @@ class LensAccumulator:
         """Add one batch of ``[B, T, d]`` hidden states, the next ``B`` sequences in order."""
         accumulate([self], hidden_states)
 
-    def add_layers(self, units: torch.Tensor) -> None:
-        """The current batch's next layers, as their unit rows ``[m, B, T, d]``
-        (:func:`condensation.cosine.unit_layer_stacks`); :meth:`end_batch` adds the batch."""
+    def add_layers(self, units: torch.Tensor, norms: torch.Tensor) -> None:
+        """The current batch's next layers, as their unit rows ``[m, B, T, d]`` and norms
+        ``[m, B, T]`` (:func:`condensation.cosine.unit_layer_stacks`); :meth:`end_batch` adds the batch."""
         batch, seq_len = units.shape[1:3]
         if seq_len != self.seq_len:
             raise ValueError(f"sequences have {seq_len} tokens; the accumulator was made for {self.seq_len}")
@@ -155,23 +204,45 @@ class LensAccumulator:
         local = one_hot[first : first + batch].T  # [G, B]
         sequence_sum = units.sum(dim=2).double()  # [m, B, d]
         per_sequence = torch.stack([sequence_sum.pow(2).sum(-1), units.pow(2).sum((-2, -1)).double()], dim=-1)
-        self._batch.append((local @ sequence_sum, local @ per_sequence, units.flatten(1, 2)[:, rows]))
+        self._batch.append((local @ sequence_sum, local @ per_sequence, units.flatten(1, 2)[:, rows],
+                            norms.flatten(1, 2)[:, rows], *self._per_sequence_values(units, norms)))
+        self._previous = units[-1]
         self._batch_size = int(batch)
+
+    def _per_sequence_values(self, units: torch.Tensor, norms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per sequence: the sum over its tokens of half of each one's angle to the previous layer,
+        ``asin(|u - v| / 2)`` ( ``[m, B]``, or ``[m - 1, B]`` for the stack
+        that starts at the embedding layer, which has no layer before it); and ``[m, 2, B]``: the
+        largest |activation| (a token's is its norm times its unit row's largest |entry|) and the
+        largest norm's share of the sequence's. float32 and few operations: a GPU pays a launch
+        for each (test_geometry counts them); finalize scales and casts."""
+        before = units[:-1] if self._previous is None else torch.cat([self._previous[None], units[:-1]])
+        after = units[1:] if self._previous is None else units
+        # asin(|u - v| / 2), half the angle between unit rows, not arccos(u . v): arccos near 1
+        # turns float32 rounding of the dot product (~1e-7) into an angle of ~5e-4, as large as a
+        # near-identity layer's; the chord keeps small angles exact (and costs one pass fewer)
+        half_angles = torch.asin(torch.linalg.vector_norm(after - before, dim=-1).mul_(0.5).clamp_(max=1.0)).sum(-1)
+        largest = (units.abs().amax(-1) * norms).amax(-1)  # [m, B]
+        return half_angles, torch.stack([largest, norms.amax(-1) / norms.sum(-1)], dim=1)
 
     def end_batch(self) -> None:
         """Add the batch whose layers :meth:`add_layers` took; everything stays on the first
         stack's device until finalize (no host sync per layer or batch)."""
-        batch_sums, batch_within, picked = join_stacks(self._batch)
+        batch_sums, batch_within, picked, picked_norms, half_angles, norm_values = join_stacks(self._batch)
         device = batch_sums.device
-        self._batch = []
+        self._batch, self._previous = [], None
         if self._sums is None:
             self._sums, self._within = batch_sums, batch_within
             self._sample = torch.empty(picked.shape[0], len(self._sample_flat), picked.shape[-1], device=device)
+            self._sample_norms = torch.empty(picked.shape[0], len(self._sample_flat), device=device)
         else:
             self._sums += batch_sums
             self._within += batch_within
         low, high = self._batch_span(self._batch_size)
         self._sample[:, low:high] = picked
+        self._sample_norms[:, low:high] = picked_norms
+        self._half_angles.append(half_angles)
+        self._norm_values.append(norm_values)
         self._seen += self._batch_size
 
     def _batch_span(self, batch: int) -> tuple[int, int]:
@@ -196,11 +267,24 @@ class LensAccumulator:
         if self._seen != self.num_sequences:
             raise ValueError(f"the lenses saw {self._seen} sequences, {self.num_sequences} expected")
         self._sums, self._within = self._sums.cpu(), self._within.cpu()
-        layers, groups, seq_len = self._sums.shape[0], self.groups, self.seq_len
+        layers, groups = self._sums.shape[0], self.groups
         values = np.full((len(LENSES), layers), np.nan)
         jackknife = np.full((len(LENSES), groups, layers), np.nan)
-        # exact lenses: the full sums, then each group left out
         keep = [np.ones(groups, bool)] + [np.arange(groups) != g for g in range(groups)]
+        self._exact_into(values, jackknife, keep)
+        self._sampled_into(values, jackknife, keep)
+        self._spectral_into(values, jackknife, spectra_device)
+        return LensStatistics(values, jackknife, int(len(self._sample_flat)), sample=self._sample,
+                              sample_sequences=(self._sample_flat // self.seq_len).numpy())
+
+    def _exact_into(self, values: np.ndarray, jackknife: np.ndarray, keep: list[np.ndarray]) -> None:
+        """The lenses exact over every token, from the full sums, then with each group left out:
+        anisotropy, within_excess, layer_angle, sink_share and massive_ratio's numerator (left in
+        ``values`` for :meth:`_sampled_into` to divide)."""
+        seq_len = self.seq_len
+        half_angles = torch.cat(self._half_angles, dim=-1).double().cpu().numpy()  # [L, N]
+        norm_values = torch.cat(self._norm_values, dim=-1).double().cpu().numpy()  # [L+1, 2, N]
+        sequence_group = np.arange(self.num_sequences) % self.groups
         for column, mask in enumerate(keep):
             sequences = int(self._group_sizes[mask].sum())
             total = self._sums[:, torch.from_numpy(mask)].sum(1)  # [L+1, d]
@@ -208,11 +292,44 @@ class LensAccumulator:
             across_pairs = sequences**2 * seq_len**2 - sequences * seq_len**2
             anisotropy = ((total.pow(2).sum(-1) - self_sum) / across_pairs).numpy()
             within = ((self_sum - diagonal) / (sequences * seq_len * (seq_len - 1))).numpy()
+            in_kept = mask[sequence_group]
+            angle = 2.0 * half_angles[:, in_kept].sum(-1) / (np.pi * sequences * seq_len)
+            largest, sink = norm_values[:, :, in_kept].transpose(1, 0, 2)
+            found = {"anisotropy": anisotropy, "within_excess": within - anisotropy,
+                     "layer_angle": np.concatenate([[np.nan], angle]),  # the embedding layer has no layer before it
+                     "massive_ratio": largest.max(-1), "sink_share": sink.mean(-1)}
             target = values if column == 0 else jackknife[:, column - 1]
-            target[0], target[1] = anisotropy, within - anisotropy
-        self._spectral_into(values, jackknife, spectra_device)
-        return LensStatistics(values, jackknife, int(len(self._sample_flat)), sample=self._sample,
-                              sample_sequences=(self._sample_flat // seq_len).numpy())
+            target[rows(found)] = np.stack(list(found.values()))
+
+    def _sampled_into(self, values: np.ndarray, jackknife: np.ndarray, keep: list[np.ndarray]) -> None:
+        """The lenses read from the sample's tokens on its device, each replicate one call over
+        its layers: cosine_without_outliers, and massive_ratio's denominator (the median
+        |activation| of every :data:`MEDIAN_STRIDE`-th sampled token; the lower median of an even
+        count). As for the
+        spectral lenses, the replicates cover the deeper half of the layers (the median of a
+        layer's K x d values is most of the cost)."""
+        sequences = self._sample_flat // self.seq_len
+        outlier_free, massive = rows(["cosine_without_outliers", "massive_ratio"])
+        layers = self._sample.shape[0]
+        first_deep = layers - (layers + 1) // 2
+        for column, mask in enumerate(keep):
+            depth = slice(None) if column == 0 else slice(first_deep, None)
+            sample, norms = self._sample[depth], self._sample_norms[depth]
+            kept = torch.from_numpy(mask)[self._sample_group]
+            # every MEDIAN_STRIDE-th sampled token: a layer's median from K x d values costs more
+            # than its spectrum, and a quarter of them pins it to ~0.3 % (the positions are sorted,
+            # so a stride spreads over every sequence)
+            index = torch.nonzero(kept[::MEDIAN_STRIDE]).squeeze(1).mul_(MEDIAN_STRIDE).to(sample.device)
+            median = (sample[:, index] * norms[:, index, None]).abs().flatten(1).median(dim=1).values
+            cosine = outlier_free_cosines(sample, sequences, kept).cpu().numpy()
+            target = values if column == 0 else jackknife[:, column - 1]
+            target[outlier_free, depth] = cosine
+            largest = target[massive, depth]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(median.double().cpu().numpy() > 0, largest / median.double().cpu().numpy(), np.nan)
+            if column:
+                target[massive] = np.nan  # the exact numerator has every layer; the ratio the deeper half
+            target[massive, depth] = ratio
 
     def _spectral_into(self, values: np.ndarray, jackknife: np.ndarray,
                        spectra_device: torch.device | str | None) -> None:
@@ -230,16 +347,17 @@ class LensAccumulator:
             return
         if first_deep:
             shallow = replicate_covariances(self._sample[:first_deep], None, 0)  # [first_deep, 1, d, d]
-            values[2:, :first_deep] = lenses_of_covariances(shallow.flatten(0, 1), width, spectra_device=spectra_device)
+            values[SPECTRAL_ROWS, :first_deep] = lenses_of_covariances(shallow.flatten(0, 1), width,
+                                                                       spectra_device=spectra_device)
         deep = replicate_covariances(self._sample[first_deep:], self._sample_group, self.groups)  # [., 1 + G, d, d]
         found = lenses_of_covariances(deep.flatten(0, 1), width, spectra_device=spectra_device)
-        per_layer = np.split(found, layers - first_deep, axis=1)  # [3, 1 + G] each
+        per_layer = np.split(found, layers - first_deep, axis=1)  # [4, 1 + G] each
         for layer, replicates in zip(range(first_deep, layers), per_layer):
             self._store(values, jackknife, layer, replicates)
 
     @staticmethod
     def _store(values: np.ndarray, jackknife: np.ndarray, layer: int, found: np.ndarray) -> None:
-        """One layer's ``[3, 1 + G']`` spectral lenses (``G'`` = 0 without its jackknife)."""
-        values[2:, layer] = found[:, 0]
+        """One layer's ``[4, 1 + G']`` spectral lenses (``G'`` = 0 without its jackknife)."""
+        values[SPECTRAL_ROWS, layer] = found[:, 0]
         if found.shape[1] > 1:
-            jackknife[2:, :, layer] = found[:, 1:]
+            jackknife[SPECTRAL_ROWS, :, layer] = found[:, 1:]

@@ -18,28 +18,60 @@ told apart, and under measures of spread that are not cosines at all. Per layer:
     2007), as a share of the width, so that models of different widths compare. Less is more
     condensed.
 ``pc1_share``
-    share of the tokens' variance on their first principal component. More is more condensed.
+    share of the tokens' variance on their first principal component, about the tokens' mean
+    (centred). More is more condensed. An uncentred "top-energy" ratio (the largest squared
+    singular value of the raw directions over their sum) counts the shared mean direction as
+    variance, so it reads anisotropy and spread at once; docs/measuring.md says why the two differ.
+``alpha_req``
+    alpha-ReQ (Agrawal et al. 2022; the phases of pre-training in arXiv 2509.23024): the decay
+    exponent alpha of the covariance's eigenvalues, ``lambda_i ~ i^-alpha``, fitted by least
+    squares in log-log over the larger half of the sample's non-zero eigenvalues (the smaller half
+    of a finite sample's spectrum falls below the true one, Marchenko-Pastur, and would steepen
+    the fit). More is more condensed: the variance decays faster over fewer directions.
+``cosine_without_outliers``
+    the within-sequence mean cosine recomputed with the :data:`OUTLIER_DIMENSIONS` coordinates of
+    largest variance removed (each token's remaining coordinates renormalised): a few "rogue"
+    dimensions can carry most of a cosine (arXiv 2603.00029). Read on the sampled tokens, over
+    the pairs of sampled tokens of one sequence. More is more condensed.
+``layer_angle``
+    each token's angle between consecutive layers' states, ``arccos(cos(h_{l-1}, h_l)) / pi``
+    (0: the layer leaves the direction as it was; the angular distance of Gromov et al. 2024), the
+    mean over every token; none at layer 0. Small angles in deep layers are the near-identity
+    layers of the Curse of Depth (arXiv 2502.05795); a large one at the last layer is the "jump"
+    JREG penalises. It does not measure condensation: shown, with no predicted sign.
+``massive_ratio``
+    the layer's largest ``|activation|`` over every token and coordinate, over the median
+    ``|activation|`` of the sampled tokens (massive activations: Sun et al. 2024; arXiv
+    2605.08504). No predicted sign.
+``sink_share``
+    per sequence, the largest token norm over the sum of the sequence's token norms, averaged
+    over sequences: the share the attention-sink token holds (``1 / T`` when every norm is equal).
+    No predicted sign.
 
-Every lens reads token *directions* (unit rows, as the cosine does), so a few tokens of large norm
-do not decide it. ``anisotropy`` and ``within_excess`` are exact over every token, from running
-sums (memory: one width-sized vector per layer and group). The three spectral lenses read a fixed
-sample of ``sample_tokens`` tokens per layer, the same positions for every layer and model, held
-on the model's device (memory: ``sample_tokens x width`` floats per layer, whatever the number of
-sequences), and are computed once at the end. IsoScore* needs no spectrum, only the trace and the
-Frobenius norm of each covariance; the effective rank needs every eigenvalue (and PC1 share the
-largest), from batched eigendecompositions (two calls: the shallower layers, the deeper half's
-replicates). The accumulator (:class:`condensation.lens_extraction.LensAccumulator`, torch) reads
-the unit rows the cosines read (:func:`condensation.cosine.accumulate`): on a GPU a batch adds a
-few operations whatever the depth. This module holds what the lenses are, their formulas on
-eigenvalues and their stored values, and imports no torch: the reporting jobs read it.
+The first seven read token *directions* (unit rows, as the cosine does), so a few tokens of
+large norm do not decide them; ``massive_ratio`` and ``sink_share`` read the norms, which is their
+point. ``anisotropy``, ``within_excess``, ``layer_angle``, ``sink_share`` and the numerator of
+``massive_ratio`` are exact over every token, from running sums and per-sequence values (memory:
+one width-sized vector per layer and group, a few numbers per layer and sequence). The other lenses
+read a fixed sample of ``sample_tokens`` tokens per layer, the same positions for every layer and
+model, held on the model's device (memory: ``sample_tokens x width`` floats per layer, whatever
+the number of sequences), and are computed once at the end. IsoScore* needs no spectrum, only the
+trace and the Frobenius norm of each covariance; the effective rank and alpha-ReQ need every
+eigenvalue (and PC1 share the largest), from batched eigendecompositions (two calls: the shallower
+layers, the deeper half's replicates). The accumulator
+(:class:`condensation.lens_extraction.LensAccumulator`, torch) reads the unit rows and norms the
+cosines read (:func:`condensation.cosine.accumulate`): on a GPU a batch adds a few operations
+whatever the depth. This module holds what the lenses are, their formulas on eigenvalues and
+their stored values, and imports no torch: the reporting jobs read it.
 
 Intervals: sequences are dealt into ``groups`` groups (sequence ``n`` into group ``n mod G``) and
 each lens is recomputed with one group left out (a delete-a-group jackknife), which gives the
-standard error of any linear summary over layers. For the spectral lenses the jackknife runs on
-the deeper ``ceil((L + 1) / 2)`` layers only, the ones the deeper-half summary reads (any trend
-convention), which keeps their cost down (:data:`JACKKNIFE_GROUPS`); it is still the effective
-rank's ``ceil((L + 1) / 2) x G`` more eigendecompositions (GPT2-small: 42 of its 55), a fixed cost
-per call that benchmarks/extraction.py times apart from the per-batch cost.
+standard error of any linear summary over layers (for ``massive_ratio``, whose numerator is a
+maximum, the jackknife is a rough guide: a maximum is not a smooth statistic). For the spectral
+lenses the jackknife runs on the deeper ``ceil((L + 1) / 2)`` layers only, the ones the deeper-half
+summary reads (any trend convention), which keeps their cost down (:data:`JACKKNIFE_GROUPS`); it is
+still the effective rank's ``ceil((L + 1) / 2) x G`` more eigendecompositions (GPT2-small: 42 of
+its 55), a fixed cost per call that benchmarks/extraction.py times apart from the per-batch cost.
 """
 
 from __future__ import annotations
@@ -61,12 +93,16 @@ if TYPE_CHECKING:  # the stored values load without torch: reporting jobs never 
 class Lens:
     name: str
     title: str
-    """How tables and the findings name it."""
+    """How tables and the findings name it (no "|": it is a cell of a Markdown table)."""
     short: str
     """How a figure's legend names it."""
     condensed: int
     """+1 when a larger value means more condensed, -1 when a smaller one does: the sign that
-    turns the lens into "condensation" for a claim's direction."""
+    turns the lens into "condensation" for a claim's direction; 0 for a lens that does not measure
+    condensation (shown with no predicted sign)."""
+    scale: str = "unit"
+    """"unit": a value in [-1, 1], drawn on the lens panel's shared axis; "log": positive and
+    unbounded, drawn on a logarithmic axis of its own."""
 
 
 LENSES: tuple[Lens, ...] = (
@@ -75,9 +111,24 @@ LENSES: tuple[Lens, ...] = (
     Lens("isoscore", "IsoScore*", "IsoScore*", -1),
     Lens("effective_rank", "effective rank / width", "eff. rank / width", -1),
     Lens("pc1_share", "variance share of PC 1", "PC1 share", +1),
+    Lens("alpha_req", "eigenspectrum decay (alpha-ReQ)", "alpha-ReQ", +1, "log"),
+    Lens("cosine_without_outliers", "within-sequence cosine without the outlier dimensions", "cos w/o outliers", +1),
+    Lens("layer_angle", "angle to the previous layer / pi", "layer angle", 0),
+    Lens("massive_ratio", "largest absolute activation / median", "max |act| / median", 0, "log"),
+    Lens("sink_share", "largest token norm's share of its sequence's", "sink share", 0),
 )
 LENS_NAMES = tuple(lens.name for lens in LENSES)
 BY_NAME = {lens.name: lens for lens in LENSES}
+SPECTRAL = ("isoscore", "effective_rank", "pc1_share", "alpha_req")
+"""The lenses read from the sampled tokens' covariances, in the order their formulas return them."""
+CONDENSATION_LENSES = tuple(lens for lens in LENSES if lens.condensed)
+"""The lenses that measure condensation: the findings read each claim under each of them."""
+
+
+def rows(names: Sequence[str]) -> list[int]:
+    """Where the lenses ``names`` sit in ``LENS_NAMES`` (the first axis of the stored values)."""
+    return [LENS_NAMES.index(name) for name in names]
+
 
 SAMPLE_TOKENS = ExtractionConfig().lens_tokens
 """Tokens per layer the spectral lenses read (the default and its reason: ``ExtractionConfig``).
@@ -99,6 +150,14 @@ scatter (relative error ~1e-7 per entry) puts noise there, never signal."""
 
 SAMPLE_SEED = 0
 """Which token positions the spectral lenses read: fixed, so a file always gives the same values."""
+
+OUTLIER_DIMENSIONS = 3
+"""Coordinates ``cosine_without_outliers`` removes: the few of largest variance that arXiv
+2603.00029 and Timkey & van Schijndel (2021) find carry most of a cosine in trained models (one to
+a handful); the same number for every width, so that it asks the same question of each model."""
+
+ALPHA_MIN_POINTS = 3
+"""Eigenvalues the alpha-ReQ fit needs at least (a line through two points has no error to fit)."""
 
 
 def isoscore_star(eigenvalues: np.ndarray, zeta: float = ISOSCORE_ZETA) -> float:
@@ -138,6 +197,20 @@ def effective_rank_share(eigenvalues: np.ndarray, width: int) -> float:
 def pc1_share(eigenvalues: np.ndarray) -> float:
     lam = np.clip(np.asarray(eigenvalues, dtype=np.float64), 0.0, None)
     return float(lam.max() / lam.sum()) if lam.sum() > 0 else math.nan
+
+
+def alpha_req(eigenvalues: np.ndarray) -> float:
+    """The decay exponent alpha of ``lambda_i ~ i^-alpha``: minus the least-squares slope of
+    log lambda_i on log i over the larger half of the non-zero eigenvalues (zeros: below
+    :data:`RELATIVE_FLOOR`, rounding). NaN with fewer than :data:`ALPHA_MIN_POINTS` of them."""
+    lam = np.sort(np.clip(np.asarray(eigenvalues, dtype=np.float64), 0.0, None))[::-1]
+    lam = lam[lam > 0]
+    lam = lam[: lam.size // 2]
+    if lam.size < ALPHA_MIN_POINTS:
+        return math.nan
+    log_rank = np.log(np.arange(1, lam.size + 1))
+    centred = log_rank - log_rank.mean()
+    return float(-(centred * np.log(lam)).sum() / (centred**2).sum())
 
 
 def floored_eigenvalues(values: np.ndarray, width: int) -> np.ndarray:

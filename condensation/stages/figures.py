@@ -257,6 +257,7 @@ def findings(
         similarity_kinds=dict(design["similarity_kinds"]),
     )
     chosen = claims.Design.from_params(design)
-    page.write_findings(claims.all_claims(evidence, chosen), markdown_path, json_path, summary_path,
-                        claims.claims_under_lenses(evidence, chosen),
+    under_lenses = claims.claims_under_lenses(evidence, chosen)
+    page.write_findings(claims.with_outlier_robustness(claims.all_claims(evidence, chosen), under_lenses),
+                        markdown_path, json_path, summary_path, under_lenses,
                         page.counted_tasks(design["tasks"], design["counted_tasks"]))

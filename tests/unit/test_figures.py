@@ -206,7 +206,7 @@ def test_family_trend_shows_the_deeper_layers_with_their_intervals(tmp_path):
 
 
 def test_family_trend_draws_the_other_lenses_when_every_model_has_them(tmp_path):
-    from condensation.lenses import LENSES
+    from condensation.lenses import BY_NAME, LENSES
 
     def lens_values(shift: float) -> dict[str, float]:
         return {f"{lens.name}{end}": 0.2 + shift + 0.1 * i + delta for i, lens in enumerate(LENSES)
@@ -218,9 +218,19 @@ def test_family_trend_draws_the_other_lenses_when_every_model_has_them(tmp_path)
     panel = next(ax for ax in fig.axes if ax.get_title() == trends.LENS_TITLE)
     assert fig.axes.index(panel) == 3  # after the trend panel, its twin and the deeper-layers panel
     drawn = [line for line in panel.lines if not line.get_label().startswith("_")]  # not the zero line
-    assert len(drawn) == len(LENSES)
+    unit = [lens for lens in LENSES if lens.scale == "unit"]
+    assert len(drawn) == len(unit)
     np.testing.assert_allclose(drawn[2].get_ydata(), [0.4, 0.45])  # IsoScore*, per model
-    assert [text.get_text() for text in panel.get_legend().get_texts()][2] == "IsoScore* ↓"
+    legend = [text.get_text() for text in panel.get_legend().get_texts()]
+    assert legend[2] == "IsoScore* ↓" and legend[unit.index(BY_NAME["layer_angle"])] == "layer angle"  # no sign
+    # the unbounded lenses on a log axis of their own, next
+    log_panel = fig.axes[4]
+    assert log_panel.get_title() == trends.LOG_LENS_TITLE and log_panel.get_yscale() == "log"
+    log_lenses = [lens for lens in LENSES if lens.scale == "log"]
+    assert [text.get_text() for text in log_panel.get_legend().get_texts()] == [
+        lens.short + (" ↑" if lens.condensed > 0 else "") for lens in log_lenses]
+    np.testing.assert_allclose(log_panel.lines[0].get_ydata(),
+                               [lens_values(0.05 * i)[log_lenses[0].name] for i in range(2)])
     # one model without lenses (a file written before them): no lens panel, as before
     fig = trends.plot_family_trend([entries[1], family(1)[0]], tmp_path / "mixed.png", "mixed")
     assert not any(ax.get_title() == trends.LENS_TITLE for ax in fig.axes)

@@ -262,3 +262,43 @@ def test_a_pooled_study_decides_the_dispersion_claim_in_place_of_its_base_models
     assert sum(note.startswith(f"shown, not counted (one base model of {pooled})") for note in dispersion.notes) == 2
     assert any("the base model is a replicate" in note for note in dispersion.notes)
     assert claims.ONE_BASE_MODEL not in dispersion.notes  # every mid-training model is pooled
+
+
+def test_each_lens_reads_the_claims_and_the_outlier_free_cosine_is_a_robustness_line(tmp_path):
+    """A family whose condensation falls with size under every lens that measures it, and whose
+    layer angle rises with size: the lens table has a row per lens (the lenses with no predicted
+    sign say which way they move), and the size claim carries the outlier-free cosine's verdict as
+    a robustness line."""
+    from condensation.lenses import LENSES
+
+    rng = np.random.default_rng(3)
+    sizes = {("S", 1e6): 0.30, ("M", 2e6): 0.25, ("L", 4e6): 0.20}
+    rows, deep, lens_values, lens_jackknife = [], [], [], []
+    for index, ((label, params), value) in enumerate(sizes.items()):
+        for seed in range(3):
+            rows.append({"model": f"{label}-s{seed}", "label": label, "num_parameters": params})
+            deep.append(value)
+            run = value + rng.normal(0, 0.003)
+            values = np.array([run if lens.condensed > 0 else 1 - run if lens.condensed < 0 else 0.1 + 0.05 * index
+                               for lens in LENSES])
+            lens_values.append(values)
+            lens_jackknife.append(values[:, None] + rng.normal(0, 0.002, (len(LENSES), 6)))
+    falls = Profiles(pd.DataFrame(rows), [layers_of(v) for v in deep], lens_values, lens_jackknife)
+    evidence = claims.Evidence(trends={"toy_austen": falls})
+    chosen = design({"toy_austen": falls})
+    under = claims.claims_under_lenses(evidence, chosen)
+    assert list(under) == [lens.title for lens in LENSES]
+    size = {title: verdicts[0].verdict for title, verdicts in under.items()}
+    assert all(size[lens.title] == AGREES for lens in LENSES if lens.condensed), size
+    assert size["angle to the previous layer / pi"] == AGREES  # oriented: rises with size
+    verdicts = claims.with_outlier_robustness(claims.all_claims(evidence, chosen), under)
+    size_claim = next(v for v in verdicts if v.claim == claims.SIZE)
+    robustness = size_claim.notes[-1]
+    assert robustness.startswith("robustness: without the 3 outlier dimensions") and "**agrees**" in robustness
+    markdown = tmp_path / "findings.md"
+    page.write_findings(verdicts, markdown, tmp_path / "findings.json", tmp_path / "summary.json", under)
+    text = markdown.read_text()
+    no_pair_or_series = " | ".join(["cannot test"] * 3)
+    assert f"| angle to the previous layer / pi (-) | rises with size | {no_pair_or_series} |" in text
+    assert "| IsoScore* | agrees |" in text
+    assert "robustness: without the 3 outlier dimensions" in text

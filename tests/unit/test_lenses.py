@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from condensation import cosine_extraction, geometry, lens_extraction, lenses
+from condensation import cosine, cosine_extraction, geometry, lens_extraction, lenses
 from condensation.trend import lens_summary
 from tests.helpers.float_bounds import U64, gamma
 
@@ -17,6 +17,9 @@ LENS_TOLERANCE = 1e-6
 scatters summed in another order, IsoScore* from the trace and Frobenius norm instead of the
 eigenvalues): float32 rounding of the covariance reaches the lenses at ~1e-7, and their intervals
 over sequences are ~1e-2 wide."""
+
+
+SPECTRAL = lenses.rows(lenses.SPECTRAL)
 
 
 def accumulate(hidden: list[torch.Tensor], batch: int, **options) -> lenses.LensStatistics:
@@ -132,7 +135,8 @@ def test_batching_and_memory_do_not_depend_on_the_number_of_sequences():
     acc.update([torch.randn(8, 32, 24) for _ in range(3)])
     assert tuple(acc._sample.shape) == (3, 100, 24)  # K tokens x width per layer, whatever N
     # the spectral jackknife covers the deeper half of the layers only
-    assert np.isnan(one.jackknife[2:, :, 0]).all() and np.isfinite(one.jackknife[2:, :, 1:]).all()
+    spectral = one.jackknife[lenses.rows(lenses.SPECTRAL)]
+    assert np.isnan(spectral[:, :, 0]).all() and np.isfinite(spectral[:, :, 1:]).all()
 
 
 def test_summary_interval_and_storage(tmp_path):
@@ -182,9 +186,9 @@ def test_one_batched_eigendecomposition_gives_each_layers_own_lenses():
     assert acc.groups == lenses.JACKKNIFE_GROUPS
     for layer in range(layers):
         alone = lens_extraction.spectral_lenses(acc._sample[layer], acc._sample_group if layer in deep else None)
-        np.testing.assert_allclose(result.values[2:, layer], alone[:, 0], rtol=0, atol=LENS_TOLERANCE)
+        np.testing.assert_allclose(result.values[SPECTRAL, layer], alone[:, 0], rtol=0, atol=LENS_TOLERANCE)
         if layer in deep:
-            np.testing.assert_allclose(result.jackknife[2:, :, layer], alone[:, 1:], rtol=0, atol=LENS_TOLERANCE)
+            np.testing.assert_allclose(result.jackknife[SPECTRAL, :, layer], alone[:, 1:], rtol=0, atol=LENS_TOLERANCE)
     on_host = acc.finalize(spectra_device="cpu")
     np.testing.assert_array_equal(on_host.values, result.values)
     np.testing.assert_array_equal(on_host.jackknife, result.jackknife)
@@ -228,8 +232,8 @@ def test_the_lenses_are_those_of_the_spectra_as_before(sample_tokens):
         groups, count = (acc._sample_group, acc.groups) if layer >= first_deep else (None, 0)
         for column, eigenvalues in enumerate(spectra_as_before(acc._sample[layer], groups, count)):
             expected = [lenses.isoscore_star(eigenvalues), lenses.effective_rank_share(eigenvalues, d),
-                        lenses.pc1_share(eigenvalues)]
-            found = result.values[2:, layer] if column == 0 else result.jackknife[2:, column - 1, layer]
+                        lenses.pc1_share(eigenvalues), lenses.alpha_req(eigenvalues)]
+            found = result.values[SPECTRAL, layer] if column == 0 else result.jackknife[SPECTRAL, column - 1, layer]
             np.testing.assert_allclose(found, expected, rtol=0, atol=LENS_TOLERANCE)
     assert 0.05 < result.layer_values("isoscore").min() and result.layer_values("isoscore").max() < 0.95
 
@@ -251,3 +255,131 @@ def test_tokens_sharing_one_direction_keep_their_spread_in_float32():
     exact = lens_extraction.spectral_lenses(tokens.double(), groups)
     np.testing.assert_allclose(found, exact, rtol=0, atol=gamma(n))
     assert 0.05 < exact[0].min() and exact[1].min() > 0.5  # a spread that is far from degenerate
+
+
+# --------------------------------------------------------------------------------------------
+# alpha-ReQ, the cosine without outlier dimensions, the layer angle, massive activations
+
+
+def test_alpha_req_known_answers():
+    ranks = np.arange(1, 41)
+    for alpha in (0.5, 1.0, 2.5):
+        # a pure power law, in any order and padded with zeros (below the floor: no direction)
+        spectrum = np.concatenate([np.random.default_rng(0).permutation(ranks ** -alpha), np.zeros(24)])
+        assert lenses.alpha_req(spectrum) == pytest.approx(alpha, rel=1e-12)
+    # only the larger half of the non-zero eigenvalues is fitted: a tail that falls off a cliff (a
+    # finite sample's smallest eigenvalues) does not move it
+    cliff = np.concatenate([ranks[:20] ** -1.0, 1e-5 * ranks[20:] ** -1.0])
+    assert lenses.alpha_req(cliff) == pytest.approx(1.0, rel=1e-12)
+    assert math.isnan(lenses.alpha_req(np.array([1.0, 0.5, 0.0, 0.0])))  # one point to fit: none
+    # through the sampled tokens: a covariance with eigenvalues i^-1.5, many more tokens than dimensions
+    d, n = 32, 40_000
+    tokens = torch.randn(n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    tokens *= torch.arange(1, d + 1, dtype=torch.float64) ** -0.75
+    found = lens_extraction.spectral_lenses(tokens)[lenses.SPECTRAL.index("alpha_req"), 0]
+    assert found == pytest.approx(1.5, abs=0.03)
+
+
+def outlier_free_brute_force(sample: torch.Tensor, sequences: np.ndarray, kept: np.ndarray, k: int) -> float:
+    """One layer's ``cosine_without_outliers`` in float64, pair by pair."""
+    tokens = sample[torch.from_numpy(kept)].double().numpy()
+    owners = sequences[kept]
+    outliers = np.argsort(tokens.var(axis=0, ddof=1))[-k:]
+    trimmed = np.delete(tokens, outliers, axis=1)
+    trimmed /= np.linalg.norm(trimmed, axis=1, keepdims=True)
+    cos = trimmed @ trimmed.T
+    same = (owners[:, None] == owners[None, :]) & ~np.eye(len(owners), dtype=bool)
+    return float(cos[same].mean())
+
+
+def test_cosine_without_outliers_against_brute_force_and_a_planted_outlier():
+    """Each sequence sits far out along three coordinates of its own (large variance across
+    sequences, shared within one): its tokens' cosine is near 1 with them and near 0 without."""
+    torch.manual_seed(4)
+    n, t, d, k = 12, 20, 16, lenses.OUTLIER_DIMENSIONS
+    planted = torch.zeros(n, 1, d)
+    planted[:, 0, :k] = 20.0 * torch.randn(n, k)
+    hidden = [torch.randn(n, t, d), torch.randn(n, t, d) + planted]
+    acc = lens_extraction.LensAccumulator(n, t, sample_tokens=150, groups=4)
+    for start in range(0, n, 5):
+        acc.update([h[start : start + 5] for h in hidden])
+    result = acc.finalize()
+    sequences = (acc._sample_flat // t).numpy()
+    groups = acc._sample_group.numpy()
+    for layer in range(2):
+        everything = np.ones(len(sequences), bool)
+        assert result.layer_values("cosine_without_outliers")[layer] == pytest.approx(
+            outlier_free_brute_force(acc._sample[layer], sequences, everything, k), abs=1e-6)
+        for group in range(4):  # the replicates cover the deeper half of the layers, as the spectral lenses'
+            found = result.jackknife[lenses.LENS_NAMES.index("cosine_without_outliers"), group, layer]
+            if layer == 0:
+                assert math.isnan(found)
+                continue
+            assert found == pytest.approx(outlier_free_brute_force(acc._sample[layer], sequences, groups != group, k),
+                                          abs=1e-6)
+    within = result.layer_values("within_excess") + result.layer_values("anisotropy")
+    assert within[1] > 0.8 and abs(result.layer_values("cosine_without_outliers")[1]) < 0.05
+
+
+def test_layer_angle_sink_share_and_massive_ratio_against_brute_force(monkeypatch):
+    """Over stacks of one layer (the CPU budget shrunk) and of all of them, in batches: each
+    token's angle to the layer before, the largest norm's share of its sequence's, the largest
+    |activation| over the sampled tokens' median, and each with a group left out."""
+    torch.manual_seed(6)
+    n, t, d, groups = 10, 8, 12, 5
+    base = torch.randn(n, t, d)
+    turned = torch.cat([base[..., 1:], base[..., :1]], dim=-1)  # another direction for each token
+    massive = base.clone()
+    massive[:, 0, 3] = 500.0  # a massive activation on every first token
+    hidden = [base, base * 2.0, turned, massive]
+    results = []
+    for budget in (t * d, 1 << 18):
+        monkeypatch.setattr(cosine, "CPU_STACK_VALUES", budget)
+        acc = lens_extraction.LensAccumulator(n, t, sample_tokens=40, groups=groups)
+        for start in range(0, n, 3):
+            acc.update([h[start : start + 3] for h in hidden])
+        results.append(acc.finalize())
+    np.testing.assert_allclose(results[0].values, results[1].values, rtol=1e-6, equal_nan=True)
+    result, sample_index = results[1], acc._sample_flat.numpy()
+    for column in range(groups + 1):
+        kept = np.arange(n) % groups != column - 1
+        found = result.values if column == 0 else result.jackknife[:, column - 1]
+        states = [h[torch.from_numpy(kept)].double() for h in hidden]
+        cosines = [torch.nn.functional.cosine_similarity(a, b, dim=-1).clamp(-1, 1) for a, b in zip(states, states[1:])]
+        angles = [float((torch.arccos(c) / math.pi).mean()) for c in cosines]
+        norms = [h.norm(dim=-1) for h in states]
+        sink = [float((m.amax(-1) / m.sum(-1)).mean()) for m in norms]
+        read = np.zeros(len(sample_index), bool)
+        read[:: lens_extraction.MEDIAN_STRIDE] = True  # the tokens the median reads
+        tokens_kept = kept[sample_index // t] & read
+        medians = [float(h.reshape(n * t, d)[torch.from_numpy(sample_index[tokens_kept])].abs().flatten()
+                         .median()) for h in hidden]
+        ratio = np.array([float(s.abs().max()) / m for s, m in zip(states, medians)])
+        assert math.isnan(found[lenses.LENS_NAMES.index("layer_angle"), 0])
+        np.testing.assert_allclose(found[lenses.LENS_NAMES.index("layer_angle"), 1:], angles, atol=1e-6)
+        np.testing.assert_allclose(found[lenses.LENS_NAMES.index("sink_share")], sink, rtol=1e-6)
+        deep = slice(None) if column == 0 else slice(2, None)  # a median's replicates: the deeper half
+        np.testing.assert_allclose(found[lenses.LENS_NAMES.index("massive_ratio"), deep], ratio[deep], rtol=1e-6)
+    angle = result.layer_values("layer_angle")
+    assert angle[1] == pytest.approx(0.0, abs=1e-3) and angle[2] > 0.3  # a scaled state keeps its direction
+    assert result.layer_values("massive_ratio")[3] > 100 * result.layer_values("massive_ratio")[0]
+    assert result.layer_values("sink_share")[3] > 3 / t > result.layer_values("sink_share")[0]
+
+
+def test_every_lens_is_stored_and_summarised():
+    """Each lens of LENSES has a value at every layer of a measured model (the layer angle from
+    layer 1), its deeper-half summary an interval, and a file written with fewer lenses loads
+    without them rather than misread."""
+    torch.manual_seed(7)
+    hidden = [torch.randn(12, 10, 16) + scale * torch.randn(16) for scale in (0.0, 1.0, 2.0, 3.0)]
+    result = accumulate(hidden, batch=5)
+    assert np.isfinite(result.values[:, 1:]).all()
+    assert [name for name in lenses.LENS_NAMES if np.isnan(result.layer_values(name)[0])] == ["layer_angle"]
+    layers = np.arange(2, 4)
+    for name in lenses.LENS_NAMES:
+        estimate, se = result.summary(name, layers)
+        assert math.isfinite(estimate) and se > 0, name
+    assert not any("|" in lens.title for lens in lenses.LENSES)  # a Markdown table's cell
+    assert {lens.name for lens in lenses.CONDENSATION_LENSES} == {"anisotropy", "within_excess", "isoscore",
+                                                                  "effective_rank", "pc1_share", "alpha_req",
+                                                                  "cosine_without_outliers"}

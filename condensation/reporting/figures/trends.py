@@ -165,28 +165,38 @@ def _deeper_panel(ax: Axes, labels: Sequence[str], series: Sequence[_Points]) ->
 
 
 LENS_TITLE = "other lenses, deeper half\n(95 % interval; ↑/↓: more condensed)"
+LOG_LENS_TITLE = "unbounded lenses, deeper half\n(95 % interval, log scale)"
 
 
-def _lens_panel(ax: Axes, labels: Sequence[str], entries: Sequence[FamilyEntry]) -> None:
-    """Each lens of :mod:`condensation.lenses` per model (models along x), one colour each, with
-    its jackknife interval; all lie in [-1, 1]. The legend marks with an arrow which way is more
-    condensed."""
+def _lens_panel(ax: Axes, labels: Sequence[str], entries: Sequence[FamilyEntry], scale: str = "unit") -> None:
+    """Each lens of :mod:`condensation.lenses` on ``scale`` per model (models along x), one colour
+    each, with its jackknife interval: the "unit" lenses lie in [-1, 1] and share an axis; the
+    "log" ones (alpha-ReQ, the massive-activation ratio) are positive and unbounded, on a
+    logarithmic axis. The legend marks with an arrow which way is more condensed (none for a lens
+    with no predicted sign)."""
     x = _model_axis(ax, labels)
-    colors = matplotlib.colormaps["Dark2"].colors
-    dx = np.linspace(-0.2, 0.2, len(LENSES))
-    for offset, lens, color in zip(dx, LENSES, colors):
+    drawn = [lens for lens in LENSES if lens.scale == scale]
+    colors = matplotlib.colormaps["Dark2"].colors if scale == "unit" else matplotlib.colormaps["Set1"].colors
+    dx = np.linspace(-0.2, 0.2, len(drawn))
+    for offset, lens, color in zip(dx, drawn, colors):
         value = np.array([e.lenses[lens.name] for e in entries], dtype=float)
         low = np.array([e.lenses[f"{lens.name}_low"] for e in entries], dtype=float)
         high = np.array([e.lenses[f"{lens.name}_high"] for e in entries], dtype=float)
-        arrow = "↑" if lens.condensed > 0 else "↓"
+        if scale == "log":  # a jackknife interval may reach below zero; the axis cannot
+            low = np.where(low > 0, low, np.nan)
+        arrow = {1: " ↑", -1: " ↓"}.get(lens.condensed, "")
         ax.plot(x + offset, value, ls="-", marker="o", ms=4, lw=1.1, color=color, clip_on=False,
-                label=f"{lens.short} {arrow}", zorder=3)
+                label=f"{lens.short}{arrow}", zorder=3)
         shown = np.isfinite(low) & np.isfinite(high)
         ax.vlines((x + offset)[shown], low[shown], high[shown], color=color, lw=1.0, zorder=2)
-    ax.axhline(0.0, color="0.45", linestyle=":", linewidth=1.0, zorder=0)
-    ax.set_ylim(-0.1, 1.05)
+    if scale == "unit":
+        ax.axhline(0.0, color="0.45", linestyle=":", linewidth=1.0, zorder=0)
+        ax.set_ylim(-0.1, 1.05)
+        ax.set_title(LENS_TITLE)
+    else:
+        ax.set_yscale("log")
+        ax.set_title(LOG_LENS_TITLE)
     ax.spines["right"].set_visible(False)
-    ax.set_title(LENS_TITLE)
     ax.legend(fontsize=6, loc="best", frameon=True, framealpha=0.85, handlelength=1.2, borderpad=0.3)
 
 
@@ -248,17 +258,18 @@ def plot_family_trend(
     nrows = math.ceil(n / MAX_COLUMNS)
     ncols = math.ceil(n / nrows)
     trend_ratio = float(np.clip(0.32 * n, 1.6, 2.8))
-    panels = 3 if all(e.lenses for e in entries) else 2  # the lenses' panel when every model has them
+    panels = 4 if all(e.lenses for e in entries) else 2  # the lenses' two panels when every model has them
     with matplotlib.rc_context(RC):
-        fig = new_figure(1.75 * (ncols + panels * trend_ratio) + 1.9, 2.35 * nrows + 1.3 + 0.9 * (panels == 3))
+        fig = new_figure(1.75 * (ncols + panels * trend_ratio) + 1.9, 2.35 * nrows + 1.3 + 0.9 * (panels == 4))
         grid = fig.add_gridspec(nrows, ncols + panels, width_ratios=[trend_ratio] * panels + [1.0] * ncols)
         ax = fig.add_subplot(grid[:, 0])
         labels = [e.tick_label for e in entries]
         _trend_panel(ax, labels, [_plain_series(entries)])
         ax.set_title("depth trend")
         _deeper_panel(fig.add_subplot(grid[:, 1]), labels, [_Points(entries, 0.0, _deep_style(len(entries)))])
-        if panels == 3:
+        if panels == 4:
             _lens_panel(fig.add_subplot(grid[:, 2]), labels, entries)
+            _lens_panel(fig.add_subplot(grid[:, 3]), labels, entries, scale="log")
         rows = [_cells(entries[r * ncols : (r + 1) * ncols]) for r in range(nrows)]
         heatmap_grid(fig, grid, rows, ["cosine similarity"] * nrows, heatmaps, first_column=panels)
         fig.suptitle(title)

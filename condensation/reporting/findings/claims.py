@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from condensation.lenses import LENS_NAMES, LENSES, Lens
+from condensation.lenses import BY_NAME, LENS_NAMES, LENSES, OUTLIER_DIMENSIONS, Lens
 from condensation.reporting.findings.noise_sources import noise_source_line
 from condensation.reporting.statistics.decisions import (
     ANY,
@@ -492,22 +492,43 @@ def _similarity_notes(evidence: Evidence, kind: str) -> list[str]:
 def claims_under_lenses(evidence: Evidence, design: Design) -> dict[str, list[Verdict]]:
     """The size, pair and series claims again under each lens (:mod:`condensation.lenses`), its
     jackknife over groups of sequences in place of the sequences; a lens that falls as condensation
-    rises (IsoScore*, effective rank) reads with the predicted signs flipped. The dispersion claims
-    read the study tables, which hold the cosine statistics only."""
+    rises (IsoScore*, effective rank) reads with the predicted signs flipped. A lens with no
+    predicted sign (the layer angle, the norms' lenses) is read two-sided in a fixed orientation:
+    "agrees" there means it rises with size, or falls with training (the page words it so). The
+    dispersion claims read the study tables, which hold the cosine statistics only."""
     under = {}
     for lens in LENSES:
         if not _has_lens(evidence, lens):
             continue
-        sign = lens.condensed
+        sign = lens.condensed or 1
+        size_direction = -lens.condensed or 1
         distill, init = pair_pieces(evidence.pairs, design, lens.name, orientation=sign)  # a share needs no sign
         under[lens.title] = [
-            over_statistics(SIZE, [size_claim(evidence.trends, design, lens.name, -sign)]),
+            over_statistics(SIZE, [size_claim(evidence.trends, design, lens.name, size_direction)]),
             over_statistics(DISTILLATION, [decide(distill, ANY, lens.title)]),
             over_statistics(INIT_PAIRS, [decide(init, ANY, lens.title)]),
             over_statistics(INIT_SERIES,
                             [decide(series_pieces(evidence.series, design, lens.name, sign), ANY, lens.title)]),
         ]
     return under
+
+
+OUTLIER_FREE = BY_NAME["cosine_without_outliers"]
+
+
+def with_outlier_robustness(verdicts: Sequence[Verdict],
+                            under_lenses: Mapping[str, Sequence[Verdict]]) -> list[Verdict]:
+    """Each claim that the lenses read again, with a robustness line: its verdict on the
+    within-sequence cosine without the outlier dimensions (``lenses.OUTLIER_DIMENSIONS`` of largest
+    variance removed). A few coordinates can carry most of a cosine (arXiv 2603.00029);
+    this line says whether the claim survives their removal. Shown, not counted."""
+    found = {v.claim: v for v in under_lenses.get(OUTLIER_FREE.title, [])}
+    if not found:
+        return list(verdicts)
+    lines = {claim: (f"robustness: without the {OUTLIER_DIMENSIONS} outlier dimensions (the within-sequence cosine "
+                     f"of the sampled tokens, the coordinates of largest variance removed), **{v.verdict}**"
+                     + (f" ({v.reason})" if v.reason else "")) for claim, v in found.items()}
+    return [replace(v, notes=[*v.notes, lines[v.claim]]) if v.claim in lines else v for v in verdicts]
 
 
 def _has_lens(evidence: Evidence, lens: Lens) -> bool:

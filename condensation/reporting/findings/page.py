@@ -8,9 +8,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from condensation.intervals import CONFIDENCE
-from condensation.reporting.findings.claims import CLAIM_KEYS
+from condensation.lenses import LENSES
+from condensation.reporting.findings.claims import CLAIM_KEYS, DISTILLATION, SIZE
 from condensation.reporting.statistics.decisions import (
+    AGREES,
     ALPHA,
+    DISAGREES,
     INCONCLUSIVE,
     POWER,
     Decision,
@@ -101,19 +104,41 @@ def _statistics(verdicts: Sequence[Verdict]) -> list[str]:
     return list(dict.fromkeys(d.statistic for v in verdicts for d in v.decisions))
 
 
+NO_SIGN_WORDS = {AGREES: "rises", DISAGREES: "falls", INCONCLUSIVE: "no clear change"}
+"""How a lens with no predicted sign reads a directional verdict: ``claims_under_lenses`` orients
+it so that "agrees" is the lens rising with size, or falling with training."""
+
+
 def _lens_table(under_lenses: Mapping[str, Sequence[Verdict]]) -> list[str]:
-    lenses = list(under_lenses)
-    claims = [v.claim for v in under_lenses[lenses[0]]]
+    """One row per lens, one column per claim the lenses read; a lens with no predicted sign says
+    which way it moves ("rises", "falls" along the claim's axis: size, or training) rather than
+    agrees or disagrees."""
+    titles = list(under_lenses)
+    claims = [v.claim for v in under_lenses[titles[0]]]
+    by_title = {lens.title: lens for lens in LENSES}
     lines = ["", "## Each condensation claim under each lens", "",
              "The same claims with each lens of `condensation.lenses` over the same layers in place of the cosine, its",
              "interval a delete-a-group jackknife over groups of sequences and over seeds (t with G - 1 degrees "
              "of freedom, or the seeds' if fewer);",
-             "IsoScore* and the effective rank fall as condensation rises, so their predicted signs are flipped. The",
-             "evidence behind each cell is in findings.json.", "",
-             "| claim | " + " | ".join(lenses) + " |", "|---" * (len(lenses) + 1) + "|"]
-    for index, claim in enumerate(claims):
-        lines.append(f"| {claim.split(' (')[0]} | "
-                     + " | ".join(under_lenses[lens][index].verdict for lens in lenses) + " |")
+             "IsoScore* and the effective rank fall as condensation rises, so their predicted signs are flipped.",
+             "The last lenses do not measure condensation (no predicted sign, marked -): their cells say which way",
+             "they move with size (a larger model) or with training (initialisation -> trained), or the",
+             "distillation verdict on the share of the gap. The evidence behind each cell is in findings.json.", "",
+             "| lens | " + " | ".join(claim.split(" (")[0] for claim in claims) + " |",
+             "|---" * (len(claims) + 1) + "|"]
+    for title in titles:
+        lens = by_title.get(title)
+        no_sign = lens is not None and not lens.condensed
+        cells = []
+        for claim, verdict in zip(claims, under_lenses[title]):
+            word = verdict.verdict
+            if no_sign and claim != DISTILLATION:
+                word = NO_SIGN_WORDS.get(word, word)
+                if word in ("rises", "falls"):
+                    word = (f"{word} with size" if claim == SIZE
+                            else {"rises": "falls with training", "falls": "rises with training"}[word])
+            cells.append(word)
+        lines.append(f"| {title}{' (-)' if no_sign else ''} | " + " | ".join(cells) + " |")
     return lines
 
 
