@@ -230,8 +230,8 @@ def run_series_points(index_path: str | Path, geometry_dir: str | Path) -> tuple
 def findings(
     *, trend_profiles: Sequence[str | Path], pair_profiles: Sequence[str | Path], series_profiles: Sequence[str | Path],
     effects: Sequence[str | Path], pooled_effects: Sequence[str | Path] = (), trajectories: Sequence[str | Path],
-    score_tables: Sequence[str | Path], similarity: Sequence[str | Path] = (), design: Mapping[str, Any],
-    markdown_path: str | Path, json_path: str | Path, summary_path: str | Path,
+    score_tables: Sequence[str | Path], run_scores: Sequence[str | Path] = (), similarity: Sequence[str | Path] = (),
+    design: Mapping[str, Any], markdown_path: str | Path, json_path: str | Path, summary_path: str | Path,
 ) -> None:
     """The findings page: each of the paper's claims against what this run measured. The tables'
     per-sequence profiles (``*_profiles``: trend tables, pairs, series), the studies' effects and
@@ -240,6 +240,7 @@ def findings(
     what the config says of them (the rule's one parameter, read by ``claims.Design.from_params``)."""
     # deferred: scipy, see the imports
     from condensation.reporting.findings import claims, page  # noqa: PLC0415
+    from condensation.reporting.findings.prediction import read_run_scores  # noqa: PLC0415
     from condensation.reporting.tables.profiles import read_all  # noqa: PLC0415
 
     def study_name(path: str | Path) -> str:
@@ -255,6 +256,7 @@ def findings(
         scores={Path(path).stem: pd.read_csv(path) for path in score_tables},
         similarity=pd.concat([pd.read_csv(path) for path in similarity]) if similarity else None,
         similarity_kinds=dict(design["similarity_kinds"]),
+        run_scores=read_run_scores(run_scores, page.counted_tasks(design["tasks"], design["counted_tasks"])["counted"]),
     )
     chosen = claims.Design.from_params(design)
     under_lenses = claims.claims_under_lenses(evidence, chosen)

@@ -2,6 +2,7 @@
 # functions out of a file with rules); what several rule files share is in rules/common.smk.
 
 from condensation.config.plan import score_tables, series_bands, series_model_name
+from condensation.evaluation.score_files import SCORE_FILES
 
 # Models that are one draw of a training procedure: those whose weights this workflow draws
 # (pre-trained, initialised or trained in a study here) and published runs of a suite of seeds (a
@@ -97,11 +98,19 @@ def every_study_model(template):
 
 
 def findings_score_inputs(wildcards):
-    """Tables 2 and 4, where the config scores."""
+    """Tables 2 and 4, and the score record of every trained run at its scored checkpoint, where
+    the config scores."""
     if not config["evaluation"]["tasks"]:
-        return {"score_tables": []}
+        return {"score_tables": [], "run_scores": []}
     tables = [table for table in score_tables(config) if table in ("table2", "table4")]
-    return {"score_tables": expand(f"{path.table}.csv", table=tables)}
+    scored = [study for study, table in (("midtrain", "table2"), ("scratch", "table4")) if table in tables]
+    runs = [
+        path_with(path.score, study=study, model=model, method=method, seed=seed, checkpoint="selected")
+        + SCORE_FILES["record"]
+        for study in scored
+        for model, method, seed in STUDY_RUNS[study]
+    ]
+    return {"score_tables": expand(f"{path.table}.csv", table=tables), "run_scores": runs}
 
 
 # What the findings page is told of the config, as one parameter of its rule (claims.Design reads it).
@@ -117,4 +126,6 @@ FINDINGS_DESIGN = {
     "counted_tasks": config["evaluation"]["counted_tasks"],
     # a comparison of a pair (distilled students and their teacher) or of a study's runs with wider models
     "similarity_kinds": {name: "pair" if "pair" in spec else "study" for name, spec in config["similarity"].items()},
+    # the training settings every arm of a study shares (the page says what compared arms match)
+    "matched": {study: dict(config[study]["train"]) for study in studies(config)},
 }

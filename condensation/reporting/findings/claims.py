@@ -39,6 +39,7 @@ import pandas as pd
 
 from condensation.lenses import BY_NAME, LENS_NAMES, LENSES, OUTLIER_DIMENSIONS, Lens
 from condensation.reporting.findings.noise_sources import noise_source_line
+from condensation.reporting.findings.prediction import matched_settings_note, prediction_pieces
 from condensation.reporting.statistics.decisions import (
     ANY,
     Decision,
@@ -88,6 +89,8 @@ class Design:
     pooled: Mapping[str, Sequence[str]] = field(default_factory=dict)
     """A study's effects with its base models pooled (a label's pre-training runs) -> the
     per-model effects it replaces in the dispersion verdict (they stay on the page, not counted)."""
+    matched: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Study -> the training settings all its arms share (its ``train`` section), for the page."""
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Design:
@@ -95,7 +98,8 @@ class Design:
         return cls(seeded=frozenset(params["seeded_models"]), uncounted=frozenset(params["uncounted_families"]),
                    families=dict(params["families"]), series_groups=dict(params["series_groups"]),
                    seeded_series=frozenset(params["seeded_series"]),
-                   pooled={name: tuple(members) for name, members in params["pooled"].items()})
+                   pooled={name: tuple(members) for name, members in params["pooled"].items()},
+                   matched=dict(params.get("matched", {})))
 
 
 def _fmt(value: float, digits: int = 3) -> str:
@@ -404,6 +408,9 @@ class Evidence:
     """The comparison tables of :mod:`condensation.similarity` (layer profile and CKA against a wider model)."""
     similarity_kinds: Mapping[str, str] = field(default_factory=dict)
     """Comparison -> "pair" (distilled students against their teacher) or "study" (runs against wider models)."""
+    run_scores: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+    """Study model ("midtrain, toy-mlp256") -> each trained run's scored step and score
+    (:func:`condensation.reporting.findings.prediction.read_run_scores`)."""
 
 
 SIZE = "A larger or wider model condenses less (Figs. 2, S1)"
@@ -412,8 +419,9 @@ INIT_PAIRS = "Condensation is highest at initialisation and falls with training 
 INIT_SERIES = "Condensation is highest at initialisation and falls over pre-training (Fig. 4)"
 DISPERSION = "The dispersion loss lowers condensation (Fig. 6)"
 SCORES = "The dispersion loss improves downstream scores (Tables 2, 4)"
+PREDICTS = "Lower condensation goes with higher scores (across runs; beyond the paper)"
 CLAIM_KEYS = {SIZE: "size", DISTILLATION: "distillation", INIT_PAIRS: "initialisation", INIT_SERIES: "pretraining",
-              DISPERSION: "dispersion", SCORES: "scores"}
+              DISPERSION: "dispersion", SCORES: "scores", PREDICTS: "prediction"}
 """Each claim's short name in results/metrics/summary.json (what `dvc metrics` and `dvc exp show` show)."""
 
 
@@ -447,7 +455,23 @@ def all_claims(evidence: Evidence, design: Design) -> list[Verdict]:
     scores = score_pieces(evidence.scores)
     verdicts.append(over_statistics(SCORES, [decide(scores, ANY, "accuracy")],
                                     [ONE_BASE_MODEL] if any(p.name.startswith("table2") for p in scores) else []))
+    if evidence.run_scores:
+        verdicts.append(prediction_claim(evidence, design))
     return verdicts
+
+
+def prediction_claim(evidence: Evidence, design: Design) -> Verdict:
+    """"Lower condensation goes with higher scores", over every scored run
+    (:mod:`condensation.reporting.findings.prediction`), on each deciding statistic."""
+    decisions, missing = [], {}
+    for statistic in DECIDING_STATISTICS:
+        title = STATISTICS[statistic].title
+        pieces, left_out = prediction_pieces(evidence.trajectories, evidence.run_scores, statistic, title)
+        decisions.append(decide(pieces, ANY, title))
+        missing |= dict.fromkeys(left_out)
+    notes = [f"left out, its scored step unmeasured: {line}" for line in missing]
+    matched = matched_settings_note(design.matched)
+    return over_statistics(PREDICTS, decisions, [*notes, *([matched] if matched else [])])
 
 
 def _base_model_notes(evidence: Evidence, design: Design) -> list[str]:
