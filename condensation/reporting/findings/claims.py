@@ -500,7 +500,10 @@ def _noise_source_notes(evidence: Evidence, design: Design) -> list[str]:
 
 def _similarity_notes(evidence: Evidence, kind: str) -> list[str]:
     """"Recovers the patterns of larger models": how close each group's layer profile and CKA come
-    to a wider model's (condensation.similarity), shown beside the claim, not counted in it."""
+    to a wider model's (condensation.similarity), each calibrated score beside its raw one, and the
+    call on "recovers" read from the calibrated CKA against its token-shuffle null
+    (:func:`condensation.similarity.recovery`). Shown beside the claim, not counted in it: the claims
+    are about condensation's level, not about likeness to another model."""
     if evidence.similarity is None or evidence.similarity.empty:
         return []
     # deferred: condensation.similarity measures models (torch); the findings job of a config
@@ -509,8 +512,8 @@ def _similarity_notes(evidence: Evidence, kind: str) -> list[str]:
 
     chosen = [name for name, found in evidence.similarity_kinds.items() if found == kind]
     table = evidence.similarity[evidence.similarity["comparison"].isin(chosen)]
-    return ([f"closeness to the wider model (shown, not counted): {line}" for line in summarise(table)]
-            if len(table) else [])
+    return ([f"recovers the wider model's pattern? (calibrated against a permutation null; shown, not counted): {line}"
+             for line in summarise(table)] if len(table) else [])
 
 
 def claims_under_lenses(evidence: Evidence, design: Design) -> dict[str, list[Verdict]]:
