@@ -211,8 +211,8 @@ class LensAccumulator:
 
     def _per_sequence_values(self, units: torch.Tensor, norms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per sequence: the sum over its tokens of half of each one's angle to the previous layer,
-        ``asin(|u - v| / 2)`` ( ``[m, B]``, or ``[m - 1, B]`` for the stack
-        that starts at the embedding layer, which has no layer before it); and ``[m, 2, B]``: the
+        ``asin(|u - v| / 2)`` (``[m, B]``, or ``[m - 1, B]`` for the stack that starts at the
+        embedding layer, which has no layer before it); and ``[m, 2, B]``: the
         largest |activation| (a token's is its norm times its unit row's largest |entry|) and the
         largest norm's share of the sequence's. float32 and few operations: a GPU pays a launch
         for each (test_geometry counts them); finalize scales and casts."""
@@ -271,20 +271,22 @@ class LensAccumulator:
         values = np.full((len(LENSES), layers), np.nan)
         jackknife = np.full((len(LENSES), groups, layers), np.nan)
         keep = [np.ones(groups, bool)] + [np.arange(groups) != g for g in range(groups)]
-        self._exact_into(values, jackknife, keep)
-        self._sampled_into(values, jackknife, keep)
+        largest = self._exact_into(values, jackknife, keep)
+        self._sampled_into(values, jackknife, keep, largest)
         self._spectral_into(values, jackknife, spectra_device)
         return LensStatistics(values, jackknife, int(len(self._sample_flat)), sample=self._sample,
                               sample_sequences=(self._sample_flat // self.seq_len).numpy())
 
-    def _exact_into(self, values: np.ndarray, jackknife: np.ndarray, keep: list[np.ndarray]) -> None:
+    def _exact_into(self, values: np.ndarray, jackknife: np.ndarray, keep: list[np.ndarray]) -> list[np.ndarray]:
         """The lenses exact over every token, from the full sums, then with each group left out:
-        anisotropy, within_excess, layer_angle, sink_share and massive_ratio's numerator (left in
-        ``values`` for :meth:`_sampled_into` to divide)."""
+        anisotropy, within_excess, layer_angle and sink_share. Returns massive_ratio's numerator,
+        each layer's largest |activation| ``[L+1]`` per column of ``keep``, for
+        :meth:`_sampled_into` to divide by its median."""
         seq_len = self.seq_len
         half_angles = torch.cat(self._half_angles, dim=-1).double().cpu().numpy()  # [L, N]
         norm_values = torch.cat(self._norm_values, dim=-1).double().cpu().numpy()  # [L+1, 2, N]
         sequence_group = np.arange(self.num_sequences) % self.groups
+        largest_by_column = []
         for column, mask in enumerate(keep):
             sequences = int(self._group_sizes[mask].sum())
             total = self._sums[:, torch.from_numpy(mask)].sum(1)  # [L+1, d]
@@ -297,23 +299,24 @@ class LensAccumulator:
             largest, sink = norm_values[:, :, in_kept].transpose(1, 0, 2)
             found = {"anisotropy": anisotropy, "within_excess": within - anisotropy,
                      "layer_angle": np.concatenate([[np.nan], angle]),  # the embedding layer has no layer before it
-                     "massive_ratio": largest.max(-1), "sink_share": sink.mean(-1)}
+                     "sink_share": sink.mean(-1)}
             target = values if column == 0 else jackknife[:, column - 1]
             target[rows(found)] = np.stack(list(found.values()))
+            largest_by_column.append(largest.max(-1))
+        return largest_by_column
 
-    def _sampled_into(self, values: np.ndarray, jackknife: np.ndarray, keep: list[np.ndarray]) -> None:
+    def _sampled_into(self, values: np.ndarray, jackknife: np.ndarray, keep: list[np.ndarray],
+                      largest: list[np.ndarray]) -> None:
         """The lenses read from the sample's tokens on its device, each replicate one call over
         its layers: cosine_without_outliers, and massive_ratio's denominator (the median
-        |activation| of every :data:`MEDIAN_STRIDE`-th sampled token; the lower median of an even
-        count). As for the
-        spectral lenses, the replicates cover the deeper half of the layers (the median of a
-        layer's K x d values is most of the cost)."""
+        |activation| of every :data:`MEDIAN_STRIDE`-th sampled token, the lower median of an even
+        count, under ``largest``, :meth:`_exact_into`'s maxima). As for the spectral lenses, the
+        replicates cover the deeper half of the layers (the median of a layer's K x d values is
+        most of the cost)."""
         sequences = self._sample_flat // self.seq_len
         outlier_free, massive = rows(["cosine_without_outliers", "massive_ratio"])
-        layers = self._sample.shape[0]
-        first_deep = layers - (layers + 1) // 2
         for column, mask in enumerate(keep):
-            depth = slice(None) if column == 0 else slice(first_deep, None)
+            depth = slice(None) if column == 0 else slice(self._first_deep(), None)
             sample, norms = self._sample[depth], self._sample_norms[depth]
             kept = torch.from_numpy(mask)[self._sample_group]
             # every MEDIAN_STRIDE-th sampled token: a layer's median from K x d values costs more
@@ -324,12 +327,9 @@ class LensAccumulator:
             cosine = outlier_free_cosines(sample, sequences, kept).cpu().numpy()
             target = values if column == 0 else jackknife[:, column - 1]
             target[outlier_free, depth] = cosine
-            largest = target[massive, depth]
+            median = median.double().cpu().numpy()
             with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(median.double().cpu().numpy() > 0, largest / median.double().cpu().numpy(), np.nan)
-            if column:
-                target[massive] = np.nan  # the exact numerator has every layer; the ratio the deeper half
-            target[massive, depth] = ratio
+                target[massive, depth] = np.where(median > 0, largest[column][depth] / median, np.nan)
 
     def _spectral_into(self, values: np.ndarray, jackknife: np.ndarray,
                        spectra_device: torch.device | str | None) -> None:
@@ -339,7 +339,7 @@ class LensAccumulator:
         trip and a solver launch): the effective rank needs every one of their spectra
         (GPT2-small: 6 + 7 x 7 = 55 of 768 x 768, 115 MB held at once), IsoScore* none of them."""
         layers, width = self._sample.shape[0], self._sample.shape[-1]
-        first_deep = layers - (layers + 1) // 2
+        first_deep = self._first_deep()
         if self._sample.shape[1] < width:  # narrower than the width: the Gram route, per replicate
             for layer in range(layers):
                 groups, count = (self._sample_group, self.groups) if layer >= first_deep else (None, 0)
@@ -354,6 +354,12 @@ class LensAccumulator:
         per_layer = np.split(found, layers - first_deep, axis=1)  # [4, 1 + G] each
         for layer, replicates in zip(range(first_deep, layers), per_layer):
             self._store(values, jackknife, layer, replicates)
+
+    def _first_deep(self) -> int:
+        """The first of the deeper ``ceil((L + 1) / 2)`` layers, the ones the jackknife covers for
+        the sampled and spectral lenses (what any trend convention's deeper-half summary reads)."""
+        layers = self._sample.shape[0]
+        return layers - (layers + 1) // 2
 
     @staticmethod
     def _store(values: np.ndarray, jackknife: np.ndarray, layer: int, found: np.ndarray) -> None:
