@@ -46,6 +46,7 @@ import math
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -205,6 +206,14 @@ class PieceReading:
     ci_low: float
     ci_high: float
     verdict: str
+    unit_se: float = math.nan
+    """The part of ``se`` from the sequences or items, the same in every set."""
+    level: float = 0.05
+    """The level the piece was judged at (Holm's, where a claim has several pieces)."""
+    detectable: float = math.nan
+    """This set's minimum detectable effect (80 % power), from its own seed spread."""
+    counted: bool = True
+    """Whether the piece counts towards its claim's verdict (robustness pieces do not)."""
 
 
 @dataclass(frozen=True)
@@ -237,8 +246,10 @@ def read_findings(path: Path) -> SetFindings:
                 decisions[f"{prefix}{finding['claim']} / {decision['statistic']}"] = decision["verdict"]
                 for piece in decision["pieces"]:
                     key = (lens, finding["claim"], decision["statistic"], piece["piece"])
-                    pieces[key] = PieceReading(*(_number(piece[name]) for name in (
-                        "estimate", "se", "dof", "seed_se", "ci_low", "ci_high")), piece["verdict"])
+                    pieces[key] = PieceReading(
+                        *(_number(piece[name]) for name in ("estimate", "se", "dof", "seed_se", "ci_low", "ci_high")),
+                        piece["verdict"], _number(piece.get("unit_se")), _number(piece.get("level", 0.05)),
+                        _number(piece.get("detectable")), bool(piece.get("counted", True)))
     return SetFindings(pieces, claims, decisions)
 
 
@@ -370,6 +381,74 @@ def moved_verdicts(findings: dict[int, SetFindings]) -> list[tuple[str, list[str
     return rows
 
 
+# --------------------------------------------------------------------------- across the sets
+
+
+POWER = 0.8
+"""The power of the design's minimum detectable effect, as on the findings page."""
+
+
+def verdict_counts(verdicts: Sequence[str]) -> str:
+    """``agrees 2 / inconclusive 1``: how often each verdict came out, most frequent first."""
+    counts: dict[str, int] = {}
+    for verdict in verdicts:
+        counts[verdict] = counts.get(verdict, 0) + 1
+    return " / ".join(f"{v} {n}" for v, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+def pooled(readings: Sequence[PieceReading]) -> dict[str, float]:
+    """One piece over k sets that share its sequences or items but no training run.
+
+    - ``low``/``high``: the range of the sets' estimates.
+    - ``estimate``: their mean; its standard error keeps the units' part whole (every set measures
+      the same units, so averaging does not shrink it) and divides the seeds' part by k:
+      ``sqrt(mean(unit_se^2) + mean(seed_se^2) / k)``; the interval is read at the t of one set's
+      degrees of freedom (their median), which the pooled estimate exceeds: conservative.
+    - ``detectable``: the design's minimum detectable effect at 80 % power, from the noise pooled
+      over the sets (``sqrt(mean(se^2))``: each set's se^2 estimates the same variance) at the median
+      degrees of freedom and level, so one draw's seed spread does not set it; ``detectable_range``
+      is the spread of the sets' own MDEs, what a reader of one run sees.
+    """
+    from condensation.reporting.statistics.panel import detectable_effect
+
+    k = len(readings)
+    estimates = [r.estimate for r in readings]
+    dof = float(statistics.median(r.dof for r in readings))
+    level = float(statistics.median(r.level for r in readings))
+    seed_var = sum(r.seed_se**2 for r in readings) / k
+    unit_var = sum((r.unit_se if math.isfinite(r.unit_se) else math.sqrt(max(r.se**2 - r.seed_se**2, 0.0)))**2
+                   for r in readings) / k
+    se = math.sqrt(unit_var + seed_var / k)
+    quantile = float(stats.t.isf(0.025, dof) if math.isfinite(dof) else NORMAL_95)
+    mean = sum(estimates) / k
+    design_se = math.sqrt(sum(r.se**2 for r in readings) / k)
+    own = [r.detectable for r in readings if math.isfinite(r.detectable)]
+    return {"estimate": mean, "low": min(estimates), "high": max(estimates), "se": se,
+            "ci_low": mean - quantile * se, "ci_high": mean + quantile * se, "dof": dof,
+            "detectable": detectable_effect(design_se, dof, level, POWER) if design_se > 0 else math.nan,
+            "detectable_low": min(own) if own else math.nan, "detectable_high": max(own) if own else math.nan}
+
+
+def across_sets(findings: dict[int, SetFindings]) -> list[dict[str, Any]]:
+    """Each claim of the page (not the lens tables) over the sets: its verdict in each and their
+    count, and each counted piece measured with a seed part in every set, pooled (``pooled``)."""
+    rows = []
+    claims = dict.fromkeys(name for f in findings.values() for name in f.claims if not name.startswith("["))
+    for claim in claims:
+        verdicts = [f.claims.get(claim, "-") for f in findings.values()]
+        pieces = []
+        keys = dict.fromkeys(key for f in findings.values() for key in f.pieces if not key[0] and key[1] == claim)
+        for key in keys:
+            readings = [f.pieces.get(key) for f in findings.values()]
+            if any(r is None or not r.counted or not math.isfinite(r.se) or not r.seed_se > 0 for r in readings):
+                continue
+            pieces.append({"statistic": key[2], "piece": key[3], "verdicts": [r.verdict for r in readings],
+                           **pooled(readings)})
+        rows.append({"claim": claim, "verdicts": verdicts, "counts": verdict_counts(verdicts),
+                     "marginal": len(set(verdicts)) > 1, "pieces": pieces})
+    return rows
+
+
 # --------------------------------------------------------------------------- the report
 
 
@@ -413,6 +492,7 @@ def report(settings: RerunSettings, findings: dict[int, SetFindings], comparison
                     for offset, r in records.items()},
         "checks": [asdict(c) for c in checks], "passed": all(c.passed for c in checks),
         "verdicts": [{"name": n, "verdicts": v, "moved": m} for n, v, m in moved_verdicts(findings)],
+        "across_sets": across_sets(findings),
         "pieces": _piece_rows(findings, comparisons),
         "comparisons": [asdict(c) for c in comparisons], "not_compared": left_out,
     }
@@ -439,6 +519,21 @@ def markdown(data: dict[str, Any]) -> str:
               "|---" * (len(offsets) + 2) + "|"]
     lines += [f"| {v['name']} | " + " | ".join(v["verdicts"]) + f" | {'**moved**' if v['moved'] else ''} |"
               for v in data["verdicts"]]
+    lines += ["", "## Across the sets", "",
+              "Each claim's verdicts counted over the sets (marginal: not the same in every set), and each "
+              "counted piece: the range of its estimates, their mean with an interval that keeps the shared "
+              "sequences' or items' error whole and averages the seeds' over the sets, and the design's "
+              f"minimum detectable effect ({POWER:.0%} power) from the noise pooled over the sets, beside the "
+              "range of the sets' own.", "",
+              "| claim / piece | verdicts | estimates (range) | pooled [95 %] | design MDE (sets' own) |",
+              "|---|---|---|---|---|"]
+    for row in data["across_sets"]:
+        lines.append(f"| **{row['claim']}** | {row['counts']}{' (marginal)' if row['marginal'] else ''} | | | |")
+        for p in row["pieces"]:
+            lines.append(f"| {p['statistic']} / {p['piece']} | {verdict_counts(p['verdicts'])} | "
+                         f"{p['low']:+.3g} to {p['high']:+.3g} | {p['estimate']:+.3g} [{p['ci_low']:+.3g}, "
+                         f"{p['ci_high']:+.3g}] | {p['detectable']:.3g} ({p['detectable_low']:.3g}-"
+                         f"{p['detectable_high']:.3g}) |")
     lines += ["", "## Pieces: estimate [95 % interval] verdict per set; z and z over seeds per pair", "",
               "| piece | " + " | ".join(map(str, offsets)) + " | z (z seeds) |", "|---" * (len(offsets) + 2) + "|"]
     for piece in data["pieces"]:

@@ -237,3 +237,21 @@ def test_a_new_set_starts_from_the_first_sets_outputs_but_its_training_runs(tmp_
     assert not (new / "runs/eval_cache").exists() and not (new / ".snakemake/locks").exists()
     assert not (new / "rerun.log").exists()
     assert (new / "Snakefile").read_text() == snakefile  # the checkout's sources are the checkout's
+
+
+def test_across_the_sets_counts_verdicts_and_pools_the_seeds_part_but_not_the_shared_units(tmp_path):
+    estimates = (-0.05, -0.04, -0.06)
+    for offset, estimate, verdict in zip((0, 1000, 2000), estimates, ("agrees", "agrees", "inconclusive")):
+        write_set(tmp_path, offset, [piece("midtrain", estimate, 0.01, seed_se=0.008, verdict=verdict)],
+                  verdict=verdict)
+    _, report = compare_only(tmp_path)
+    (row,) = report["across_sets"]
+    assert row["claim"] == CLAIM and row["counts"] == "agrees 2 / inconclusive 1" and row["marginal"]
+    (pooled,) = row["pieces"]
+    assert (pooled["low"], pooled["high"]) == (-0.06, -0.04) and pooled["estimate"] == pytest.approx(-0.05)
+    # units 0.006 stay whole, seeds 0.008 average over three sets
+    assert pooled["se"] == pytest.approx(math.sqrt(0.006**2 + 0.008**2 / 3))
+    assert pooled["ci_high"] - pooled["estimate"] == pytest.approx(1.959964 * pooled["se"], rel=1e-5)
+    # the design's MDE at 80 % power from the pooled se 0.01: (z_0.025 + z_0.2) x se for a normal
+    assert pooled["detectable"] == pytest.approx((1.959964 + 0.841621) * 0.01, rel=1e-4)
+    assert "agrees 2 / inconclusive 1 (marginal)" in (tmp_path / "rerun-report.md").read_text()
