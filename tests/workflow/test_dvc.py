@@ -74,7 +74,8 @@ def test_the_author_reproduces_and_publishes_the_results(published):
     metrics = json.loads(dvc(published, "metrics", "show", "--json"))[""]["data"]  # "": the workspace
     assert list(metrics) == ["results/metrics/summary.json"]
     summary = metrics["results/metrics/summary.json"]["data"]
-    assert set(summary) == {"size", "distillation", "initialisation", "pretraining", "dispersion", "scores"}
+    assert set(summary) == {"size", "distillation", "initialisation", "pretraining", "dispersion", "scores",
+                            "prediction"}
     assert {"estimate", "ci_low", "ci_high"} <= set(summary["dispersion"]["deep_cos"])
     # with --split, each plot's rows are under its anchor definitions instead of inside the spec
     plots = json.loads(dvc(published, "plots", "show", "--json", "--split"))["data"]
