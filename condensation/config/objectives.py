@@ -1,7 +1,7 @@
 """The training methods, torch-free: the registry ``OBJECTIVES`` of the objectives a method may
-name (cross-entropy, the auxiliary losses, the baselines, distillation), each with the settings
-dataclass that holds exactly its options, with the reason for every default; and
-``resolve_method``, which turns a method's config entry into one ``TrainingMethod``.
+name (cross-entropy, the auxiliary and the representation losses, the baselines, distillation),
+each with the settings dataclass that holds exactly its options, with the reason for every
+default; and ``resolve_method``, which turns a method's config entry into one ``TrainingMethod``.
 
 A setting is spelled once, as a field of its settings dataclass: the options an objective takes
 are that dataclass's fields, and the config schema's method options (their names, JSON types,
@@ -105,11 +105,15 @@ class AuxLossConfig(metaclass=_ByName):
             raise ValueError(f"loss {self.name!r} takes {objective.settings.__name__}, not {type(self).__name__}")
         check_choices(self)
         _check_number("weight", self.weight, low=0.0, low_open=False)
-        if self.max_tokens is not None:
-            # bool is an int subclass; True as a token count is a bug, not 1.
-            if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 2:
-                raise ValueError(f"max_tokens must be None or an int >= 2 (pairs need two tokens), "
-                                 f"got {self.max_tokens!r}")
+        _check_max_tokens(self.max_tokens)
+
+
+def _check_max_tokens(max_tokens: int | None) -> None:
+    """ValueError unless ``max_tokens`` is None or an int >= 2."""
+    if max_tokens is not None:
+        # bool is an int subclass; True as a token count is a bug, not 1.
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 2:
+            raise ValueError(f"max_tokens must be None or an int >= 2 (pairs need two tokens), got {max_tokens!r}")
 
 
 @dataclass(frozen=True)
@@ -205,6 +209,104 @@ class OrthogonalizationConfig(AuxLossConfig):
         _check_number("margin", self.margin, low=0.0, low_open=True, high=1.0, high_open=False)
 
 
+@dataclass(frozen=True)
+class RepresentationLossConfig:
+    """What every representation loss takes: which loss and its weight. A representation loss reads
+    a model's whole ``output.hidden_states`` and the input ids, ``(hidden_states, input_ids,
+    settings) -> scalar``, where an auxiliary loss reads one layer at a time: JREG compares two
+    layers, SimReg labels each position with the next token. Each loss has a subclass with its own
+    options (``JregConfig``, ``SimRegConfig``). Validated on construction."""
+
+    name: str
+    """The objective's name in ``OBJECTIVES``; each subclass defaults it to its own loss."""
+
+    weight: float = 0.1
+    """lambda in ``L_LM + lambda * L_rep``; each subclass gives its own reason."""
+
+    def __post_init__(self) -> None:
+        objective = OBJECTIVES.get(self.name)
+        if objective is None or objective.kind != "representation":
+            known = [name for name, o in OBJECTIVES.items() if o.kind == "representation"]
+            raise ValueError(f"unknown representation loss name {self.name!r}; allowed: {', '.join(known)}")
+        if objective.settings is not type(self):
+            raise ValueError(f"loss {self.name!r} takes {objective.settings.__name__}, not {type(self).__name__}")
+        check_choices(self)
+        _check_number("weight", self.weight, low=0.0, low_open=False)
+
+
+@dataclass(frozen=True)
+class JregConfig(RepresentationLossConfig):
+    """JREG, the jump-suppressing regularizer (Shibata et al., EACL 2026, arXiv 2601.18302): the mean
+    over tokens of ``1 - cos(h_{l-1}, h_l)`` at the last layer, against the large angular "jump"
+    of the last block that the paper finds in open-weight models and that grows during pre-training.
+
+    Which pair is the last layer's jump: ``output.hidden_states[-2]`` (the output of block L-1,
+    the last block's input) and ``output.hidden_states[-1]``, which in a Hugging Face model is the
+    last block's output after the final norm (GPT2's ``ln_f``, Llama's RMSNorm), what the head
+    reads. It is the only pair of that tuple that spans the last block (the last block's output
+    before the norm is not in it), the project's convention for layer L (``hidden_states``: the
+    states the model hands its head) and the last pair of the lens ``layer_angle``
+    (``lenses.py``), so that the loss lowers the jump the lens reports. The norm's gain, bias
+    and centring count in the angle, and the loss trains them too."""
+
+    name: str = "jreg"
+
+    weight: float = 0.1
+    """lambda in ``L_LM + lambda * L_JREG``; 0.1, the weight of this project's other added losses.
+    JREG is then compared with the dispersion loss at equal weight; the paper's own coefficient was
+    not at hand when this was written (its abstract and the jump's definition were)."""
+
+    layer: int = -1
+    """The block whose jump is penalised, as an index of ``output.hidden_states`` (negative: from
+    the end): the loss compares ``hidden_states[layer - 1]`` with ``hidden_states[layer]``. -1, the
+    last block: the jump the paper suppresses is the final layer's. 0, the embedding output, has
+    no layer before it and is refused."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.layer, bool) or not isinstance(self.layer, int) or self.layer == 0:
+            raise ValueError(f"layer must be a non-zero int (an index of output.hidden_states; 0, the "
+                             f"embeddings, has no layer before it), got {self.layer!r}")
+
+
+@dataclass(frozen=True)
+class SimRegConfig(RepresentationLossConfig):
+    """SimReg (Sun et al., arXiv 2605.08809): a supervised-contrastive loss over the positions of each
+    sequence, labelled with their next token (position t with ``input_ids[t + 1]``; the last has
+    none): for an anchor i with at least one other position j of its label, ``-mean_j log(
+    exp(cos(z_i, z_j) / tau) / sum_{k != i} exp(cos(z_i, z_k) / tau))``; anchors without one add
+    nothing; the mean over the anchors of the batch that have one (0 when none has). Positions of
+    one label are pulled together, the others pushed apart."""
+
+    name: str = "simreg"
+
+    weight: float = 0.1
+    """lambda in ``L_LM + lambda * L_SimReg``; 0.1, the weight of this project's other added losses.
+    SimReg is then compared with the dispersion loss at equal weight; the paper's own coefficient
+    was not at hand when this was written (its abstract and the loss' definition were)."""
+
+    tau: float = 0.1
+    """Temperature of the softmax over cosines; 0.1, that of SupCon (Khosla et al. 2020).
+    SimReg's loss is SupCon's over a sequence's positions: cosines in [-1, 1] become logits in
+    [-10, 10], enough to tell a positive from the rest without saturating the softmax."""
+
+    placement: Placement = "last"
+    """Which hidden states get the loss, as an auxiliary loss' ``placement`` (the mean over them);
+    the last block's output by default. It is what the head classifies, whose margins between
+    next-token classes SimReg enlarges by the paper's analysis; ``all`` costs one ``T x T``
+    softmax per block."""
+
+    max_tokens: int | None = None
+    """If set and more than ``max_tokens`` positions have a label, use a random subset of
+    ``max_tokens`` of them (the same for the whole batch and every layer) to bound the ``B * T^2``
+    cost. None: every position, exact; on the last block alone that is one dispersion layer's cost."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_number("tau", self.tau, low=0.0, low_open=True)
+        _check_max_tokens(self.max_tokens)
+
+
 def _check_number(field: str, value: float, low: float, low_open: bool,
                   high: float | None = None, high_open: bool = True) -> None:
     """ValueError naming ``field`` and ``value`` unless value is a finite number in the range."""
@@ -289,7 +391,11 @@ class DistillationConfig:
 # ---------------------------------------------------------------------------------------------
 
 
-KINDS = ("ce", "auxiliary", "baseline", "distillation")
+KINDS = ("ce", "auxiliary", "representation", "baseline", "distillation")
+
+LOSS_KINDS = ("auxiliary", "representation")
+"""The kinds whose entry names a ``loss`` and a ``reference`` and whose settings carry their own
+``name`` (not an option: it is the objective)."""
 
 
 @dataclass(frozen=True)
@@ -302,19 +408,23 @@ class Objective:
     name: str
     settings: type | None
     """The dataclass that holds exactly its options and checks them in ``__post_init__``: a
-    subclass of ``AuxLossConfig`` for an auxiliary loss, ``DistillationConfig`` for distillation,
-    any other dataclass for a baseline; None for cross-entropy alone."""
+    subclass of ``AuxLossConfig`` for an auxiliary loss, of ``RepresentationLossConfig`` for a
+    representation loss, ``DistillationConfig`` for distillation, any other dataclass for a
+    baseline; None for cross-entropy alone."""
     build: str = ""
     """``module:attribute`` of what makes the loop's term, ``(settings, **context) -> TrainingTerm``
-    (``training.terms``): a baseline's class, distillation's teacher. An auxiliary loss leaves it
-    empty: they share ``training.losses.AuxiliaryLoss``. Imported only when a run trains."""
+    (``training.terms``): a baseline's class, distillation's teacher. A loss leaves it empty: the
+    auxiliary losses share ``training.losses.AuxiliaryLoss``, the representation losses
+    ``training.losses.RepresentationLoss``. Imported only when a run trains."""
     _: dataclasses.KW_ONLY  # the rest by name
     loss: str = ""
-    """auxiliary: ``module:attribute`` of the layer loss ``(z, settings) -> scalar``."""
+    """``module:attribute`` of the loss: an auxiliary one's layer loss ``(z, settings) -> scalar``;
+    a representation one's ``(hidden_states, input_ids, settings) -> scalar``, of a model's whole
+    ``output.hidden_states`` tuple and its ``[B, T]`` input ids."""
     reference: str = ""
-    """auxiliary: ``module:attribute`` of the plain formula ``(z, settings) -> scalar`` on float64
-    ``[B, T, F]`` states (loops, no tricks) that the loss tests compare ``loss`` with; an auxiliary
-    objective without one fails those tests, saying so."""
+    """``module:attribute`` of the plain formula with the loss' signature, on float64 states (loops,
+    no tricks), that the loss tests compare ``loss`` with; a loss without one fails those tests,
+    saying so."""
     stacked: str = ""
     """auxiliary, optional: ``module:attribute`` of the same loss over several layers of one shape
     at once, ``(layers, settings) -> the mean of the layer losses``, which ``auxiliary_loss`` calls
@@ -324,13 +434,16 @@ class Objective:
 
     @property
     def kind(self) -> str:
-        """``ce`` (cross-entropy alone), ``auxiliary`` (CE + weight x a loss on the hidden states),
-        ``distillation`` (CE + weight x the KL to a teacher's next-token distribution) or
-        ``baseline`` (CE with hooks into the training loop)."""
+        """``ce`` (cross-entropy alone), ``auxiliary`` (CE + weight x a loss on the hidden states,
+        layer by layer), ``representation`` (CE + weight x a loss of all the hidden states and the
+        input ids), ``distillation`` (CE + weight x the KL to a teacher's next-token distribution)
+        or ``baseline`` (CE with hooks into the training loop)."""
         if self.settings is None:
             return "ce"
         if issubclass(self.settings, AuxLossConfig):
             return "auxiliary"
+        if issubclass(self.settings, RepresentationLossConfig):
+            return "representation"
         if issubclass(self.settings, DistillationConfig):
             return "distillation"
         return "baseline"
@@ -338,14 +451,14 @@ class Objective:
     @property
     def options(self) -> tuple[str, ...]:
         """The option names a method with this objective may set: the fields of ``settings``
-        (an auxiliary loss' ``name`` is the objective itself)."""
+        (a loss' ``name`` is the objective itself)."""
         if self.settings is None:
             return ()
-        return tuple(f.name for f in dataclasses.fields(self.settings) if not (self.kind == "auxiliary"
+        return tuple(f.name for f in dataclasses.fields(self.settings) if not (self.kind in LOSS_KINDS
                                                                                 and f.name == "name"))
 
     def load(self) -> Any:
-        return _import(self.loss if self.kind == "auxiliary" else self.build)
+        return _import(self.loss if self.kind in LOSS_KINDS else self.build)
 
     def load_stacked(self) -> Any:
         return _import(self.stacked) if self.stacked else None
@@ -392,6 +505,15 @@ OBJECTIVES: dict[str, Objective] = {
             summary="hinge on the angular distance of pairs closer than margin",
         ),
         Objective(
+            "jreg", JregConfig, loss=f"{_LOSSES}:jreg", reference=f"{_LOSSES}:reference_jreg",
+            summary="JREG (arXiv 2601.18302): mean over tokens of 1 - cos between the last block's input and output",
+        ),
+        Objective(
+            "simreg", SimRegConfig, loss=f"{_LOSSES}:simreg", reference=f"{_LOSSES}:reference_simreg",
+            summary="SimReg (arXiv 2605.08809): supervised-contrastive loss over a sequence's positions, "
+                    "labelled by their next token",
+        ),
+        Objective(
             "noisy_embedding", NoisyEmbeddingConfig, "condensation.training.baselines:NoisyEmbedding",
             summary="uniform noise added to the input embeddings",
         ),
@@ -409,7 +531,7 @@ OBJECTIVES: dict[str, Objective] = {
 
 def check_objective(objective: Objective) -> list[str]:
     """What is wrong with a registry entry, in words (empty when nothing): settings that are a
-    dataclass, an auxiliary loss' layer loss and a term for every other kind but ce."""
+    dataclass, a loss' own settings class and its loss, and a term for every other kind but ce."""
     problems = []
     where = f"OBJECTIVES[{objective.name!r}]"
     if objective.settings is not None and not dataclasses.is_dataclass(objective.settings):
@@ -420,7 +542,16 @@ def check_objective(objective: Objective) -> list[str]:
             problems.append(f"{where}: an auxiliary loss' settings must be its own subclass of AuxLossConfig")
         if not objective.loss:
             problems.append(f"{where}: an auxiliary loss needs loss='module:function' (its layer loss)")
-    if objective.kind not in ("ce", "auxiliary") and not objective.build:
+    if objective.kind == "representation":
+        if objective.settings is RepresentationLossConfig:
+            problems.append(f"{where}: a representation loss' settings must be its own subclass of "
+                            "RepresentationLossConfig")
+        if not objective.loss:
+            problems.append(f"{where}: a representation loss needs loss='module:function' "
+                            "((hidden_states, input_ids, settings) -> scalar)")
+    if objective.stacked and objective.kind != "auxiliary":
+        problems.append(f"{where}: stacked applies to an auxiliary loss only")
+    if objective.kind not in ("ce", *LOSS_KINDS) and not objective.build:
         problems.append(f"{where}: a {objective.kind} objective needs build='module:attribute' (its term)")
     return problems
 
@@ -465,9 +596,9 @@ class TrainingMethod:
 
     @property
     def weight(self) -> float:
-        """The weight of what the loop adds to CE (the auxiliary loss or the distillation term);
-        0 for cross-entropy alone and for a baseline, which adds no term."""
-        return getattr(self.settings, "weight", 0.0) if self.kind in ("auxiliary", "distillation") else 0.0
+        """The weight of what the loop adds to CE (the auxiliary or representation loss or the
+        distillation term); 0 for cross-entropy alone and for a baseline, which adds no term."""
+        return getattr(self.settings, "weight", 0.0) if self.kind in (*LOSS_KINDS, "distillation") else 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """Every option with its value, defaults included (what ``run.json`` records)."""
@@ -481,7 +612,11 @@ class TrainingMethod:
         objective = OBJECTIVES[self.objective]
         if objective.kind == "ce":
             return None
-        return _import(objective.build or f"{_LOSSES}:AuxiliaryLoss")(self.settings, **context)
+        return _import(objective.build or _LOSS_TERMS[objective.kind])(self.settings, **context)
+
+
+_LOSS_TERMS = {"auxiliary": f"{_LOSSES}:AuxiliaryLoss", "representation": f"{_LOSSES}:RepresentationLoss"}
+"""The term a loss of each kind trains with when its entry names no ``build``."""
 
 
 def for_seed(spec: Mapping[str, Any], position: int) -> dict[str, Any]:
@@ -514,7 +649,7 @@ def resolve_method(spec: Mapping[str, Any]) -> TrainingMethod:
     if missing:  # the options without a default are the experiment (a teacher): say which
         hint = ": a model of the config's models, e.g. teacher: toy-mlp1024" if missing == ["teacher"] else ""
         raise ValueError(f"objective {name!r} needs a {', a '.join(missing)}{hint}")
-    if objective.kind == "auxiliary":
+    if objective.kind in LOSS_KINDS:
         options["name"] = name
     return TrainingMethod(name, objective.settings(**options))
 

@@ -4,7 +4,8 @@
   batches        the order blocks are read in, next-token CE, the validation loss
   precision      which precision a run trains in
   checkpointing  checkpoints, final/, the resumable state and its identity check
-  losses         the dispersion loss and its three alternatives (plain PyTorch, and the reference
-                 formulas the tests check against); kernels: the dispersion loss tile by tile
+  losses         the dispersion loss and its three alternatives, and the representation losses
+                 JREG and SimReg (plain PyTorch, and the reference formulas the tests check
+                 against); kernels: the dispersion loss tile by tile
   baselines      noisy embedding and active forgetting, as hooks into the loop
 """

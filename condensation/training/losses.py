@@ -22,26 +22,35 @@ Losses (``D_ij`` is a distance between tokens ``i != j`` of one sequence):
   so that the loss cannot be lowered just by scaling every state up;
 * ``orthogonalization``: mean over ``i != j`` of ``relu(margin - D_ij)^2`` with the angular ``D``.
 
+Two representation losses read the whole ``output.hidden_states`` tuple and the input ids,
+``(hidden_states, input_ids, settings)``, through ``representation_loss``:
+
+* ``jreg`` (arXiv 2601.18302): the mean over tokens of ``1 - cos(h_{l-1}, h_l)`` at the last block;
+* ``simreg`` (arXiv 2605.08809): a supervised-contrastive loss over the positions of each sequence,
+  labelled with their next token.
+
 Every loss computes in float32 at least (bf16/fp16 inputs are upcast, autocast is switched off
 inside) and returns a 0-dim tensor: float32, or float64 for float64 input (so ``gradcheck``
-works). ``reference_layer_loss`` runs an objective's slow loop-based float64 transcription of
-its definition (``reference_dispersion`` and the others here, named by the registry entry), so
-that tests can compare the two.
+works). ``reference_layer_loss`` and ``reference_representation_loss`` run an objective's slow
+loop-based float64 transcription of its definition (``reference_dispersion`` and the others here,
+named by the registry entry), so that tests can compare the two.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from condensation.config.objectives import OBJECTIVES, PLACEMENTS, AuxLossConfig
+from condensation.config.objectives import OBJECTIVES, PLACEMENTS, AuxLossConfig, RepresentationLossConfig
 from condensation.cosine import NORM_EPS, unit_rows
 from condensation.training.kernels import _no_autocast, dispersion_tiled, dispersion_tiled_layers
-from condensation.training.terms import HiddenStateLoss
+from condensation.training.terms import AutocastFactory, HiddenStateLoss, TrainingTerm
 
 # ----------------------------------------------------------------------------------------------
 # layer placement and token subsampling
@@ -252,6 +261,131 @@ class AuxiliaryLoss(HiddenStateLoss):
 
 
 # ----------------------------------------------------------------------------------------------
+# representation losses: of the whole hidden-state tuple and the input ids
+
+
+def _wide(z: Tensor) -> Tensor:
+    """float64 stays float64 (gradcheck); everything narrower computes in float32."""
+    return z.to(torch.promote_types(z.dtype, torch.float32))
+
+
+def jump_pair(hidden_states: Sequence[Tensor], layer: int) -> tuple[Tensor, Tensor]:
+    """``(hidden_states[layer - 1], hidden_states[layer])``, ``layer`` counted from the end when
+    negative: the input and the output of one block (``JregConfig`` says why -1 is the last
+    block's jump). ValueError for the embedding output (index 0) or an index past the tuple."""
+    index = layer + len(hidden_states) if layer < 0 else layer
+    if not 1 <= index < len(hidden_states):
+        raise ValueError(f"layer {layer} has no layer before it in {len(hidden_states)} hidden states "
+                         f"(the embedding output and {len(hidden_states) - 1} block(s))")
+    return hidden_states[index - 1], hidden_states[index]
+
+
+def jreg(hidden_states: Sequence[Tensor], input_ids: Tensor, config: RepresentationLossConfig) -> Tensor:
+    """JREG: the mean over every token of ``1 - cos(h_{l-1}, h_l)``, the jump of block ``config.layer``
+    (the input ids are not read)."""
+    before, after = (_wide(z) for z in jump_pair(hidden_states, config.layer))
+    return (1.0 - (unit_rows(before)[0] * unit_rows(after)[0]).sum(-1)).mean()
+
+
+def next_token_labels(input_ids: Tensor) -> Tensor:
+    """``[B, T] -> [B, T - 1]``: position t's label is ``input_ids[:, t + 1]``; the last position has none."""
+    return input_ids[:, 1:]
+
+
+def _labelled_positions(num_positions: int, max_tokens: int | None, device: torch.device) -> Tensor | None:
+    """Sorted random positions, ``max_tokens`` of ``num_positions`` (the global CPU RNG, as
+    ``subsample_tokens``), or None when all are kept."""
+    if max_tokens is None or num_positions <= max_tokens:
+        return None
+    return torch.randperm(num_positions)[:max_tokens].sort().values.to(device)
+
+
+def supervised_contrastive(z: Tensor, labels: Tensor, tau: float) -> Tensor:
+    """SupCon over the positions of each sequence of ``z`` ``[B, N, F]`` with ``labels`` ``[B, N]``:
+    the mean, over anchors with a positive (another position of their label in their sequence),
+    of ``-mean_pos log softmax_{k != i}(cos(z_i, z_k) / tau)``; 0, with a zero gradient, when no
+    anchor has one. Every quantity is finite: the anchor itself is left out of the softmax'
+    normaliser only, not as a -inf logit that 0 x inf would turn into NaN."""
+    if z.shape[1] < 2:  # one position: nothing to contrast
+        return (z * 0.0).sum()
+    unit = unit_rows(z)[0]
+    logits = unit @ unit.mT / tau
+    own = torch.eye(z.shape[1], dtype=torch.bool, device=z.device)
+    log_prob = logits - torch.logsumexp(logits.masked_fill(own, float("-inf")), dim=-1, keepdim=True)
+    positive = (labels[:, :, None] == labels[:, None, :]) & ~own
+    count = positive.sum(-1)
+    per_anchor = -(log_prob * positive).sum(-1) / count.clamp_min(1)
+    anchors = count > 0
+    return (per_anchor * anchors).sum() / anchors.sum().clamp_min(1)
+
+
+def simreg(hidden_states: Sequence[Tensor], input_ids: Tensor, config: RepresentationLossConfig) -> Tensor:
+    """SimReg: ``supervised_contrastive`` on the positions that have a next token, labelled with it,
+    in each layer ``config.placement`` selects (the mean over them), on ``config.max_tokens``
+    random positions (the same for every layer) when there are more."""
+    labels = next_token_labels(input_ids)
+    keep = _labelled_positions(labels.shape[1], config.max_tokens, labels.device)
+    if keep is not None:
+        labels = labels[:, keep]
+    layers = []
+    for z in select_layers(hidden_states, config.placement):
+        z = _wide(z)[:, :-1]
+        layers.append(supervised_contrastive(z if keep is None else z[:, keep], labels, config.tau))
+    return torch.stack(layers).mean()
+
+
+@functools.cache
+def _representation_function(name: str) -> Callable[..., Tensor]:
+    """The loss of a representation objective, as the registry names it."""
+    return OBJECTIVES[name].load()
+
+
+def _check_representation_inputs(hidden_states: Sequence[Tensor], input_ids: Tensor) -> None:
+    if len(hidden_states) < 2:
+        raise ValueError(f"need the embedding output plus at least one block's hidden states, "
+                         f"got {len(hidden_states)} tensors")
+    for z in hidden_states:
+        if z.dim() != 3 or not z.is_floating_point():
+            raise ValueError(f"hidden states must be floating-point [B, T, F], got {z.dtype} of shape {tuple(z.shape)}")
+    if input_ids.dim() != 2 or tuple(input_ids.shape) != tuple(hidden_states[-1].shape[:2]):
+        raise ValueError(f"input_ids must be [B, T] = {tuple(hidden_states[-1].shape[:2])}, "
+                         f"got shape {tuple(input_ids.shape)}")
+
+
+def representation_loss(hidden_states: Sequence[Tensor], input_ids: Tensor,
+                        config: RepresentationLossConfig) -> Tensor:
+    """A representation loss, unweighted: ``output.hidden_states`` of a model run with
+    ``output_hidden_states=True`` and its ``[B, T]`` input ids -> a 0-dim tensor (float32 at
+    least; autocast off inside). Multiply by ``config.weight``."""
+    _check_representation_inputs(hidden_states, input_ids)
+    with _no_autocast(hidden_states[-1].device):
+        return _representation_function(config.name)(hidden_states, input_ids, config)
+
+
+class RepresentationLoss(TrainingTerm):
+    """A representation objective's term for the training loop: ``settings.weight`` x
+    ``representation_loss(hidden_states, input_ids, settings)`` (what ``TrainingMethod.build()``
+    gives for every representation loss of the registry)."""
+
+    needs_hidden_states = True
+
+    def __init__(self, settings: RepresentationLossConfig) -> None:
+        self.settings, self.weight = settings, settings.weight
+
+    def added_loss(self, *, logits: Tensor, hidden_states: tuple[Tensor, ...] | None, input_ids: Tensor,
+                   autocast: AutocastFactory) -> Tensor:
+        return representation_loss(hidden_states, input_ids, self.settings)
+
+    def identity(self) -> dict[str, Any]:
+        """The weight, and the loss with every setting: a JREG run resumes no SimReg state, nor one
+        of another JREG layer, nor one of any other method (whose terms say None here)."""
+        return {**super().identity(), "representation_loss": dataclasses.asdict(self.settings)}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.settings!r})"
+
+
+# ----------------------------------------------------------------------------------------------
 # reference for tests
 
 
@@ -317,3 +451,45 @@ def reference_decorrelation(z: Tensor, config: AuxLossConfig) -> Tensor:
 
 def reference_orthogonalization(z: Tensor, config: AuxLossConfig) -> Tensor:
     return _reference_pair_mean(z, lambda u, v: torch.relu(config.margin - _reference_angular(u, v, config.clamp)) ** 2)
+
+
+def reference_representation_loss(hidden_states: Sequence[Tensor], input_ids: Tensor,
+                                  config: RepresentationLossConfig) -> Tensor:
+    """A representation objective's plain reference formula (its registry entry's ``reference``) on
+    float64 states. Tests only; NotImplementedError, saying so, for one registered without one."""
+    return OBJECTIVES[config.name].load_reference()([z.double() for z in hidden_states], input_ids, config)
+
+
+def reference_jreg(hidden_states: Sequence[Tensor], input_ids: Tensor, config: RepresentationLossConfig) -> Tensor:
+    """1 - cos(h_{l-1}[b, t], h_l[b, t]), averaged over every (b, t)."""
+    index = config.layer if config.layer > 0 else len(hidden_states) + config.layer
+    before, after = hidden_states[index - 1], hidden_states[index]
+    batch, tokens, _ = after.shape
+    terms = [1.0 - _reference_cosine(before[b, t], after[b, t]) for b in range(batch) for t in range(tokens)]
+    return torch.stack(terms).mean()
+
+
+def reference_supervised_contrastive(z: Tensor, labels: Tensor, tau: float) -> Tensor:
+    """SupCon over the positions of each sequence, anchor by anchor; ignores nothing, samples nothing."""
+    batch, positions, _ = z.shape
+    anchor_losses = []
+    for b in range(batch):
+        for i in range(positions):
+            positives = [j for j in range(positions) if j != i and int(labels[b][j]) == int(labels[b][i])]
+            if not positives:
+                continue
+            normaliser = sum(torch.exp(_reference_cosine(z[b, i], z[b, k]) / tau) for k in range(positions) if k != i)
+            logs = [torch.log(torch.exp(_reference_cosine(z[b, i], z[b, j]) / tau) / normaliser) for j in positives]
+            anchor_losses.append(-sum(logs) / len(positives))
+    if not anchor_losses:
+        return torch.zeros((), dtype=torch.float64)
+    return sum(anchor_losses) / len(anchor_losses)
+
+
+def reference_simreg(hidden_states: Sequence[Tensor], input_ids: Tensor, config: RepresentationLossConfig) -> Tensor:
+    """The mean over the placement's layers of SupCon on positions 0..T-2, position t labelled
+    ``input_ids[b, t + 1]``. Ignores ``max_tokens`` (tests subsample explicitly)."""
+    tokens = input_ids.shape[1]
+    labels = [[int(input_ids[b, t + 1]) for t in range(tokens - 1)] for b in range(input_ids.shape[0])]
+    layers = select_layers(hidden_states, config.placement)
+    return sum(reference_supervised_contrastive(z[:, : tokens - 1], labels, config.tau) for z in layers) / len(layers)

@@ -4,7 +4,8 @@
 method=term)`` trains with it, and ``method=None`` trains on cross-entropy alone. A term may
 
     add a loss        ``weight`` x ``added_loss(...)``, from the hidden states (an auxiliary loss:
-                      ``training.losses.AuxiliaryLoss``, or any ``HiddenStateLoss``) or from the
+                      ``training.losses.AuxiliaryLoss``, or any ``HiddenStateLoss``), from them and
+                      the input ids (``training.losses.RepresentationLoss``) or from the
                       logits (``training.distillation.Teacher``); weight 0 adds nothing, and the
                       loop then computes neither the term nor the hidden states
     hook the loop     ``prepare(model)`` once before the optimizer is built, ``inputs_embeds``
@@ -61,8 +62,11 @@ class TrainingTerm:
 
     def identity(self) -> dict[str, Any]:
         """What a resumed run must share with the run that saved its state: the weight of the added
-        term, and a baseline's or a teacher's description."""
-        return {"aux_weight": self.weight, "baseline": None}
+        term, and a baseline's, a teacher's or a representation loss' description. A term without
+        a representation loss says None, so that it resumes no state a JREG or SimReg run saved
+        (``training.losses.RepresentationLoss``), while the states saved before the key existed,
+        which lack it, still read as None."""
+        return {"aux_weight": self.weight, "baseline": None, "representation_loss": None}
 
 
 class HiddenStateLoss(TrainingTerm):

@@ -18,8 +18,13 @@ METHODS = {f"{study}.{name}": spec
            for study in ("midtrain", "scratch") for name, spec in PAPER[study]["methods"].items()}
 
 
+LATER_PAPERS = {"jreg", "simreg"}
+"""Objectives of papers after the dispersion paper's, not in its setting: tests/unit/
+test_representation_losses.py trains each through the stages."""
+
+
 def test_the_paper_s_methods_cover_every_objective():
-    assert {spec["objective"] for spec in METHODS.values()} == set(OBJECTIVES)
+    assert {spec["objective"] for spec in METHODS.values()} == set(OBJECTIVES) - LATER_PAPERS
 
 
 @pytest.mark.parametrize("name", METHODS)

@@ -62,6 +62,8 @@ def test_each_objective_takes_exactly_its_settings_fields_and_the_schema_spells_
         "decorrelation": ("weight", "placement", "max_tokens"),
         "l2_repel": ("weight", "placement", "max_tokens", "tau", "norm_weight"),
         "orthogonalization": ("weight", "placement", "max_tokens", "clamp", "margin"),
+        "jreg": ("weight", "layer"),
+        "simreg": ("weight", "tau", "placement", "max_tokens"),
         "noisy_embedding": ("alpha",),
         "active_forgetting": ("every", "tied_head", "std"),
         "distillation": ("teacher", "weight", "temperature"),
