@@ -20,6 +20,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from condensation import ln_scaling as lns
 from condensation.config.plan import gpus_needed
 from condensation.runtime.hub_retry import DownloadMismatch, with_hub_retries
 from condensation.runtime.io import (
@@ -526,11 +527,15 @@ def convert_gguf(name: str, gguf_path: str, out_dir: str | Path) -> ModelHandle:
 
 
 def build_gpt2(arch: Mapping[str, int], tokenizer, seed: int):
-    """A randomly initialised GPT2 with the given shape; the same seed gives the same weights."""
+    """A randomly initialised GPT2 with the given shape; the same seed gives the same weights.
+    ``arch`` may also say ``ln_scaling: true`` (``config.plan.built_arch``): the same weights,
+    with each block's norms scaled by 1/sqrt(l) in the forward (``condensation.ln_scaling``)."""
     # deferred: heavy, see the imports
     import torch  # noqa: PLC0415
     from transformers import GPT2Config, GPT2LMHeadModel  # noqa: PLC0415
 
+    scaled = bool(arch.get(lns.CONFIG_KEY, False))
+    arch = {key: value for key, value in arch.items() if key != lns.CONFIG_KEY}
     if arch["n_embd"] % arch["n_head"]:
         raise ModelError(f"n_embd={arch['n_embd']} is not divisible by n_head={arch['n_head']}")
     config = GPT2Config(
@@ -544,14 +549,18 @@ def build_gpt2(arch: Mapping[str, int], tokenizer, seed: int):
         **arch,
     )
     torch.manual_seed(seed)
-    return GPT2LMHeadModel(config)
+    model = GPT2LMHeadModel(config)
+    return _scaled(model) if scaled else model
 
 
-def build_from_config(handle: ModelHandle, seed: int, tie_word_embeddings: bool | None = None):
+def build_from_config(handle: ModelHandle, seed: int, tie_word_embeddings: bool | None = None,
+                      ln_scaling: bool | None = None):
     """Random weights in the architecture of a prepared model (its config, nothing of its
     weights): the start of a pre-training from scratch. The same seed gives the same weights.
-    ``tie_word_embeddings`` ties or unties the input and output embeddings (None: as the
-    architecture has them)."""
+    ``tie_word_embeddings`` ties or unties the input and output embeddings, ``ln_scaling``
+    scales each block's norms in the forward (``condensation.ln_scaling``); None: as the
+    architecture has them (a config that says ``ln_scaling: true``, an LN-scaled init model's or
+    checkpoint's, is built scaled: fresh weights, so nothing is scaled twice)."""
     # deferred: heavy, see the imports
     import torch  # noqa: PLC0415
     from transformers import AutoConfig, AutoModelForCausalLM  # noqa: PLC0415
@@ -559,8 +568,20 @@ def build_from_config(handle: ModelHandle, seed: int, tie_word_embeddings: bool 
     config = AutoConfig.from_pretrained(handle.location, **_pretrained_kwargs(handle))
     if tie_word_embeddings is not None:
         config.tie_word_embeddings = tie_word_embeddings
+    scaled = bool(getattr(config, lns.CONFIG_KEY, False)) if ln_scaling is None else ln_scaling
+    if hasattr(config, lns.CONFIG_KEY):
+        delattr(config, lns.CONFIG_KEY)  # lns.enable sets it again where it scales
     torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(config, trust_remote_code=handle.trust_remote_code)
+    model = AutoModelForCausalLM.from_config(config, trust_remote_code=handle.trust_remote_code)
+    return _scaled(model) if scaled else model
+
+
+def _scaled(model):
+    """``model`` with LayerNorm Scaling in its forward, or the error naming the architecture."""
+    try:
+        return lns.enable(model)
+    except ValueError as error:
+        raise ModelError(str(error)) from error
 
 
 def save_tokenizer(tokenizer, out_dir: str | Path) -> None:
@@ -570,10 +591,13 @@ def save_tokenizer(tokenizer, out_dir: str | Path) -> None:
 
 
 def save_model_dir(model, tokenizer, out_dir: str | Path) -> None:
+    """``model`` and its tokenizer as a plain ``save_pretrained`` directory; an LN-scaled model's
+    constants folded into its saved norms (``ln_scaling.saved_state_dict``), so that
+    ``from_pretrained`` loads the same function."""
     with atomic_path(out_dir) as tmp:
-        model.save_pretrained(tmp)
+        model.save_pretrained(tmp, state_dict=lns.saved_state_dict(model))
         tokenizer.save_pretrained(tmp)
-        write_manifest(tmp, kind="model")
+        write_manifest(tmp, kind="model", **lns.manifest_fields(model))
 
 
 def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Path):

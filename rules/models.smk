@@ -53,7 +53,7 @@ rule plan_pretrain:
         "logs/benchmarks/plan_pretrain/{model}.tsv"
     priority: PRIORITY.training_input
     params:
-        arch=lookup(dpath="models/{model}/arch", within=config),
+        arch=get_model_arch,
         train=lookup(dpath="pretrain/train", within=config),
         seed=model_seed,
     script:

@@ -92,6 +92,29 @@ def model_seed(config: Mapping[str, Any], model: str) -> int | None:
     return seed + config["seed_offset"]
 
 
+def model_ln_scaling(config: Mapping[str, Any], model: str) -> bool:
+    """Whether a model is built with LayerNorm Scaling (``condensation.ln_scaling``): its own
+    ``ln_scaling``, else (an init model) its ``of`` model's; False for a model whose weights are
+    given or come from a run. (An init of a hub, local or gguf model without the key is as that
+    model's config says: unscaled, unless the config is an LN-scaled checkpoint's.)"""
+    entry = config["models"][model]
+    if entry["source"] not in ("pretrain", "init"):
+        return False
+    base = config["models"].get(entry["of"], {}) if entry["source"] == "init" else entry
+    return bool(next((v for v in (entry.get("ln_scaling"), base.get("ln_scaling")) if v is not None), False))
+
+
+def built_arch(config: Mapping[str, Any], model: str, arch: Mapping[str, int] | None) -> Mapping[str, Any] | None:
+    """``arch``, the GPT2 shape a pretrain model (or an init model of one) is built with, as the
+    rules pass it to the build: with ``ln_scaling: True`` added where the model is LN-scaled
+    (``model_ln_scaling``), so that the setting reaches the run's plan and the rules' params
+    (a changed setting reruns what it shapes). An unscaled model's is ``arch`` itself: no key,
+    its params as they were."""
+    if arch is None or not model_ln_scaling(config, model):
+        return arch
+    return {**arch, "ln_scaling": True}
+
+
 def run_seed(config: Mapping[str, Any], seed: int) -> int:
     """The seed a study run with ``seed`` (its place in the study's seeds) trains with."""
     return seed + config["seed_offset"]
@@ -202,6 +225,12 @@ def check_study(config: Mapping[str, Any], study: str) -> list[str]:
             problems.append(f"{where}.models: unknown model '{model}'")
         elif study == "scratch" and config["models"][model]["source"] != "init":
             problems.append(f"{where}.models: '{model}' is not an `init` model; training from scratch starts from one")
+        elif study == "midtrain" and model_ln_scaling(config, model):
+            problems.append(
+                f"{where}.models: '{model}' is LN-scaled (config.models.{model}.ln_scaling, or its `of` model's): "
+                "ln_scaling is an architecture trained from scratch (a pretrain model, or an init model of the "
+                "scratch study), not an option of mid-training a given model; train it in the scratch study, or "
+                "drop ln_scaling")
     for key in ("dataset", "geometry_dataset"):
         if section.get(key) not in config["datasets"]:
             problems.append(f"{where}.{key}: unknown dataset {section.get(key)!r} "

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from condensation import models
+from condensation import ln_scaling, models
 from condensation.config.runs import RunPlan, plan_run
 from condensation.config.specs import (
     ExtractionConfig,
@@ -53,6 +53,7 @@ def train_run(
     torch.set_num_threads(threads)
     plan = RunPlan.load(plan_path)
     model, tokenizer = _starting_model(plan, handle_path, tokenizer_dir)
+    _check_ln_scaling(plan, model)
     method = plan.method
     context = _teacher(method.settings, teacher_handle_path, tokenizer) if method.kind == "distillation" else {}
     train_blocks, val_blocks = packing.read_blocks(blocks_path)
@@ -77,6 +78,14 @@ def _teacher(config: Any, handle_path: str | Path | None, student_tokenizer: Any
     model = models.load_model(handle, dtype=str(dtype).removeprefix("torch."), device="cpu", causal_lm=True)
     return {"model": model, "tokenizer": models.load_tokenizer(handle), "student_tokenizer": student_tokenizer,
             "where": f"method option teacher ('{config.teacher}')"}
+
+
+def _check_ln_scaling(plan: RunPlan, model: Any) -> None:
+    """LayerNorm Scaling is an architecture trained from scratch (pre-training, the scratch study):
+    a mid-training run is refused one (the config's validation refuses it first, where it can tell)."""
+    if plan.kind == "midtrain" and ln_scaling.is_scaled(model):
+        raise ValueError(f"model '{plan.model}' is LN-scaled (ln_scaling): the midtrain study does not train "
+                         "LN-scaled models; train it from scratch (the scratch study) instead")
 
 
 def _starting_model(plan: RunPlan, handle_path: str | Path | None, tokenizer_dir: str | Path | None) -> tuple[Any, Any]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from condensation import ln_scaling as lns
 from condensation.runtime.io import (
     CorruptArtifactError,
     atomic_path,
@@ -209,15 +210,18 @@ class CheckpointManager:
         self, path: Path, module: Any, tokenizer: Any, json_name: str, info: Mapping[str, Any]
     ) -> None:
         """``save_pretrained`` (+ tokenizer, + ``info`` as JSON, written last) into ``path`` atomically:
-        a plain Hugging Face directory, whole weights also when the model is sharded."""
+        a plain Hugging Face directory, whole weights also when the model is sharded. An LN-scaled
+        model's constants are folded into the saved norms (``condensation.ln_scaling``), so that a
+        plain ``from_pretrained`` loads the function that trained; the resumable state keeps the
+        raw parameters (``save_state``)."""
         state_dict = self.layout.full_state_dict(module)  # a collective when sharded: every rank
         if self.accelerator.is_main_process:
             with atomic_path(path) as tmp:
-                module.save_pretrained(tmp, state_dict=state_dict)
+                module.save_pretrained(tmp, state_dict=lns.saved_state_dict(module, state_dict))
                 if tokenizer is not None:
                     tokenizer.save_pretrained(tmp)
                 write_json(tmp / json_name, info)
-                write_manifest(tmp, kind="checkpoint")
+                write_manifest(tmp, kind="checkpoint", **lns.manifest_fields(module))
         self.accelerator.wait_for_everyone()
 
     def save_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, state: TrainState) -> None:

@@ -70,6 +70,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 
+from condensation import ln_scaling as lns
 from condensation.config.runs import (
     TrainConfig,
     checkpoint_steps,
@@ -349,6 +350,8 @@ class Trainer:
             "config": {k: v for k, v in dataclasses.asdict(self.config).items() if k not in RESUMABLE_CHANGES},
             "world_size": self.accelerator.num_processes,
             "train_blocks_shape": list(self.train_blocks.shape),
+            # the state holds the raw norms either way: it must not continue a run of the other forward
+            "ln_scaling": lns.is_scaled(self.module),
             **self.method.identity(),
             "code": {key: code_version()[key] for key in ("version", "source_sha256")},
         }

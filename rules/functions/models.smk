@@ -5,6 +5,7 @@ import os
 
 from snakemake.exceptions import WorkflowError
 
+from condensation.config.plan import built_arch
 from condensation.config.plan import model_seed as plan_model_seed
 
 HUB_MODELS = [name for name, spec in MODELS.items() if spec.source == "hub"]
@@ -104,9 +105,12 @@ def get_model_inputs(wildcards):
 
 
 def get_model_arch(wildcards):
-    """Architecture of a pretrain model, or of the model an init model is the start of."""
+    """Architecture of a pretrain model, or of the model an init model is the start of, with
+    `ln_scaling: True` where the model is LN-scaled (plan.built_arch: an unscaled model's params
+    are as they were, a changed setting reruns the model)."""
     spec = MODELS[wildcards.model]
-    return MODELS[spec.of].arch if spec.source == "init" else spec.arch
+    arch = MODELS[spec.of].arch if spec.source == "init" else spec.arch
+    return built_arch(config, wildcards.model, arch)
 
 
 def _others(names):
