@@ -553,6 +553,9 @@ def check_objective(objective: Objective) -> list[str]:
         problems.append(f"{where}: stacked applies to an auxiliary loss only")
     if objective.kind not in ("ce", *LOSS_KINDS) and not objective.build:
         problems.append(f"{where}: a {objective.kind} objective needs build='module:attribute' (its term)")
+    clashes = sorted(set(objective.options) & set(method_options()))
+    if clashes:
+        problems.append(f"{where}: options {clashes} are options of every method (TrainingMethod); rename them")
     return problems
 
 
@@ -590,6 +593,19 @@ class TrainingMethod:
     settings: Any = None
     """The objective's settings dataclass (its registry entry's ``settings``); None for ce."""
 
+    ln_scaling: bool = False
+    """scratch study: LayerNorm Scaling (the Curse of Depth, arXiv 2502.05795; ``condensation.ln_scaling``):
+    each block's norm outputs times 1/sqrt(l), the final norm not, with any objective. An
+    architecture, not a loss: the run draws the same initial weights as the run of the same seed
+    without it (the constants draw nothing) and scales them in the forward, so that the arm
+    differs from its study's CE arm (``{objective: ce, ln_scaling: true}``) by the scaling alone;
+    its checkpoints hold the constants folded into the norms' weights. Refused in the midtrain
+    study (mid-training a given model keeps its architecture). False: the model as it is built."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ln_scaling, bool):
+            raise ValueError(f"ln_scaling must be true or false, got {self.ln_scaling!r}")
+
     @property
     def kind(self) -> str:
         return OBJECTIVES[self.objective].kind
@@ -601,9 +617,12 @@ class TrainingMethod:
         return getattr(self.settings, "weight", 0.0) if self.kind in (*LOSS_KINDS, "distillation") else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        """Every option with its value, defaults included (what ``run.json`` records)."""
+        """Every option with its value, defaults included (what ``run.json`` records); the options
+        of every method (``method_options``) where they are set, so that the plan of a method
+        without them is as it was before they existed."""
         options = OBJECTIVES[self.objective].options
-        return {"objective": self.objective, **{name: getattr(self.settings, name) for name in options}}
+        return {"objective": self.objective, **{name: getattr(self.settings, name) for name in options},
+                **{name: getattr(self, name) for name in method_options() if getattr(self, name)}}
 
     def build(self, **context: Any) -> Any:
         """The loop's term for this method (``training.terms.TrainingTerm``; imports torch), or
@@ -617,6 +636,13 @@ class TrainingMethod:
 
 _LOSS_TERMS = {"auxiliary": f"{_LOSSES}:AuxiliaryLoss", "representation": f"{_LOSSES}:RepresentationLoss"}
 """The term a loss of each kind trains with when its entry names no ``build``."""
+
+
+def method_options() -> tuple[str, ...]:
+    """The options a method takes whatever its objective (``ln_scaling``): the fields of
+    ``TrainingMethod`` beside its objective and settings, spelled there once, with their reasons;
+    the schema's method options take them from there as they take the objectives' options."""
+    return tuple(f.name for f in dataclasses.fields(TrainingMethod) if f.name not in ("objective", "settings"))
 
 
 def for_seed(spec: Mapping[str, Any], position: int) -> dict[str, Any]:
@@ -637,12 +663,14 @@ def resolve_method(spec: Mapping[str, Any]) -> TrainingMethod:
     if name not in OBJECTIVES:
         raise ValueError(f"unknown objective {name!r} (known: {', '.join(OBJECTIVES)})")
     objective = OBJECTIVES[name]
-    options = {key: value for key, value in spec.items() if key != "objective"}
+    common = {key: spec[key] for key in method_options() if key in spec}
+    options = {key: value for key, value in spec.items() if key != "objective" and key not in common}
     extra = sorted(set(options) - set(objective.options))
     if extra:
-        raise ValueError(f"option(s) {extra} do not apply to objective {name!r} (it takes: {list(objective.options)})")
+        raise ValueError(f"option(s) {extra} do not apply to objective {name!r} (it takes: {list(objective.options)}, "
+                         f"with any objective: {list(method_options())})")
     if objective.kind == "ce":
-        return TrainingMethod(name)
+        return TrainingMethod(name, **common)
     missing = [f.name for f in dataclasses.fields(objective.settings)
                if f.name not in options and f.name != "name" and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]
@@ -651,7 +679,7 @@ def resolve_method(spec: Mapping[str, Any]) -> TrainingMethod:
         raise ValueError(f"objective {name!r} needs a {', a '.join(missing)}{hint}")
     if objective.kind in LOSS_KINDS:
         options["name"] = name
-    return TrainingMethod(name, objective.settings(**options))
+    return TrainingMethod(name, objective.settings(**options), **common)
 
 
 # ---------------------------------------------------------------------------------------------

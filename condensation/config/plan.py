@@ -92,16 +92,32 @@ def model_seed(config: Mapping[str, Any], model: str) -> int | None:
     return seed + config["seed_offset"]
 
 
+def ln_scaling_source(config: Mapping[str, Any], model: str) -> str | None:
+    """The key of the config that makes a model LN-scaled (``condensation.ln_scaling``), or None:
+    a pretrain model's own ``config.models.<m>.ln_scaling``; an init model's ``of`` pretrain
+    model's (the init is that model's initialisation, in its architecture); a run model's study
+    method's ``config.<study>.methods.<method>.ln_scaling``, or its ``of`` model's source. An
+    init of a hub, local or gguf model is as that model's config says (unscaled, unless it is an
+    LN-scaled checkpoint's); a scratch run's own scaling is its method's (``TrainingMethod``)."""
+    entry = config["models"].get(model, {})
+    source = entry.get("source")
+    if source == "pretrain":
+        return f"config.models.{model}.ln_scaling" if entry.get("ln_scaling") else None
+    if source == "init":
+        base = config["models"].get(entry["of"], {})
+        return ln_scaling_source(config, entry["of"]) if base.get("source") == "pretrain" else None
+    if source == "run":
+        method = study_methods(config, entry["study"]).get(entry["method"], {})
+        if method.get("ln_scaling"):
+            return f"config.{entry['study']}.methods.{entry['method']}.ln_scaling"
+        return ln_scaling_source(config, entry["of"])
+    return None
+
+
 def model_ln_scaling(config: Mapping[str, Any], model: str) -> bool:
-    """Whether a model is built with LayerNorm Scaling (``condensation.ln_scaling``): its own
-    ``ln_scaling``, else (an init model) its ``of`` model's; False for a model whose weights are
-    given or come from a run. (An init of a hub, local or gguf model without the key is as that
-    model's config says: unscaled, unless the config is an LN-scaled checkpoint's.)"""
-    entry = config["models"][model]
-    if entry["source"] not in ("pretrain", "init"):
-        return False
-    base = config["models"].get(entry["of"], {}) if entry["source"] == "init" else entry
-    return bool(next((v for v in (entry.get("ln_scaling"), base.get("ln_scaling")) if v is not None), False))
+    """Whether a model is LN-scaled: built with LayerNorm Scaling, or trained with it and saved
+    folded (``ln_scaling_source``)."""
+    return ln_scaling_source(config, model) is not None
 
 
 def built_arch(config: Mapping[str, Any], model: str, arch: Mapping[str, int] | None) -> Mapping[str, Any] | None:
@@ -110,7 +126,8 @@ def built_arch(config: Mapping[str, Any], model: str, arch: Mapping[str, int] | 
     (``model_ln_scaling``), so that the setting reaches the run's plan and the rules' params
     (a changed setting reruns what it shapes). An unscaled model's is ``arch`` itself: no key,
     its params as they were."""
-    if arch is None or not model_ln_scaling(config, model):
+    if arch is None or config["models"][model]["source"] not in ("pretrain", "init") \
+            or not model_ln_scaling(config, model):
         return arch
     return {**arch, "ln_scaling": True}
 
@@ -225,12 +242,11 @@ def check_study(config: Mapping[str, Any], study: str) -> list[str]:
             problems.append(f"{where}.models: unknown model '{model}'")
         elif study == "scratch" and config["models"][model]["source"] != "init":
             problems.append(f"{where}.models: '{model}' is not an `init` model; training from scratch starts from one")
-        elif study == "midtrain" and model_ln_scaling(config, model):
+        elif study == "midtrain" and (source := ln_scaling_source(config, model)):
             problems.append(
-                f"{where}.models: '{model}' is LN-scaled (config.models.{model}.ln_scaling, or its `of` model's): "
-                "ln_scaling is an architecture trained from scratch (a pretrain model, or an init model of the "
-                "scratch study), not an option of mid-training a given model; train it in the scratch study, or "
-                "drop ln_scaling")
+                f"{where}.models: '{model}' is LN-scaled ({source}): ln_scaling is an architecture trained from "
+                "scratch (a pretrain model, or a method of the scratch study), not an option of mid-training a "
+                "given model; train it in the scratch study, or drop ln_scaling")
     for key in ("dataset", "geometry_dataset"):
         if section.get(key) not in config["datasets"]:
             problems.append(f"{where}.{key}: unknown dataset {section.get(key)!r} "
@@ -240,6 +256,11 @@ def check_study(config: Mapping[str, Any], study: str) -> list[str]:
             resolve_method(for_seed(spec, 0))
         except ValueError as error:
             problems.append(f"{where}.methods.{name}: {error}")
+        if study != "scratch" and spec.get("ln_scaling"):
+            problems.append(
+                f"{where}.methods.{name}.ln_scaling: LayerNorm Scaling changes the architecture, and mid-training "
+                "continues a given model in its own; it is a method option of the scratch study only (which draws "
+                "the initial weights), there beside its CE arm")
         teacher = spec.get("teacher")
         teachers = teacher if isinstance(teacher, list) else [] if teacher is None else [teacher]
         if isinstance(teacher, list) and len(teacher) != len(section["seeds"]):

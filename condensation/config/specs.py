@@ -184,10 +184,9 @@ class ModelSpec:
     """init of a hub, local or gguf model: tie or untie the input and output embeddings of its
     architecture (None: as the architecture has them)."""
     ln_scaling: bool | None = None
-    """pretrain / init: LayerNorm Scaling, each block's norm outputs times 1/sqrt(l)
-    (``condensation.ln_scaling``); None: an init model as its ``of`` model (a pretrain model's
-    setting, else as the architecture's config says), a pretrain model off
-    (``config.plan.model_ln_scaling``)."""
+    """pretrain: LayerNorm Scaling, each block's norm outputs times 1/sqrt(l)
+    (``condensation.ln_scaling``); its init model is scaled too (``config.plan.model_ln_scaling``);
+    None: off. In the scratch study it is a method's option (``TrainingMethod.ln_scaling``)."""
 
     @classmethod
     def from_config(cls, model: str, entry: Mapping[str, Any]) -> ModelSpec:

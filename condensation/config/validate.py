@@ -19,7 +19,14 @@ import yaml
 
 from condensation.config.corpora import CORPORA
 from condensation.config.datasets import check_datasets, check_local_tasks
-from condensation.config.objectives import OBJECTIVES, Objective, check_objective, field_docs
+from condensation.config.objectives import (
+    OBJECTIVES,
+    Objective,
+    TrainingMethod,
+    check_objective,
+    field_docs,
+    method_options,
+)
 from condensation.config.plan import (
     STUDIES,
     check_series,
@@ -80,6 +87,9 @@ def _objectives_into(method: dict[str, Any]) -> None:
             takers.setdefault(option, []).append(objective)
     for option, objectives in takers.items():
         method.setdefault(option, _option_schema(option, objectives))
+    for option in method_options():  # every method's, whatever its objective: fields of TrainingMethod
+        schema = dict(_json_type(typing.get_type_hints(TrainingMethod)[option]) or {})
+        method.setdefault(option, {**schema, "description": " ".join(field_docs(TrainingMethod)[option].split())})
     method["objective"]["enum"] = list(OBJECTIVES)
     method["objective"]["description"] = "; ".join(f"{name}: {o.summary or o.kind}" for name, o in OBJECTIVES.items())
 

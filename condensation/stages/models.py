@@ -44,7 +44,7 @@ def prepare_model(
 
     An ``init`` model is the seeded random initialisation either of a pretrain model's GPT2
     shape (with the pre-training tokenizer) or of a hub model's architecture (with its tokenizer).
-    An LN-scaled one (``arch`` says ``ln_scaling``, ``config.plan.built_arch``, or the spec does)
+    The init of an LN-scaled pretrain model (``arch`` says ``ln_scaling``, ``config.plan.built_arch``)
     is saved with the constants folded into its norms and ``ln_scaling: true`` in its config, which
     the runs that start from it read (``models.build_from_config``).
     """
@@ -62,8 +62,7 @@ def prepare_model(
         handle = models.prepare_local(name, str(pretrained_dir), spec.trust_remote_code)
     elif source == "init" and base_handle_path is not None:
         base = models.ModelHandle.load(base_handle_path)
-        model = models.build_from_config(base, seed, tie_word_embeddings=spec.tie_word_embeddings,
-                                         ln_scaling=spec.ln_scaling)
+        model = models.build_from_config(base, seed, tie_word_embeddings=spec.tie_word_embeddings)
         models.save_model_dir(model, models.load_tokenizer(base), weights_dir)
         handle = models.prepare_local(name, str(weights_dir), base.trust_remote_code)
     elif source == "init":

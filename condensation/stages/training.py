@@ -52,6 +52,7 @@ def train_run(
 
     torch.set_num_threads(threads)
     plan = RunPlan.load(plan_path)
+    _check_ln_scaling(plan)
     model, tokenizer = _starting_model(plan, handle_path, tokenizer_dir)
     _check_ln_scaling(plan, model)
     method = plan.method
@@ -80,10 +81,14 @@ def _teacher(config: Any, handle_path: str | Path | None, student_tokenizer: Any
             "where": f"method option teacher ('{config.teacher}')"}
 
 
-def _check_ln_scaling(plan: RunPlan, model: Any) -> None:
+def _check_ln_scaling(plan: RunPlan, model: Any = None) -> None:
     """LayerNorm Scaling is an architecture trained from scratch (pre-training, the scratch study):
-    a mid-training run is refused one (the config's validation refuses it first, where it can tell)."""
-    if plan.kind == "midtrain" and ln_scaling.is_scaled(model):
+    a mid-training run is refused one, by its method (checked before the model is loaded) or by
+    its model (the config's validation refuses both first, where it can tell)."""
+    if plan.kind == "midtrain" and plan.method.ln_scaling:
+        raise ValueError(f"method option ln_scaling: the midtrain study does not train LN-scaled models (run of "
+                         f"'{plan.model}'); it is a method option of the scratch study")
+    if plan.kind == "midtrain" and model is not None and ln_scaling.is_scaled(model):
         raise ValueError(f"model '{plan.model}' is LN-scaled (ln_scaling): the midtrain study does not train "
                          "LN-scaled models; train it from scratch (the scratch study) instead")
 
@@ -97,7 +102,12 @@ def _starting_model(plan: RunPlan, handle_path: str | Path | None, tokenizer_dir
         return models.build_gpt2(plan.arch, tokenizer, seed=plan.train.seed), tokenizer
     handle = models.ModelHandle.load(handle_path)
     if plan.reinitialise:  # the model's architecture with weights of the run's own seed
-        return models.build_from_config(handle, seed=plan.train.seed), models.load_tokenizer(handle)
+        # a method with ln_scaling: the same weights, scaled in the forward (else as the model's config says)
+        scaled = True if plan.method.ln_scaling else None
+        return models.build_from_config(handle, seed=plan.train.seed, ln_scaling=scaled), models.load_tokenizer(handle)
+    if plan.method.ln_scaling:
+        raise ValueError(f"method option ln_scaling: the run of '{plan.model}' continues given weights; LayerNorm "
+                         "Scaling applies to a run that draws its initial weights (the scratch study's)")
     # float32 master weights on the CPU; the loop moves them to the device and runs bf16 autocast.
     return models.load_model(handle, dtype="float32", device="cpu", causal_lm=True), models.load_tokenizer(handle)
 

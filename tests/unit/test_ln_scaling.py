@@ -1,8 +1,9 @@
 """LayerNorm Scaling (condensation.ln_scaling, arXiv 2502.05795): the forward against a hand-written
 scaled model (GPT2 and Llama), no parameter for the constant, checkpoints folded so that a plain
 ``from_pretrained`` loads the function that trained, exact resume from the raw state, the scratch
-study's chain through the stages, and the config's rules (an architecture from scratch, refused in
-mid-training)."""
+study's chain through the stages (the method option ``ln_scaling`` from the CE run's weights, and
+the init of an LN-scaled pretrain model), and the config's rules (an architecture from scratch: a
+scratch method's option or a pretrain model's, refused in mid-training)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from condensation import ln_scaling as lns
+from condensation.config.objectives import for_seed, resolve_method
 from condensation.config.plan import built_arch, model_ln_scaling
 from condensation.config.runs import RunPlan, TrainConfig
-from condensation.config.validate import ConfigError, validate_config
+from condensation.config.validate import ConfigError, load_schema, validate_config
 from condensation.models import (
     ModelError,
     ModelHandle,
@@ -258,52 +260,132 @@ def test_a_state_of_the_other_forward_is_set_aside(tmp_path, caplog):
 # ----------------------------------------------------------------------------- through the stages
 
 
-def test_the_scratch_study_trains_an_ln_scaled_init_model_through_the_stages(tiny_tokenizer_dir, tmp_path):
-    """prepare_model of an init model of a pretrain model with ln_scaling (the arch its rule
-    passes, plan.built_arch), a scratch run from it (reinitialised: scaled again by its
-    config.json), its final/ loaded plainly as the function of the raw trained weights scaled;
-    a pretrain plan builds scaled; the same init in a midtrain run is refused by the stage."""
+TRAIN_SETTINGS = {"train_tokens": 64, "block_size": 16, "micro_batch_size": 2, "num_checkpoints": 1,
+                  "val_batches": 1, "tracker": "none", "probe_every": 0}
+"""Two steps of two 16-token blocks: a scratch run through the stages, cheaply."""
+
+
+@pytest.fixture(scope="module")
+def stages(tiny_tokenizer_dir, tmp_path_factory):
+    """A config with a plain pretrain model, an LN-scaled one and an init model of each, the init
+    models prepared as their rule prepares them (the arch it passes, plan.built_arch), and the
+    scratch study's blocks packed."""
     from condensation.stages.data import pack_training_data
     from condensation.stages.models import prepare_model
-    from condensation.stages.training import _starting_model, plan_study_run, train_run
 
-    (tmp_path / "text.txt").write_text("\n\n".join(f"Paragraph {i} says a few plain words about the sea."
-                                                   for i in range(300)))
+    root = tmp_path_factory.mktemp("stages")
+    (root / "text.txt").write_text("\n\n".join(f"Paragraph {i} says a few plain words about the sea."
+                                                for i in range(300)))
+    toy = {"source": "pretrain", "arch": {**ARCH, "n_positions": 1024}}
     config = validate_config({
-        "datasets": {"mine": {"source": "files", "files": [str(tmp_path / "text.txt")]}},
-        "models": {"toy": {"source": "pretrain", "arch": {**ARCH, "n_positions": 1024}},
-                   "toy-lns": {"source": "init", "of": "toy", "ln_scaling": True}},
+        "datasets": {"mine": {"source": "files", "files": [str(root / "text.txt")]}},
+        "models": {"toy": toy, "toy-lns": {**toy, "ln_scaling": True},
+                   "toy-init": {"source": "init", "of": "toy"}, "toy-lns-init": {"source": "init", "of": "toy-lns"}},
         "pretrain": {"dataset": "mine"},
     })
-    arch = built_arch(config, "toy-lns", config["models"]["toy"]["arch"])
-    handle = tmp_path / "toy-lns" / "handle.json"
-    prepare_model(name="toy-lns", spec=config["models"]["toy-lns"], handle_path=handle,
-                  weights_dir=tmp_path / "toy-lns" / "hf", tokenizer_dir=tiny_tokenizer_dir, arch=arch, seed=0)
-    blocks = tmp_path / "blocks.npy"
-    pack_training_data(dataset="mine", spec=config["datasets"]["mine"], corpus_dir=None, tokenizer_source=handle,
-                       block_size=16, validation_fraction=0.05, out_path=blocks)
-    train_settings = {"train_tokens": 64, "block_size": 16, "micro_batch_size": 2, "num_checkpoints": 1,
-                      "val_batches": 1, "tracker": "none", "probe_every": 0}
-    run = tmp_path / "scratch"
-    run.mkdir()
-    plan_study_run(study="scratch", model="toy-lns", method={"objective": "ce"}, train=train_settings, seed=1,
+    handles = {}
+    for name in ("toy-init", "toy-lns-init"):
+        handles[name] = root / name / "handle.json"
+        of = config["models"][name]["of"]
+        prepare_model(name=name, spec=config["models"][name], handle_path=handles[name], weights_dir=root / name / "hf",
+                      tokenizer_dir=tiny_tokenizer_dir, arch=built_arch(config, name, config["models"][of]["arch"]),
+                      seed=0)
+    blocks = root / "blocks.npy"
+    pack_training_data(dataset="mine", spec=config["datasets"]["mine"], corpus_dir=None,
+                       tokenizer_source=handles["toy-init"], block_size=16, validation_fraction=0.05, out_path=blocks)
+    return config, handles, blocks
+
+
+def planned(run: Path, study: str, model: str, method: dict, seed: int = 1) -> Path:
+    """``run.json`` of a study run from an init model, as the rule plan_study_run writes it."""
+    from condensation.stages.training import plan_study_run
+
+    run.mkdir(parents=True)
+    plan_study_run(study=study, model=model, method=method, train=TRAIN_SETTINGS, seed=seed,
                    out_path=run / "run.json", reinitialise=True)
-    train_run(plan_path=run / "run.json", blocks_path=blocks, handle_path=handle)
+    return run / "run.json"
+
+
+def test_a_scratch_method_with_ln_scaling_starts_from_the_ce_runs_weights_scaled(stages, tmp_path):
+    """``{objective: ce, ln_scaling: true}`` in the scratch study: its run of a seed draws the CE
+    run's initial weights of that seed (another seed draws others) and scales them in the forward,
+    as a hand-scaled copy does; with another objective too. The plan records the option only where
+    it is set (a CE run's plan is as before)."""
+    from condensation.stages.training import _starting_model
+
+    config, handles, _ = stages
+    handle = handles["toy-init"]
+    plans = {name: RunPlan.load(planned(tmp_path / name, "scratch", "toy-init", method))
+             for name, method in (("ce", {"objective": "ce"}), ("lns", {"objective": "ce", "ln_scaling": True}),
+                                  ("disp-lns", {"objective": "dispersion", "ln_scaling": True}))}
+    assert plans["lns"].method.as_dict() == {"objective": "ce", "ln_scaling": True}
+    assert plans["ce"].method.as_dict() == {"objective": "ce"}
+    assert plans["disp-lns"].method.kind == "auxiliary" and plans["disp-lns"].method.ln_scaling is True
+    plain, _ = _starting_model(plans["ce"], handle, None)
+    scaled, _ = _starting_model(plans["lns"], handle, None)
+    assert not lns.is_scaled(plain) and lns.is_scaled(scaled)
+    assert_same_weights(scaled, plain)
+    other_seed = RunPlan.load(planned(tmp_path / "seed2", "scratch", "toy-init", {"objective": "ce"}, seed=2))
+    assert not torch.equal(_starting_model(other_seed, handle, None)[0].transformer.h[0].attn.c_attn.weight,
+                           plain.transformer.h[0].attn.c_attn.weight)  # the check above can tell seeds apart
+    ids = token_ids(plain.config.vocab_size)
+    assert_same_function(scaled, hand_scaled(plain, lambda m: m.transformer.h, ("ln_1", "ln_2")), ids, atol=1e-5)
+    assert not torch.allclose(outputs(scaled, ids)[0], outputs(plain, ids)[0], atol=1e-3)
+    dispersed, _ = _starting_model(plans["disp-lns"], handle, None)
+    assert lns.scales(dispersed) == lns.scales(scaled)
+    assert_same_weights(dispersed, plain)
+
+
+def test_a_scratch_run_of_the_method_trains_scaled_and_saves_a_plain_checkpoint(stages, tmp_path):
+    """The run through train_run: final/ loads with a plain from_pretrained (no hook, config and
+    manifest say ln_scaling) as the function of the trained raw weights scaled, which differs from
+    those weights unscaled; a midtrain run of the method is refused before a model is loaded."""
+    from condensation.stages.training import train_run
+
+    _, handles, blocks = stages
+    plan = planned(tmp_path / "lns", "scratch", "toy-init", {"objective": "ce", "ln_scaling": True})
+    train_run(plan_path=plan, blocks_path=blocks, handle_path=handles["toy-init"])
+    run = plan.parent
+    final = AutoModelForCausalLM.from_pretrained(run / "final")
+    assert not lns.is_scaled(final) and final.config.ln_scaling is True
+    assert "ln_scaling" in json.loads(manifest_path(run / "final").read_text())
+    raw = load_state_weights(AutoModelForCausalLM.from_pretrained(run / "final"), run)  # the weights that trained
+    ids = token_ids(final.config.vocab_size)
+    assert_same_function(final, lns.enable(copy.deepcopy(raw)), ids)
+    assert not torch.allclose(outputs(final, ids)[0], outputs(raw, ids)[0], atol=1e-3)
+
+    midtrain = planned(tmp_path / "midtrain", "midtrain", "toy-init", {"objective": "ce", "ln_scaling": True})
+    with pytest.raises(ValueError, match="method option ln_scaling: the midtrain study does not train"):
+        train_run(plan_path=midtrain, blocks_path=blocks, handle_path=tmp_path / "no-handle.json")
+    assert not (midtrain.parent / "final").exists()
+
+
+def test_the_init_of_an_ln_scaled_pretrain_model_trains_scaled_through_the_stages(stages, tiny_tokenizer_dir,
+                                                                                  tmp_path):
+    """The init of an LN-scaled pretrain model (its arch says ln_scaling): a scratch run from it
+    (reinitialised: scaled again by its config.json), its final/ loaded plainly as the function of
+    the raw trained weights scaled; a pretrain plan builds scaled; the same init in a midtrain run
+    is refused by the stage."""
+    from condensation.stages.training import _starting_model, train_run
+
+    config, handles, blocks = stages
+    handle = handles["toy-lns-init"]
+    plan = planned(tmp_path / "scratch", "scratch", "toy-lns-init", {"objective": "ce"})
+    train_run(plan_path=plan, blocks_path=blocks, handle_path=handle)
+    run = plan.parent
     final = AutoModelForCausalLM.from_pretrained(run / "final")
     raw = load_state_weights(AutoModelForCausalLM.from_pretrained(run / "final"), run)  # the weights that trained
     ids = token_ids(final.config.vocab_size)
     assert_same_function(final, lns.enable(raw), ids)
     assert not torch.allclose(outputs(final, ids)[0], outputs(lns.enable(copy.deepcopy(final)), ids)[0], atol=1e-3)
 
-    pretrain = RunPlan.from_json({**RunPlan.load(run / "run.json").to_json(), "kind": "pretrain", "arch": arch})
+    arch = built_arch(config, "toy-lns", config["models"]["toy-lns"]["arch"])
+    pretrain = RunPlan.from_json({**RunPlan.load(plan).to_json(), "kind": "pretrain", "arch": arch})
     assert lns.is_scaled(_starting_model(pretrain, None, tiny_tokenizer_dir)[0])
-    midtrain = tmp_path / "midtrain"
-    midtrain.mkdir()
-    plan_study_run(study="midtrain", model="toy-lns", method={"objective": "ce"}, train=train_settings, seed=1,
-                   out_path=midtrain / "run.json", reinitialise=True)
+    midtrain = planned(tmp_path / "midtrain", "midtrain", "toy-lns-init", {"objective": "ce"})
     with pytest.raises(ValueError, match="does not train LN-scaled models"):
-        train_run(plan_path=midtrain / "run.json", blocks_path=blocks, handle_path=handle)
-    assert not (midtrain / "final").exists()
+        train_run(plan_path=midtrain, blocks_path=blocks, handle_path=handle)
+    assert not (midtrain.parent / "final").exists()
 
 
 # ----------------------------------------------------------------------------- the config
@@ -314,44 +396,90 @@ TOY = {"source": "pretrain", "arch": {"n_layer": 2, "n_positions": 1024}}
 STUDY = {"dataset": "austen", "geometry_dataset": "austen", "methods": {"ce": {"objective": "ce"}}}
 
 
-def test_ln_scaling_is_a_setting_of_models_built_here_and_an_init_takes_its_base_models():
+def test_ln_scaling_is_a_setting_of_pretrain_models_and_their_init_models_take_it():
+    """A pretrain model's option, inherited by its init model (its architecture); an init model
+    has no option of its own (the scratch study's is a method's), nor a model of another source."""
     config = validate_config({**BASE, "models": {
         "toy": TOY, "toy-lns": {**TOY, "ln_scaling": True},
-        "init": {"source": "init", "of": "toy"}, "init-lns": {"source": "init", "of": "toy", "ln_scaling": True},
-        "of-lns": {"source": "init", "of": "toy-lns"},
-        "of-lns-off": {"source": "init", "of": "toy-lns", "ln_scaling": False},
-    }, "scratch": {**STUDY, "models": ["init", "init-lns", "of-lns"]}})
+        "init": {"source": "init", "of": "toy"}, "of-lns": {"source": "init", "of": "toy-lns"},
+    }, "scratch": {**STUDY, "models": ["init", "of-lns"]}})
     scaled = {name: model_ln_scaling(config, name) for name in config["models"]}
-    assert scaled == {"toy": False, "toy-lns": True, "init": False, "init-lns": True, "of-lns": True,
-                      "of-lns-off": False}
+    assert scaled == {"toy": False, "toy-lns": True, "init": False, "of-lns": True}
     arch = config["models"]["toy"]["arch"]
     assert built_arch(config, "init", arch) is arch  # unscaled: the rules' params as they were
-    assert built_arch(config, "init-lns", arch) == {**arch, "ln_scaling": True}
-    for source in ({"source": "hub", "id": "gpt2"}, {"source": "local", "path": "x"}):
+    assert built_arch(config, "of-lns", arch) == {**arch, "ln_scaling": True}
+    for source in ({"source": "hub", "id": "gpt2"}, {"source": "local", "path": "x"},
+                   {"source": "init", "of": "toy"}):
         with pytest.raises(ConfigError, match=r"config\.models\.m\.ln_scaling"):
-            validate_config({**BASE, "models": {"m": {**source, "ln_scaling": True}}})
+            validate_config({**BASE, "models": {"toy": TOY, "m": {**source, "ln_scaling": True}}})
 
 
-@pytest.mark.parametrize("model", ["init-lns", "toy-lns", "of-lns"])
-def test_midtraining_refuses_an_ln_scaled_model_naming_the_field(model):
-    models = {"toy": TOY, "toy-lns": {**TOY, "ln_scaling": True},
-              "init-lns": {"source": "init", "of": "toy", "ln_scaling": True},
-              "of-lns": {"source": "init", "of": "toy-lns"}}
+LNS_RUN = {"source": "run", "study": "scratch", "of": "init", "method": "lns", "seed": 0}
+"""A scratch run of the LN-scaled method, as a model."""
+
+
+@pytest.mark.parametrize(("model", "source"), [("toy-lns", "config.models.toy-lns.ln_scaling"),
+                                               ("of-lns", "config.models.toy-lns.ln_scaling"),
+                                               ("lns-run", "config.scratch.methods.lns.ln_scaling")])
+def test_midtraining_refuses_an_ln_scaled_model_naming_the_field(model, source):
+    models = {"toy": TOY, "toy-lns": {**TOY, "ln_scaling": True}, "init": {"source": "init", "of": "toy"},
+              "of-lns": {"source": "init", "of": "toy-lns"}, "lns-run": LNS_RUN,
+              "ce-run": {**LNS_RUN, "method": "ce"}}
+    scratch = {**STUDY, "models": ["init"], "methods": {"ce": {"objective": "ce"},
+                                                        "lns": {"objective": "ce", "ln_scaling": True}}}
     with pytest.raises(ConfigError, match=rf"config\.midtrain\.models: '{model}' is LN-scaled "
-                                          rf"\(config\.models\.{model}\.ln_scaling.*not an option of mid-training"):
-        validate_config({**BASE, "models": models, "midtrain": {**STUDY, "models": [model]}})
-    assert validate_config({**BASE, "models": models, "midtrain": {**STUDY, "models": ["toy"]}})
+                                          rf"\({source.replace('.', '[.]')}\).*not an option of mid-training"):
+        validate_config({**BASE, "models": models, "scratch": scratch, "midtrain": {**STUDY, "models": [model]}})
+    assert validate_config({**BASE, "models": models, "scratch": scratch,
+                            "midtrain": {**STUDY, "models": ["toy", "ce-run"]}})
+
+
+@pytest.mark.parametrize("method", [{"objective": "ce", "ln_scaling": True},
+                                    {"objective": "dispersion", "weight": 0.2, "ln_scaling": True},
+                                    {"objective": "decorrelation", "ln_scaling": False}])
+def test_ln_scaling_is_a_method_option_of_the_scratch_study_with_any_objective(method):
+    models = {"toy": TOY, "init": {"source": "init", "of": "toy"}}
+    study = {**STUDY, "models": ["init"], "methods": {"ce": {"objective": "ce"}, "x": method}}
+    config = validate_config({**BASE, "models": models, "scratch": study})
+    resolved = resolve_method(config["scratch"]["methods"]["x"])
+    assert resolved.ln_scaling is method["ln_scaling"] and resolved.objective == method["objective"]
+    assert resolve_method(resolved.as_dict()) == resolved  # run.json round-trips it
+    assert ("ln_scaling" in resolved.as_dict()) is method["ln_scaling"]  # recorded where set
+    options = load_schema()["$defs"]["method"]["properties"]
+    assert options["ln_scaling"]["type"] == "boolean"
+    assert options["ln_scaling"]["description"].startswith("scratch study: LayerNorm Scaling")
+    with pytest.raises(ConfigError, match=r"config\.scratch\.methods\.x\.ln_scaling: 1 is not of type 'boolean'"):
+        validate_config({**BASE, "models": models, "scratch": {**study, "methods": {"x": {**method, "ln_scaling": 1}}}})
+    with pytest.raises(ValueError, match="ln_scaling must be true or false"):
+        resolve_method({**method, "ln_scaling": "yes"})
+
+
+def test_midtraining_refuses_the_method_option_naming_the_field():
+    models = {"toy": TOY, "init": {"source": "init", "of": "toy"}}
+    for method in ({"objective": "ce", "ln_scaling": True}, {"objective": "dispersion", "ln_scaling": True}):
+        study = {**STUDY, "models": ["toy"], "methods": {"ce": {"objective": "ce"}, "x": method}}
+        with pytest.raises(ConfigError, match=r"config\.midtrain\.methods\.x\.ln_scaling: LayerNorm Scaling changes "
+                                              r"the architecture.*method option of the scratch study only"):
+            validate_config({**BASE, "models": models, "midtrain": study})
+        assert validate_config({**BASE, "models": models, "scratch": {**study, "models": ["init"]}})
+    # false is the model as it is: nothing to refuse
+    assert validate_config({**BASE, "models": models, "midtrain": {
+        **STUDY, "models": ["toy"], "methods": {"x": {"objective": "ce", "ln_scaling": False}}}})
 
 
 def test_the_docs_snippet_validates():
-    """The scratch-study snippet of docs/configs.md, as an overlay on config.yaml."""
+    """The scratch-study snippet of docs/configs.md, as an overlay on config.yaml: the method
+    beside the study's CE arm, scaled; every other method as it was."""
     import yaml
 
     page = (Path(__file__).resolve().parents[2] / "docs" / "configs.md").read_text()
     snippet = page.split("<!-- ln_scaling snippet -->")[1].split("```yaml")[1].split("```")[0]
     base = yaml.safe_load((Path(__file__).resolve().parents[2] / "config.yaml").read_text())
     overlay = yaml.safe_load(snippet)
-    merged = {**base, "models": {**base["models"], **overlay["models"]},
-              "scratch": {**base["scratch"], **overlay["scratch"]}}
+    merged = {**base, "scratch": {**base["scratch"],
+                                  "methods": {**base["scratch"]["methods"], **overlay["scratch"]["methods"]}}}
     config = validate_config(merged)
-    assert "toy-mlp32-lns" in config["scratch"]["models"] and model_ln_scaling(config, "toy-mlp32-lns")
+    methods = {name: resolve_method(for_seed(spec, 0)) for name, spec in config["scratch"]["methods"].items()}
+    assert methods["ln_scaling"].ln_scaling and methods["ln_scaling"].objective == "ce"
+    assert [name for name, method in methods.items() if method.ln_scaling] == ["ln_scaling"]
+    assert "ce" in methods

@@ -14,6 +14,7 @@ from condensation.config.objectives import (
     DispersionConfig,
     TrainingMethod,
     loss_names,
+    method_options,
     resolve_method,
 )
 from condensation.config.runs import RunPlan, TrainConfig, plan_run
@@ -70,7 +71,9 @@ def test_each_objective_takes_exactly_its_settings_fields_and_the_schema_spells_
     }
     assert loss_names() == ("dispersion", "decorrelation", "l2_repel", "orthogonalization")
     options = load_schema()["$defs"]["method"]["properties"]
-    assert set(options) == {"objective"} | {option for o in OBJECTIVES.values() for option in o.options}
+    assert method_options() == ("ln_scaling",)  # every method's, whatever its objective: TrainingMethod's fields
+    taken = {option for objective in OBJECTIVES.values() for option in objective.options}
+    assert set(options) == {"objective", *method_options()} | taken
     # types and choices from the annotations, descriptions from the fields' docstrings
     assert options["placement"]["enum"] == list(PLACEMENTS)
     assert options["kernel"]["enum"] == ["auto", "eager", "compiled"]
