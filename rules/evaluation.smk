@@ -111,6 +111,7 @@ rule table2:
     input:
         scores=score_files("midtrain"),
         item_rows=score_files("midtrain", suffix=SCORE_FILES["item_rows"]),
+        losses=expand(path.losses, study="midtrain", model=config["midtrain"]["models"]),  # tokens to CE's loss
     output:
         **score_table("table2", "Table 2: downstream scores"),
         metrics=path_with(path.metrics, name="scores.json"),
@@ -152,6 +153,7 @@ rule table4:
         scores=score_files("scratch"),
         item_rows=score_files("scratch", suffix=SCORE_FILES["item_rows"]),
         trajectories=expand(path.trajectory, study="scratch", model=config["scratch"]["models"]),
+        losses=expand(path.losses, study="scratch", model=config["scratch"]["models"]),  # tokens to CE's loss
     output:
         **score_table("table4", "Table 4: pre-training with dispersion"),
     log:

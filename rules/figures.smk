@@ -144,6 +144,7 @@ rule findings:
         effects=every_study_model(f"{path.effects}.csv"),
         pooled_effects=POOLED_EFFECTS["paths"],
         trajectories=every_study_model(path.trajectory),
+        losses=every_study_model(path.losses),  # the tokens claim: each run's validation loss by tokens
         similarity=expand(path.similarity_table, comparison=config["similarity"]),
     output:
         markdown=in_report(path.findings, "findings", "Findings", page="the paper's claims, checked"),

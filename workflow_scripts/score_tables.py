@@ -12,13 +12,13 @@ with logged(snakemake.log[0]):
         table2(
             score_paths=snakemake.input.scores, tasks=params.tasks, methods=params.methods, reference=params.reference,
             metric=params.metric, labels={}, stem=stem, metrics_path=output.metrics, plot_path=output.plot,
-            counted_tasks=params.counted_tasks,
+            counted_tasks=params.counted_tasks, loss_paths=snakemake.input.losses,
         )
     elif snakemake.rule == "table4":
         table4(
             score_paths=snakemake.input.scores, models=params.models, trajectory_paths=snakemake.input.trajectories,
             tasks=params.tasks, methods=params.methods, metric=params.metric, labels={}, stem=stem,
-            counted_tasks=params.counted_tasks,
+            counted_tasks=params.counted_tasks, loss_paths=snakemake.input.losses,
         )
     else:
         table3(

@@ -125,16 +125,17 @@ def pick_selected_score(*, index_path: str | Path, record_paths: Sequence[str | 
 def table2(
     *, score_paths: Sequence[str | Path], tasks: Sequence[str], methods: Sequence[str], reference: str, metric: str,
     labels: Mapping[str, str], stem: str | Path, metrics_path: str | Path, plot_path: str | Path,
-    counted_tasks: Sequence[str] | None = None,
+    counted_tasks: Sequence[str] | None = None, loss_paths: Sequence[str | Path] = (),
 ) -> None:
     """Table 2 (every method on every mid-trained model, against ``reference``) as CSV, Markdown,
-    LaTeX and HTML, and the same scores as DVC metrics and a DVC plot of the averages."""
+    LaTeX and HTML, and the same scores as DVC metrics and a DVC plot of the averages; with
+    ``loss_paths`` (each model's ``losses.csv``) each row's tokens to CE's validation loss."""
     # deferred: pandas and scipy, see the imports
     from condensation.reporting.tables import table2  # noqa: PLC0415
 
     table2.write_table2(
         score_paths=score_paths, tasks=tasks, methods=methods, reference=reference, metric=metric, labels=labels,
-        stem=stem, metrics_path=metrics_path, plot_path=plot_path, counted=counted_tasks,
+        stem=stem, metrics_path=metrics_path, plot_path=plot_path, counted=counted_tasks, loss_paths=loss_paths,
     )
 
 
@@ -152,16 +153,18 @@ def table3(
 def table4(
     *, score_paths: Sequence[str | Path], models: Sequence[str], trajectory_paths: Sequence[str | Path],
     tasks: Sequence[str], methods: Sequence[str], metric: str, labels: Mapping[str, str], stem: str | Path,
-    counted_tasks: Sequence[str] | None = None,
+    counted_tasks: Sequence[str] | None = None, loss_paths: Sequence[str | Path] = (),
 ) -> None:
     """Table 4: models pre-trained from scratch with each method, their scores and condensation
-    (``trajectory_paths``: each model's trajectory table, in the order of ``models``)."""
+    (``trajectory_paths``: each model's trajectory table, in the order of ``models``); with
+    ``loss_paths`` (each model's ``losses.csv``) each row's tokens to CE's validation loss."""
     # deferred: pandas and scipy, see the imports
     from condensation.reporting.tables.table4 import write_table4  # noqa: PLC0415
 
     write_table4(
         score_paths=score_paths, tasks=tasks, methods=methods, metric=metric, labels=labels,
         condensation=dict(zip(models, trajectory_paths, strict=True)), stem=stem, counted=counted_tasks,
+        loss_paths=loss_paths,
     )
 
 

@@ -231,12 +231,13 @@ def findings(
     *, trend_profiles: Sequence[str | Path], pair_profiles: Sequence[str | Path], series_profiles: Sequence[str | Path],
     effects: Sequence[str | Path], pooled_effects: Sequence[str | Path] = (), trajectories: Sequence[str | Path],
     score_tables: Sequence[str | Path], run_scores: Sequence[str | Path] = (), similarity: Sequence[str | Path] = (),
-    design: Mapping[str, Any], markdown_path: str | Path, json_path: str | Path, summary_path: str | Path,
+    losses: Sequence[str | Path] = (), design: Mapping[str, Any], markdown_path: str | Path, json_path: str | Path,
+    summary_path: str | Path,
 ) -> None:
     """The findings page: each of the paper's claims against what this run measured. The tables'
-    per-sequence profiles (``*_profiles``: trend tables, pairs, series), the studies' effects and
-    trajectories (``results/<study>/<model>/``: named "<study>, <model>"), the pooled effects of a
-    study's base models that share a label, Tables 2 and 4 and the similarity tables; ``design``:
+    per-sequence profiles (``*_profiles``: trend tables, pairs, series), the studies' effects,
+    trajectories and losses (``results/<study>/<model>/``: named "<study>, <model>"), the pooled
+    effects of a study's base models that share a label, Tables 2 and 4 and the similarity tables; ``design``:
     what the config says of them (the rule's one parameter, read by ``claims.Design.from_params``)."""
     # deferred: scipy, see the imports
     from condensation.reporting.findings import claims, page  # noqa: PLC0415
@@ -257,6 +258,7 @@ def findings(
         similarity=pd.concat([pd.read_csv(path) for path in similarity]) if similarity else None,
         similarity_kinds=dict(design["similarity_kinds"]),
         run_scores=read_run_scores(run_scores, page.counted_tasks(design["tasks"], design["counted_tasks"])["counted"]),
+        losses={study_name(path): pd.read_csv(path) for path in losses},
     )
     chosen = claims.Design.from_params(design)
     under_lenses = claims.claims_under_lenses(evidence, chosen)

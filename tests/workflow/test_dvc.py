@@ -75,7 +75,7 @@ def test_the_author_reproduces_and_publishes_the_results(published):
     assert list(metrics) == ["results/metrics/summary.json"]
     summary = metrics["results/metrics/summary.json"]["data"]
     assert set(summary) == {"size", "distillation", "initialisation", "pretraining", "dispersion", "scores",
-                            "prediction"}
+                            "prediction", "tokens"}
     assert {"estimate", "ci_low", "ci_high"} <= set(summary["dispersion"]["deep_cos"])
     # with --split, each plot's rows are under its anchor definitions instead of inside the spec
     plots = json.loads(dvc(published, "plots", "show", "--json", "--split"))["data"]

@@ -221,7 +221,7 @@ def test_findings_page_states_a_verdict_for_every_claim(project):
     from condensation.reporting.statistics.decisions import VERDICTS
 
     findings = json.loads((project / "results/metrics/findings.json").read_text())["findings"]
-    assert len(findings) == 7  # the paper's six claims and the prediction claim beyond it
+    assert len(findings) == 8  # the paper's six claims and the prediction and tokens claims beyond them
     assert all(f["verdict"] in VERDICTS for f in findings)
     distillation = next(f for f in findings if "istillation" in f["claim"])
     # the tiny config's student distilled from the wide toy, one seed: measured, its training noise not

@@ -19,7 +19,9 @@ a claim takes a verdict only when both give it, and otherwise "depends on the st
 - dispersion lowers condensation (Fig. 6): dispersion against CE at each study's last checkpoint on
   text no run trained on, collapsed runs counted in the verdict line;
 - dispersion improves scores (Tables 2, 4): dispersion against CE on the tasks fixed before the
-  compared rows were seen, a paired t over seeds with the items' main effect.
+  compared rows were seen, a paired t over seeds with the items' main effect;
+- beyond the paper: lower condensation goes with higher scores (:mod:`.prediction`), and the
+  dispersion loss reaches CE's final validation loss in fewer tokens (:mod:`.tokens`).
 
 Replicates are rows with the same label: one model trained (or initialised) with another seed. A
 model in ``drawn`` is one draw of a training procedure (trained or initialised by this workflow, or
@@ -40,6 +42,8 @@ import pandas as pd
 from condensation.lenses import BY_NAME, LENS_NAMES, LENSES, OUTLIER_DIMENSIONS, Lens
 from condensation.reporting.findings.noise_sources import noise_source_line
 from condensation.reporting.findings.prediction import matched_settings_note, prediction_pieces
+from condensation.reporting.findings.tokens import STATISTIC as TOKENS_STATISTIC
+from condensation.reporting.findings.tokens import tokens_pieces
 from condensation.reporting.statistics.decisions import (
     ANY,
     Decision,
@@ -411,6 +415,10 @@ class Evidence:
     run_scores: Mapping[str, pd.DataFrame] = field(default_factory=dict)
     """Study model ("midtrain, toy-mlp256") -> each trained run's scored step and score
     (:func:`condensation.reporting.findings.prediction.read_run_scores`)."""
+    losses: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+    """Study model -> its runs' losses (``results/<study>/<model>/losses.csv``: the validation loss
+    at each evaluation, with the tokens seen), for the tokens claim
+    (:mod:`condensation.reporting.findings.tokens`)."""
 
 
 SIZE = "A larger or wider model condenses less (Figs. 2, S1)"
@@ -420,8 +428,9 @@ INIT_SERIES = "Condensation is highest at initialisation and falls over pre-trai
 DISPERSION = "The dispersion loss lowers condensation (Fig. 6)"
 SCORES = "The dispersion loss improves downstream scores (Tables 2, 4)"
 PREDICTS = "Lower condensation goes with higher scores (across runs; beyond the paper)"
+TOKENS = "The dispersion loss reaches the CE model's loss in fewer tokens (beyond the paper)"
 CLAIM_KEYS = {SIZE: "size", DISTILLATION: "distillation", INIT_PAIRS: "initialisation", INIT_SERIES: "pretraining",
-              DISPERSION: "dispersion", SCORES: "scores", PREDICTS: "prediction"}
+              DISPERSION: "dispersion", SCORES: "scores", PREDICTS: "prediction", TOKENS: "tokens"}
 """Each claim's short name in results/metrics/summary.json (what `dvc metrics` and `dvc exp show` show)."""
 
 
@@ -457,7 +466,16 @@ def all_claims(evidence: Evidence, design: Design) -> list[Verdict]:
                                     [ONE_BASE_MODEL] if any(p.name.startswith("table2") for p in scores) else []))
     if evidence.run_scores:
         verdicts.append(prediction_claim(evidence, design))
+    if evidence.losses:
+        verdicts.append(tokens_claim(evidence))
     return verdicts
+
+
+def tokens_claim(evidence: Evidence) -> Verdict:
+    """"The dispersion loss reaches the CE model's loss in fewer tokens", per study model
+    (:mod:`condensation.reporting.findings.tokens`): Holm over the models, as every claim."""
+    pieces, notes = tokens_pieces(evidence.losses)
+    return over_statistics(TOKENS, [decide(pieces, ANY, TOKENS_STATISTIC)], notes)
 
 
 def prediction_claim(evidence: Evidence, design: Design) -> Verdict:

@@ -171,7 +171,8 @@ def verdict_json(verdict: Verdict) -> dict[str, Any]:
                            "pieces": [_reading_json(r) for r in d.readings]} for d in verdict.decisions]}
 
 
-STATISTIC_KEYS = {"deeper-layer cosine": "deep_cos", "Spearman rho": "rho", "accuracy": "accuracy"}
+STATISTIC_KEYS = {"deeper-layer cosine": "deep_cos", "Spearman rho": "rho", "accuracy": "accuracy",
+                  "validation loss": "val_loss"}
 """Each deciding statistic's short name in the summary."""
 
 

@@ -6,5 +6,6 @@
   condensation_effects  each method's condensation against the baseline, per study and checkpoint
   trend_tables          a group of models' trend statistics
   profiles              the per-sequence data beside a condensation table, and its statistics
+  tokens_to_target      each run's tokens to CE's validation loss and each method's token multiplier (Tables 2, 4)
   table_files           cells and table files shared by every table
 """

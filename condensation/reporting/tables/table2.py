@@ -30,6 +30,12 @@ from condensation.reporting.tables.score_tables import (
     score_metrics,
 )
 from condensation.reporting.tables.table_files import write_csv, write_table
+from condensation.reporting.tables.tokens_to_target import (
+    format_tokens,
+    read_losses,
+    token_frame,
+    tokens_caption,
+)
 from condensation.runtime.io import write_json
 
 SEEDS_VARY = "the order of the training data; every run of a model starts from the same pre-trained weights"
@@ -39,6 +45,7 @@ def table2(
     scores: pd.DataFrame, tasks: Sequence[str], methods: Sequence[str], reference: str = "dispersion",
     labels: Mapping[str, str] | None = None, *, items: pd.DataFrame, baseline: str = "ce",
     n_resamples: int = ITEM_RESAMPLES, seed: int = 0, counted: Sequence[str] | None = None,
+    losses: Mapping[str, pd.DataFrame] | None = None,
 ) -> pd.DataFrame:
     """Downstream accuracy of every method on every model, as a tidy numeric frame.
 
@@ -52,7 +59,9 @@ def table2(
     results) and ``mcnemar_p_vs_<m>``; NaN for a method against itself. Averages and comparisons
     read the ``counted`` tasks (default: all). ``items`` holds the per-item results
     (:func:`condensation.evaluation.scores.load_items`); those of the selected checkpoints are used.
-    ``n_resamples`` and ``seed`` set the bootstrap.
+    ``n_resamples`` and ``seed`` set the bootstrap. With ``losses`` (model -> its runs' ``losses.csv``)
+    the ``tokens_*`` columns follow: each row's tokens to CE's final validation loss and its token
+    multiplier against ``baseline`` (:mod:`condensation.reporting.tables.tokens_to_target`).
     """
     tasks = check_tasks(tasks)
     methods = check_methods(methods)
@@ -62,7 +71,11 @@ def table2(
     selected = select_checkpoints(scores)
     table = compared_blocks(model_rows(selected, tasks, methods), tasks, dict(labels or {}),
                             selected_items(items, selected), targets, n_resamples, seed, counted)
-    return table[table2_columns(tasks, targets)]
+    table = table[table2_columns(tasks, targets)]
+    if losses is None:
+        return table
+    keys = list(zip(table["model"], table["method"]))
+    return pd.concat([table, token_frame(keys, losses, baseline)], axis=1)
 
 
 def table2_columns(tasks: Sequence[str], targets: Sequence[str]) -> list[str]:
@@ -89,19 +102,26 @@ def write_table2(
     *, score_paths: Sequence[str | os.PathLike], tasks: Sequence[str], methods: Sequence[str], reference: str,
     metric: str, labels: Mapping[str, str], stem: str | os.PathLike, metrics_path: str | os.PathLike,
     plot_path: str | os.PathLike, baseline: str = "ce", n_resamples: int = ITEM_RESAMPLES, seed: int = 0,
-    counted: Sequence[str] | None = None,
+    counted: Sequence[str] | None = None, loss_paths: Sequence[str | os.PathLike] = (),
 ) -> pd.DataFrame:
     """Table 2 (every method on every model, against ``baseline`` and ``reference``) from score
     files and the per-item results beside them: the table files of :func:`write_table` at
     ``stem``, the scores and the tasks' chance flags as DVC metrics (:func:`score_metrics`) and
-    each row's average as a DVC plot table. Returns the tidy table."""
+    each row's average as a DVC plot table. With ``loss_paths`` (``results/midtrain/<model>/losses.csv``)
+    the tokens to CE's loss (:mod:`condensation.reporting.tables.tokens_to_target`). Returns the tidy table."""
     scores, items = load_selected(score_paths, metric)
+    losses = read_losses(loss_paths) if loss_paths else None
     table = table2(scores, tasks, methods, reference=reference, labels=labels, items=items, baseline=baseline,
-                   n_resamples=n_resamples, seed=seed, counted=counted)
+                   n_resamples=n_resamples, seed=seed, counted=counted, losses=losses)
     targets = comparison_targets(methods, baseline, reference)
     chance = task_chance(table, items, tasks)
     caption = table2_caption([labels.get(t, t) for t in targets], metric, chance, n_resamples, counted)
-    write_table(format_score_table(table, tasks, targets, chance), table, stem, caption)
+    display = format_score_table(table, tasks, targets, chance)
+    if losses is not None:
+        label = labels.get(baseline, baseline)
+        display = pd.concat([display, format_tokens(table, label)], axis=1)
+        caption += " " + tokens_caption(table, label)
+    write_table(display, table, stem, caption)
     write_json(metrics_path, score_metrics(scores, tasks, methods, chance=chance, counted=counted))
     averages = table.assign(row=table["model"] + " / " + table["method"])
     write_csv(averages[["row", "model", "method", "average_mean", "average_std"]], plot_path, "%.4f")

@@ -45,6 +45,12 @@ from condensation.reporting.tables.table_files import (
     mean_std,
     write_table,
 )
+from condensation.reporting.tables.tokens_to_target import (
+    format_tokens,
+    read_losses,
+    token_frame,
+    tokens_caption,
+)
 
 CONDENSATION_STATISTICS = {"last_half": "Deep cos", "spearman_rho": "Spearman ρ", "kendall_tau": "Kendall τ"}
 """Table 4's condensation columns and their display headers."""
@@ -61,6 +67,7 @@ def table4(
     scores: pd.DataFrame, tasks: Sequence[str], methods: Sequence[str], *, items: pd.DataFrame,
     trajectories: Mapping[str, pd.DataFrame], baseline: str = "ce", labels: Mapping[str, str] | None = None,
     n_resamples: int = ITEM_RESAMPLES, seed: int = 0, counted: Sequence[str] | None = None,
+    losses: Mapping[str, pd.DataFrame] | None = None,
 ) -> pd.DataFrame:
     """Models pre-trained from scratch, one row per method (per model), as a tidy frame.
 
@@ -70,7 +77,8 @@ def table4(
     condensation statistic (:data:`CONDENSATION_STATISTICS`) the mean and sample std over the
     row's seeds of its value at the step of each run's selected checkpoint (the one its scores
     come from), read from ``trajectories`` (model -> trajectory frame); every scored seed and step
-    must be in the trajectory.
+    must be in the trajectory. With ``losses`` (model -> its runs' ``losses.csv``) the ``tokens_*``
+    columns follow (:mod:`condensation.reporting.tables.tokens_to_target`).
     """
     tasks = check_tasks(tasks)
     methods = check_methods(methods)
@@ -84,7 +92,11 @@ def table4(
     for frame in trajectories.values():
         check_unique_steps(frame)
     condensation = pd.DataFrame([_condensation_record(trajectories, steps, row) for rows in blocks for row in rows])
-    return pd.concat([table, condensation], axis=1)[table4_columns(tasks, targets)]
+    table = pd.concat([table, condensation], axis=1)[table4_columns(tasks, targets)]
+    if losses is None:
+        return table
+    keys = list(zip(table["model"], table["method"]))
+    return pd.concat([table, token_frame(keys, losses, baseline)], axis=1)
 
 
 def table4_columns(tasks: Sequence[str], targets: Sequence[str]) -> list[str]:
@@ -145,16 +157,25 @@ def write_table4(
     *, score_paths: Sequence[str | os.PathLike], tasks: Sequence[str], methods: Sequence[str], metric: str,
     labels: Mapping[str, str], condensation: Mapping[str, str | os.PathLike], stem: str | os.PathLike,
     baseline: str = "ce", n_resamples: int = ITEM_RESAMPLES, seed: int = 0, counted: Sequence[str] | None = None,
+    loss_paths: Sequence[str | os.PathLike] = (),
 ) -> pd.DataFrame:
     """Table 4 from score files, the per-item results beside them and one trajectory CSV per
     model (``condensation``: model -> path): the table files of
-    :func:`condensation.reporting.tables.table_files.write_table` at ``stem``. Returns the tidy table."""
+    :func:`condensation.reporting.tables.table_files.write_table` at ``stem``. With ``loss_paths``
+    (``results/scratch/<model>/losses.csv``) the tokens to CE's loss
+    (:mod:`condensation.reporting.tables.tokens_to_target`). Returns the tidy table."""
     scores, items = load_selected(score_paths, metric)
     trajectories = {model: pd.read_csv(path) for model, path in condensation.items()}
+    losses = read_losses(loss_paths) if loss_paths else None
     table = table4(scores, tasks, methods, items=items, trajectories=trajectories, baseline=baseline,
-                   labels=labels, n_resamples=n_resamples, seed=seed, counted=counted)
+                   labels=labels, n_resamples=n_resamples, seed=seed, counted=counted, losses=losses)
     targets = comparison_targets(methods, baseline)
     chance = task_chance(table, items, tasks)
     caption = table4_caption([labels.get(t, t) for t in targets], metric, chance, n_resamples, counted)
-    write_table(format_table4(table, tasks, targets, chance), table, stem, caption)
+    display = format_table4(table, tasks, targets, chance)
+    if losses is not None:
+        label = labels.get(baseline, baseline)
+        display = pd.concat([display, format_tokens(table, label)], axis=1)
+        caption += " " + tokens_caption(table, label)
+    write_table(display, table, stem, caption)
     return table
