@@ -160,6 +160,7 @@ def test_the_full_scale_overlay_is_table_4_as_published(repo):
     assert train.train_tokens == 156 * 10**9 and total_steps(train, processes) == 297_547
     assert scratch["methods"]["dispersion"] == {"objective": "dispersion", "weight": 0.1, "tau": 1.0, "clamp": 0.25,
                                                 "max_tokens": 256}
+    assert set(scratch["methods"]) == {"ce", "dispersion", "distillation"}  # paper.yaml's newer three dropped
     assert config["models"]["qwen3-0.6b-init"]["tie_word_embeddings"] is False
     assert config["datasets"]["c4"]["data_files"] == "en/c4-train.*-of-01024.json.gz"
 

@@ -35,9 +35,8 @@ def test_paper_plan_has_both_studies_and_their_checkpoints(repo):
     assert study_checkpoints(config, "midtrain") == [
         "step-0000000", "step-0000254", "step-0000508", "step-0000763", "step-0001017", "step-0001271", "step-0001526"
     ]
-    assert study_runs(config, "scratch") == [
-        ("qwen3-0.6b-init", "ce", 0), ("qwen3-0.6b-init", "dispersion", 0), ("qwen3-0.6b-init", "distillation", 0)
-    ]
+    assert study_runs(config, "scratch") == [("qwen3-0.6b-init", method, 0) for method in (
+        "ce", "dispersion", "distillation", "jreg", "simreg", "ln_scaling")]  # the paper's three, then newer methods
     assert config["scratch"]["methods"]["distillation"]["teacher"] == "qwen3-1.7b"
     assert config["pairs"]["qwen3-distilled-here"]["reference"] == ["qwen3-1.7b"]
     assert config["models"]["olmo3-7b-pretraining.S1-0"]["revision"] == "stage1-step0"
