@@ -156,7 +156,8 @@ def _describe(estimate: Estimate) -> str:
 
 def matched_settings_note(matched: Mapping[str, Mapping[str, object]]) -> str:
     """Which training settings the compared arms share: within a study every method trains with
-    the study's one ``train`` section (only the objective differs); studies differ, which is why
+    the study's one ``train`` section (only the method differs: its objective, and for a LayerNorm
+    Scaling arm the norms' scale); studies differ, which is why
     the pieces compare arms within a study only."""
     if not matched:
         return ""
@@ -164,6 +165,6 @@ def matched_settings_note(matched: Mapping[str, Mapping[str, object]]) -> str:
     for study, settings in matched.items():
         shown = ", ".join(f"{key} {settings[key]}" for key in MATCHED_SETTINGS if key in settings)
         parts.append(f"{study}: {shown}")
-    return ("matched between compared arms: within a study every method trains with the same settings, only its "
-            "objective differs (" + "; ".join(parts) + "); the studies differ from each other, so only arms of "
-            "one study are compared")
+    return ("matched between compared arms: within a study every method trains with the same settings, only the "
+            "method differs, its objective or its norms' scale (" + "; ".join(parts)
+            + "); the studies differ from each other, so only arms of one study are compared")
