@@ -707,11 +707,14 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 def describe() -> str:
-    """The registry as a table: name, kind, options, summary."""
+    """The registry as a table: name, kind, options, summary; then, after a blank line, the options
+    every method takes whatever its objective (``method_options``)."""
     rows = [(o.name, o.kind, ", ".join(o.options) or "-", o.summary) for o in OBJECTIVES.values()]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    return "\n".join(f"{n:<{widths[0]}}  {k:<{widths[1]}}  {opts:<{widths[2]}}  {summary}"
-                     for n, k, opts, summary in rows)
+    table = [f"{n:<{widths[0]}}  {k:<{widths[1]}}  {opts:<{widths[2]}}  {summary}" for n, k, opts, summary in rows]
+    docs = field_docs(TrainingMethod)
+    common = [f"  {name}: {' '.join(docs[name].split()).split('. ')[0]}" for name in method_options()]  # first sentence
+    return "\n".join([*table, "", "Every method also takes:", *common])
 
 
 def main(argv: list[str]) -> int:

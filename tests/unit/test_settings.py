@@ -160,8 +160,10 @@ def test_the_command_line_lists_every_registered_objective_with_its_options():
 
     listed = subprocess.run([sys.executable, "-m", "condensation", "objectives"], capture_output=True, text=True,
                             check=True).stdout
-    rows = {line.split()[0]: line for line in listed.splitlines()}
+    table, common = listed.split("\n\n", 1)
+    rows = {line.split()[0]: line for line in table.splitlines()}
     assert list(rows) == list(OBJECTIVES)
+    assert common.startswith("Every method also takes:") and "ln_scaling: scratch study: LayerNorm Scaling" in common
     for name, objective in OBJECTIVES.items():
         assert objective.kind in rows[name] and all(option in rows[name] for option in objective.options), name
     assert "the paper's loss" in rows["dispersion"]
