@@ -195,7 +195,8 @@ def test_missing_config_file(tmp_path):
     "names",
     [["config.yaml"], ["configs/paper.yaml"], ["configs/paper.yaml", "configs/paper-miniature.yaml"],
      ["configs/paper.yaml", "configs/paper-fullscale.yaml"],
-     ["config.yaml", "configs/offline-full.yaml"], ["configs/smollm2.yaml"],
+     ["config.yaml", "configs/offline-full.yaml"], ["config.yaml", "configs/newer-methods.yaml"],
+     ["configs/smollm2.yaml"],
      ["configs/smollm2.yaml", "configs/smollm2-cpu.yaml"], ["configs/polypythia.yaml"],
      ["configs/polypythia-miniature.yaml"]],
 )
