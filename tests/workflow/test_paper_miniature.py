@@ -108,8 +108,12 @@ def test_scores_cover_the_ten_tasks_with_the_paper_s_shots(miniature):
     fetched = json.loads((root / "data/hub/lm_eval_tasks.json").read_text())
     assert {"mmlu/default", "arc", "anli"} <= set(fetched["task_directories"])
     table4 = pd.read_csv(root / "results/tables/table4.csv")
-    assert table4["method"].tolist() == ["ce", "dispersion", "distillation"]
+    # the paper's three, then the newer methods the miniature keeps (SimReg shares JREG's rules)
+    assert table4["method"].tolist() == ["ce", "dispersion", "distillation", "jreg", "ln_scaling"]
     assert table4["model"].unique().tolist() == ["qwen3-0.6b-init"]
+    # LayerNorm Scaling on Qwen3's RMSNorms: folded into the checkpoint that extraction and lm-eval load
+    scaled = json.loads((root / "runs/scratch/qwen3-0.6b-init/ln_scaling/seed0/final/config.json").read_text())
+    assert scaled["ln_scaling"] is True and scaled["model_type"] == "qwen3"
 
 
 def test_series_measures_each_olmo_revision_and_handles_pin_them(miniature):
