@@ -208,10 +208,11 @@ class PieceReading:
     verdict: str
     unit_se: float = math.nan
     """The part of ``se`` from the sequences or items, the same in every set."""
-    level: float = 0.05
-    """The level the piece was judged at (Holm's, where a claim has several pieces)."""
     detectable: float = math.nan
-    """This set's minimum detectable effect (80 % power), from its own seed spread."""
+    """This set's minimum detectable effect (80 % power, at Holm's level where the claim has
+    several pieces), from its own seed spread."""
+    margin: float = math.nan
+    """An equivalence piece's margin (its estimate a share of a gap, not an effect); NaN otherwise."""
     counted: bool = True
     """Whether the piece counts towards its claim's verdict (robustness pieces do not)."""
 
@@ -248,8 +249,8 @@ def read_findings(path: Path) -> SetFindings:
                     key = (lens, finding["claim"], decision["statistic"], piece["piece"])
                     pieces[key] = PieceReading(
                         *(_number(piece[name]) for name in ("estimate", "se", "dof", "seed_se", "ci_low", "ci_high")),
-                        piece["verdict"], _number(piece.get("unit_se")), _number(piece.get("level", 0.05)),
-                        _number(piece.get("detectable")), bool(piece.get("counted", True)))
+                        piece["verdict"], _number(piece.get("unit_se")), _number(piece.get("detectable")),
+                        _number(piece.get("margin")), bool(piece.get("counted", True)))
     return SetFindings(pieces, claims, decisions)
 
 
@@ -405,16 +406,16 @@ def pooled(readings: Sequence[PieceReading]) -> dict[str, float]:
       ``sqrt(mean(unit_se^2) + mean(seed_se^2) / k)``; the interval is read at the t of one set's
       degrees of freedom (their median), which the pooled estimate exceeds: conservative.
     - ``detectable``: the design's minimum detectable effect at 80 % power, from the noise pooled
-      over the sets (``sqrt(mean(se^2))``: each set's se^2 estimates the same variance) at the median
-      degrees of freedom and level, so one draw's seed spread does not set it; ``detectable_range``
-      is the spread of the sets' own MDEs, what a reader of one run sees.
+      over the sets (``sqrt(mean(se^2))``: each set's se^2 estimates the same variance) times the
+      median over the sets of their own MDE per unit of se (the noncentral-t factor at the piece's
+      degrees of freedom and level, Holm's where the claim has several pieces), so one draw's seed
+      spread does not set it; ``detectable_low``/``high`` are the sets' own MDEs, what a reader of
+      one run sees. An equivalence piece (a share of a gap, with a margin) gets its range only:
+      averaging ratios whose denominators vary is no estimate of the design's.
     """
-    from condensation.reporting.statistics.panel import detectable_effect
-
     k = len(readings)
     estimates = [r.estimate for r in readings]
     dof = float(statistics.median(r.dof for r in readings))
-    level = float(statistics.median(r.level for r in readings))
     seed_var = sum(r.seed_se**2 for r in readings) / k
     unit_var = sum((r.unit_se if math.isfinite(r.unit_se) else math.sqrt(max(r.se**2 - r.seed_se**2, 0.0)))**2
                    for r in readings) / k
@@ -422,10 +423,15 @@ def pooled(readings: Sequence[PieceReading]) -> dict[str, float]:
     quantile = float(stats.t.isf(0.025, dof) if math.isfinite(dof) else NORMAL_95)
     mean = sum(estimates) / k
     design_se = math.sqrt(sum(r.se**2 for r in readings) / k)
-    own = [r.detectable for r in readings if math.isfinite(r.detectable)]
+    own = [abs(r.detectable) for r in readings if math.isfinite(r.detectable)]
+    factors = [abs(r.detectable) / r.se for r in readings if math.isfinite(r.detectable) and r.se > 0]
+    if any(math.isfinite(r.margin) for r in readings):
+        return {"estimate": math.nan, "low": min(estimates), "high": max(estimates), "se": math.nan,
+                "ci_low": math.nan, "ci_high": math.nan, "dof": dof, "detectable": math.nan,
+                "detectable_low": math.nan, "detectable_high": math.nan}
     return {"estimate": mean, "low": min(estimates), "high": max(estimates), "se": se,
             "ci_low": mean - quantile * se, "ci_high": mean + quantile * se, "dof": dof,
-            "detectable": detectable_effect(design_se, dof, level, POWER) if design_se > 0 else math.nan,
+            "detectable": statistics.median(factors) * design_se if factors else math.nan,
             "detectable_low": min(own) if own else math.nan, "detectable_high": max(own) if own else math.nan}
 
 
@@ -530,10 +536,12 @@ def markdown(data: dict[str, Any]) -> str:
     for row in data["across_sets"]:
         lines.append(f"| **{row['claim']}** | {row['counts']}{' (marginal)' if row['marginal'] else ''} | | | |")
         for p in row["pieces"]:
+            pooled_text = "—" if math.isnan(p["estimate"]) else \
+                f"{p['estimate']:+.3g} [{p['ci_low']:+.3g}, {p['ci_high']:+.3g}]"
+            mde = "—" if math.isnan(p["detectable"]) else \
+                f"{p['detectable']:.3g} ({p['detectable_low']:.3g}-{p['detectable_high']:.3g})"
             lines.append(f"| {p['statistic']} / {p['piece']} | {verdict_counts(p['verdicts'])} | "
-                         f"{p['low']:+.3g} to {p['high']:+.3g} | {p['estimate']:+.3g} [{p['ci_low']:+.3g}, "
-                         f"{p['ci_high']:+.3g}] | {p['detectable']:.3g} ({p['detectable_low']:.3g}-"
-                         f"{p['detectable_high']:.3g}) |")
+                         f"{p['low']:+.3g} to {p['high']:+.3g} | {pooled_text} | {mde} |")
     lines += ["", "## Pieces: estimate [95 % interval] verdict per set; z and z over seeds per pair", "",
               "| piece | " + " | ".join(map(str, offsets)) + " | z (z seeds) |", "|---" * (len(offsets) + 2) + "|"]
     for piece in data["pieces"]:

@@ -240,18 +240,26 @@ def test_a_new_set_starts_from_the_first_sets_outputs_but_its_training_runs(tmp_
 
 
 def test_across_the_sets_counts_verdicts_and_pools_the_seeds_part_but_not_the_shared_units(tmp_path):
-    estimates = (-0.05, -0.04, -0.06)
-    for offset, estimate, verdict in zip((0, 1000, 2000), estimates, ("agrees", "agrees", "inconclusive")):
-        write_set(tmp_path, offset, [piece("midtrain", estimate, 0.01, seed_se=0.008, verdict=verdict)],
-                  verdict=verdict)
+    sets = ((0, -0.05, 0.01, "agrees"), (1000, -0.04, 0.02, "agrees"), (2000, -0.06, 0.02, "inconclusive"))
+    for offset, estimate, se, verdict in sets:
+        found = piece("midtrain", estimate, se, seed_se=0.8 * se, verdict=verdict)
+        found["detectable"] = 3.0 * se  # each set's own MDE: its noncentral-t factor (3 here) x its se
+        share = piece("distillation share", 0.3 + offset / 10000, se, verdict="inconclusive")
+        share["margin"] = 0.25
+        write_set(tmp_path, offset, [found, share], verdict=verdict)
     _, report = compare_only(tmp_path)
     (row,) = report["across_sets"]
     assert row["claim"] == CLAIM and row["counts"] == "agrees 2 / inconclusive 1" and row["marginal"]
-    (pooled,) = row["pieces"]
+    pooled, share = row["pieces"]
     assert (pooled["low"], pooled["high"]) == (-0.06, -0.04) and pooled["estimate"] == pytest.approx(-0.05)
-    # units 0.006 stay whole, seeds 0.008 average over three sets
-    assert pooled["se"] == pytest.approx(math.sqrt(0.006**2 + 0.008**2 / 3))
+    # the units' part (0.6 se) stays whole, the seeds' (0.8 se) averages over the three sets
+    units, seeds = (sum((f * se) ** 2 for _, _, se, _ in sets) / 3 for f in (0.6, 0.8))
+    assert pooled["se"] == pytest.approx(math.sqrt(units + seeds / 3))
     assert pooled["ci_high"] - pooled["estimate"] == pytest.approx(1.959964 * pooled["se"], rel=1e-5)
-    # the design's MDE at 80 % power from the pooled se 0.01: (z_0.025 + z_0.2) x se for a normal
-    assert pooled["detectable"] == pytest.approx((1.959964 + 0.841621) * 0.01, rel=1e-4)
-    assert "agrees 2 / inconclusive 1 (marginal)" in (tmp_path / "rerun-report.md").read_text()
+    # the design's MDE: the factor 3 on the se pooled over the sets, not any one set's
+    assert pooled["detectable"] == pytest.approx(3.0 * math.sqrt((0.01**2 + 2 * 0.02**2) / 3))
+    assert (pooled["detectable_low"], pooled["detectable_high"]) == pytest.approx((0.03, 0.06))
+    # a share of a gap is not averaged: its range only
+    assert (share["low"], share["high"]) == pytest.approx((0.3, 0.5)) and math.isnan(share["estimate"])
+    text = (tmp_path / "rerun-report.md").read_text()
+    assert "agrees 2 / inconclusive 1 (marginal)" in text and "| +0.3 to +0.5 | — | — |" in text
