@@ -347,8 +347,8 @@ def test_paper_config_plans_every_observation_job(clean_clone):
     assert counts["pretrain"] == "4"
     # GPT2 and Qwen3-0.6B x 7 methods x 3 seeds, the 4 x 4 ablation on GPT2 minus its
     # lambda=0.1, tau=1 point (the dispersion method itself), and Table 4's CE, dispersion and
-    # distillation runs
-    runs = 42 + 15 + 3
+    # distillation runs with the three newer methods' (JREG, SimReg, LayerNorm Scaling)
+    runs = 42 + 15 + 3 + 3
     assert counts["train_study_run"] == counts["measure_checkpoints"] == str(runs)
     assert counts["evaluate_pretrained"] == "2"
     # every checkpoint after step 0 is scored; the selected one's score is picked from them
