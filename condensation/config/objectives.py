@@ -30,7 +30,7 @@ PLACEMENTS: tuple[str, ...] = typing.get_args(Placement)
 
 TiedHead = Literal["untie", "reset"]
 
-Kernel = Literal["auto", "eager", "compiled"]
+Kernel = Literal["auto", "eager", "compiled", "triton"]
 KERNELS: tuple[str, ...] = typing.get_args(Kernel)
 
 Products = Literal["float32", "bfloat16"]
@@ -137,13 +137,15 @@ class DispersionConfig(AuxLossConfig):
     cosine 0.9 has one value, while 1e-3 pushes 1.4-3x harder on pairs at 0.95-0.99."""
 
     kernel: Kernel = "auto"
-    """How its tile body runs (``kernels.tile_step``). ``eager``: plain PyTorch,
+    """How its tiled kernel runs (``kernels.tile_step``). ``eager``: plain PyTorch,
     the reference, ~34 small ops per tile (each a kernel launch on a GPU); ``compiled``: the same
     body through ``torch.compile``, its elementwise work fused (C++ on CPU, Triton on CUDA; graphs
-    compiled on first use, ~20 s); ``auto``: the one measured fastest on the device at hand:
-    eager on CPU, where the compiled body ran at x0.95-1.04 of it (the matmuls dominate), and
-    compiled on CUDA, where the launches it saves should count (not measured yet). Both give the
-    same value and gradient up to float rounding; see benchmarks/README.md."""
+    compiled on first use, ~20 s); ``triton``: two fused Triton kernels in the style of
+    FlashAttention-2 (``triton_dispersion``; CUDA only, a CPU runs them only through Triton's
+    interpreter, for tests); ``auto``: the one measured fastest on the device at hand: eager on
+    CPU, where the compiled body ran at x0.95-1.04 of it (the matmuls dominate), and compiled on
+    CUDA, 1.10x faster than eager on an H100 (triton not yet measured there). All give the same
+    value and gradient up to float rounding; see benchmarks/README.md."""
 
     products: Products = "float32"
     """The precision of its tiled kernel's matrix products (``kernels._product``).

@@ -220,8 +220,8 @@ def tile_step(kernel: str, device: torch.device) -> TileStep:
     ``auto``: ``compiled`` on CUDA when Triton is there to generate its kernels, else ``eager``
     (on CPU the compiled body ran at x0.95-1.04 of the eager one: benchmarks/README.md).
     """
-    if kernel not in KERNELS:
-        raise ValueError(f"unknown kernel {kernel!r}; allowed: {', '.join(KERNELS)}")
+    if kernel not in KERNELS or kernel == "triton":  # triton is no tile body: dispersion_tiled_layers hands it over
+        raise ValueError(f"unknown tile body {kernel!r}; allowed: {', '.join(k for k in KERNELS if k != 'triton')}")
     if kernel == "auto":
         kernel = "compiled" if device.type == "cuda" and has_triton() else "eager"
     return _compiled_tile_step() if kernel == "compiled" else _tile_step
@@ -351,6 +351,8 @@ def dispersion_tiled_layers(layers: Sequence[Tensor], tau: float, clamp: float, 
     of its matrix products (``AuxLossConfig.products``): ``float32``, the loss's own, or
     ``bfloat16`` operands with float32 sums (arccos, exponent and sums stay float32);
     ``stacked`` whether all layers go through one tile loop (None: ``stacks_layers``, by device).
+    ``kernel="triton"`` hands the call to the fused Triton kernels (``triton_dispersion``), which
+    stack every layer and choose their own blocks (``tile`` and ``stacked`` unused).
     Float32 for anything narrower, float64 stays float64; the gradients come back in the layers' dtype.
     """
     if not layers:
@@ -367,6 +369,11 @@ def dispersion_tiled_layers(layers: Sequence[Tensor], tau: float, clamp: float, 
         raise ValueError(f"tile must be a positive int, got {tile!r}")
     if products not in PRODUCTS:
         raise ValueError(f"unknown products {products!r}; allowed: {', '.join(PRODUCTS)}")
+    if kernel == "triton":  # the fused kernels: every layer stacked, in blocks of their own (no tile, no stacked)
+        from condensation.training.triton_dispersion import dispersion_fused_layers  # noqa: PLC0415
+
+        with _no_autocast(layers[0].device):
+            return dispersion_fused_layers(layers, tau, clamp, norm_eps, products)
     if stacked is None:
         stacked = stacks_layers(layers[0].device)
     with _no_autocast(layers[0].device):

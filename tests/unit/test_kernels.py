@@ -503,8 +503,10 @@ def test_kernel_dispatch():
 
 
 def test_unknown_kernel_raises():
-    with pytest.raises(ValueError, match="'triton'.*auto, eager, compiled"):
-        dispersion_tiled(hidden(1, 4, 3), 1.0, CLAMP, kernel="triton")
+    with pytest.raises(ValueError, match="'flash'.*auto, eager, compiled"):
+        dispersion_tiled(hidden(1, 4, 3), 1.0, CLAMP, kernel="flash")
+    with pytest.raises(ValueError, match="tile body 'triton'"):  # the fused kernels are no tile body
+        kernels.tile_step("triton", torch.device("cpu"))
 
 
 @pytest.mark.parametrize("tile", [0, -3, 2.5, True])

@@ -76,7 +76,7 @@ def test_each_objective_takes_exactly_its_settings_fields_and_the_schema_spells_
     assert set(options) == {"objective", *method_options()} | taken
     # types and choices from the annotations, descriptions from the fields' docstrings
     assert options["placement"]["enum"] == list(PLACEMENTS)
-    assert options["kernel"]["enum"] == ["auto", "eager", "compiled"]
+    assert options["kernel"]["enum"] == ["auto", "eager", "compiled", "triton"]
     assert options["max_tokens"]["type"] == ["integer", "null"] and options["every"]["type"] == "integer"
     assert options["weight"]["type"] == "number" and "teacher" in options and "anyOf" in options["teacher"]
     assert options["weight"]["description"].startswith("dispersion, decorrelation, l2_repel, orthogonalization: lambda")

@@ -77,7 +77,8 @@ def dispersion_numbers(report: dict) -> dict[str, Any]:
         if train.get(key) is not None:
             numbers[f"step: {key}"] = train[key]
     loss = report.get("loss", {}).get("variants", {})
-    for slow, fast in (("tiled", "compiled"), ("compiled/layer", "compiled"), ("compiled", "compiled+bf16")):
+    for slow, fast in (("tiled", "compiled"), ("compiled/layer", "compiled"), ("compiled", "compiled+bf16"),
+                       ("compiled", "triton"), ("compiled+bf16", "triton+bf16")):
         if slow in loss and fast in loss:
             numbers[f"loss alone: {slow} / {fast}"] = loss[slow]["time_s"] / loss[fast]["time_s"]
     agreement = report.get("loss", {}).get("agreement", {})
