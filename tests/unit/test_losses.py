@@ -425,7 +425,7 @@ def test_non_3d_or_integer_hidden_states_raise():
         ({"norm_weight": -1.0}, "norm_weight.*-1.0"),
         ({"margin": 0.0}, "margin.*0.0"),
         ({"margin": 1.5}, "margin.*1.5"),
-        ({"kernel": "triton"}, "kernel 'triton'.*auto, eager, compiled"),
+        ({"kernel": "flash"}, "kernel 'flash'.*auto, eager, compiled, triton"),
         ({"products": "tf32"}, "products 'tf32'.*float32, bfloat16"),
     ],
 )
