@@ -81,7 +81,8 @@ from torch.autograd.function import once_differentiable
 from torch.utils._triton import has_triton
 
 from condensation.config.objectives import KERNELS, PRODUCTS
-from condensation.cosine import NORM_EPS, unit_rows
+from condensation.cosine import NORM_EPS
+from condensation.training.operands import product_operands, stacked_unit_rows
 
 DEFAULT_TILE = 128
 """Rows per tile. Temporaries are a few ``B x tile x T`` blocks; smaller tiles skip more of the
@@ -227,35 +228,6 @@ def tile_step(kernel: str, device: torch.device) -> TileStep:
     return _compiled_tile_step() if kernel == "compiled" else _tile_step
 
 
-def _stacked_unit_rows(layers: Sequence[Tensor], dtype: torch.dtype, norm_eps: float) -> tuple[Tensor, Tensor, Tensor]:
-    """``unit_rows`` of the layers stacked on the batch axis, in ``dtype``: ``[L B, T, F]``.
-
-    Each layer is upcast and normalised on its own and written into one buffer, so that what
-    exists at once is the stacked unit rows plus one layer's copies, never all layers' upcasts
-    (a ``torch.cat`` of the upcast layers would hold both)."""
-    if len(layers) == 1:
-        return unit_rows(layers[0].to(dtype), norm_eps)
-    batch, num_tokens, features = layers[0].shape
-    zn = torch.empty((len(layers) * batch, num_tokens, features), dtype=dtype, device=layers[0].device)
-    norms, floors = [], []
-    for index, layer in enumerate(layers):
-        layer_zn, norm, floored = unit_rows(layer.to(dtype), norm_eps)
-        zn[index * batch : (index + 1) * batch] = layer_zn
-        norms.append(norm)
-        floors.append(floored)
-    return zn, torch.cat(norms), torch.cat(floors)
-
-
-def _operands(zn: Tensor, products: str) -> tuple[Tensor, Tensor | None]:
-    """The products' operands, made once per call: ``(zn, None)`` for float32 products; for
-    ``bfloat16`` the unit rows rounded to bf16 and the bf16 rounding of what that dropped
-    (``_tile_weights``)."""
-    if products == "float32":
-        return zn, None
-    high = zn.to(torch.bfloat16)
-    return high, (zn - high.to(zn.dtype)).to(torch.bfloat16)
-
-
 def stacks_layers(device: torch.device) -> bool:
     """Whether ``dispersion_tiled_layers`` runs its layers through one tile loop by default (else
     one loop per layer, still in one call). On CUDA yes: each op of a tile is a kernel launch, and
@@ -273,9 +245,9 @@ def _tile_loop(layers: Sequence[Tensor], sequences: int, tau: float, clamp: floa
     in their dtype) for a loss that is the mean over ``sequences`` sequences in all."""
     num_tokens = layers[0].shape[1]
     dtype = torch.promote_types(layers[0].dtype, torch.float32)
-    zn, norm, floored = _stacked_unit_rows(layers, dtype, norm_eps)
+    zn, norm, floored = stacked_unit_rows(layers, dtype, norm_eps)
     step = tile_step(kernel, zn.device)
-    operand, low = _operands(zn, products)
+    operand, low = product_operands(zn, products)
     # Online logsumexp per sequence: running max ``peak`` and ``total = sum exp(x - peak)``.
     # The first tile always holds a pair (row 0, column 1), so ``peak`` is finite after it;
     # a later tile with no pair (a last row alone) has max -inf and leaves ``peak`` as it is.

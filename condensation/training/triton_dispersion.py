@@ -26,7 +26,7 @@ whole rows would not fit a streaming multiprocessor's registers.
 Products: ``products: float32`` runs ``tl.dot`` at IEEE float32 (the same numbers as the torch
 kernel's float32 ``bmm``; Triton's own default would be TF32); ``bfloat16`` gives it bf16 operands
 with float32 sums, the cosines as three products of the unit rows' bf16 rounding and its remainder,
-the gradient one, exactly as ``kernels._operands`` prepares them for the torch kernel.
+the gradient one, exactly as ``operands.product_operands`` prepares them for the torch kernel.
 
 arccos is computed by ``_triton_kernels.acos``, the Cephes single-precision polynomial (about one float32 ulp),
 not CUDA's ``libdevice``: Triton's interpreter, which runs these kernels on a CPU (numpy), has no
@@ -50,7 +50,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from condensation.training.kernels import _operands, _stacked_unit_rows
+from condensation.training.operands import product_operands, stacked_unit_rows
 
 BLOCK = 64
 """Rows of a program and columns of a tile (one size for both, so that the diagonal block of a row
@@ -85,7 +85,7 @@ def _interpreting() -> bool:
 
 
 def _launch(zn: Tensor, products: str) -> tuple[ModuleType, Tensor, Tensor, dict]:
-    """The kernels' module, the products' operands (``kernels._operands``) and the launch settings
+    """The kernels' module, the products' operands (``operands.product_operands``) and the launch settings
     shared by both kernels."""
     interpreted = _interpreting()
     if zn.device.type != "cuda" and not interpreted:
@@ -93,7 +93,7 @@ def _launch(zn: Tensor, products: str) -> tuple[ModuleType, Tensor, Tensor, dict
                          "(TRITON_INTERPRET=1 set before Python starts: for tests, far too slow to train with)")
     from condensation.training import _triton_kernels  # noqa: PLC0415
 
-    hi, lo = _operands(zn, products)
+    hi, lo = product_operands(zn, products)
     block = INTERPRETER_BLOCK if interpreted else BLOCK
     settings = dict(BF16=lo is not None, INTERPRETED=interpreted, BLOCK=block,
                     BLOCK_K=INTERPRETER_BLOCK if interpreted else BLOCK_K)
@@ -106,7 +106,7 @@ class FusedDispersion(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tau: float, clamp: float, norm_eps: float, products: str, *layers: Tensor) -> Tensor:
-        zn, _, _ = _stacked_unit_rows(layers, torch.float32, norm_eps)
+        zn, _, _ = stacked_unit_rows(layers, torch.float32, norm_eps)
         sequences, num_tokens, features = zn.shape
         kernels, hi, lo, settings = _launch(zn, products)
         peak = torch.empty((sequences, num_tokens), dtype=torch.float32, device=zn.device)
@@ -124,7 +124,7 @@ class FusedDispersion(torch.autograd.Function):
     def backward(ctx, grad_output: Tensor):
         lse, *layers = ctx.saved_tensors
         tau, clamp, norm_eps, products = ctx.settings
-        zn, norm, floored = _stacked_unit_rows(layers, torch.float32, norm_eps)
+        zn, norm, floored = stacked_unit_rows(layers, torch.float32, norm_eps)
         sequences, num_tokens, features = zn.shape
         kernels, hi, lo, settings = _launch(zn, products)
         grad_zn = torch.zeros_like(zn)

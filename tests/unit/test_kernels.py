@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from condensation.config.objectives import AuxLossConfig
-from condensation.training import kernels, losses
+from condensation.training import kernels, losses, operands
 from condensation.training.kernels import dispersion_tiled, dispersion_tiled_layers
 from condensation.training.losses import (
     _dispersion_dense,
@@ -451,7 +451,7 @@ def test_float32_products_are_the_default_and_unchanged():
     torch.testing.assert_close(explicit, value, rtol=0, atol=0)
     torch.testing.assert_close(explicit_grad, grad, rtol=0, atol=0)
     zn = torch.ones(1, 2, 3)
-    assert kernels._operands(zn, "float32") == (zn, None)  # the products take the unit rows themselves
+    assert operands.product_operands(zn, "float32") == (zn, None)  # the products take the unit rows themselves
     assert AuxLossConfig("dispersion").products == "float32"
 
 
