@@ -69,6 +69,18 @@ def cosines(hi_ptr, lo_ptr, rows, cols, num_tokens, features, BF16: tl.constexpr
             acc = tl.dot(a, b, acc, input_precision="ieee")  # not TF32, Triton's default for float32
     return acc
 
+
+@triton.jit
+def pair_tile(hi_ptr, lo_ptr, rows, cols, num_tokens, features, clamp, BF16: tl.constexpr,
+              INTERPRETED: tl.constexpr, BLOCK: tl.constexpr, BLOCK_K: tl.constexpr):
+    # the tile both kernels read: its cosines clamped (the slope is taken there: straight-through)
+    # and which entries are pairs (both tokens in the sequence, i != j)
+    cos = cosines(hi_ptr, lo_ptr, rows, cols, num_tokens, features, BF16, INTERPRETED, BLOCK, BLOCK_K)
+    cos = tl.minimum(tl.maximum(cos, -1.0 + clamp), 1.0 - clamp)
+    pair = (rows[:, None] < num_tokens) & (cols[None, :] < num_tokens) & (rows[:, None] != cols[None, :])
+    return cos, pair
+
+
 @triton.jit
 def forward_kernel(hi_ptr, lo_ptr, peak_ptr, total_ptr, num_tokens, features, logit_scale, clamp,
                     BF16: tl.constexpr, INTERPRETED: tl.constexpr, BLOCK: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -81,13 +93,11 @@ def forward_kernel(hi_ptr, lo_ptr, peak_ptr, total_ptr, num_tokens, features, lo
     total = tl.zeros((BLOCK,), dtype=tl.float32)
     for col_start in range(row_start, num_tokens, BLOCK):
         cols = col_start + tl.arange(0, BLOCK)
-        cos = cosines(hi_ptr, lo_ptr, rows, cols, num_tokens, features, BF16, INTERPRETED, BLOCK, BLOCK_K)
-        cos = tl.minimum(tl.maximum(cos, -1.0 + clamp), 1.0 - clamp)
+        cos, pair = pair_tile(hi_ptr, lo_ptr, rows, cols, num_tokens, features, clamp, BF16, INTERPRETED, BLOCK,
+                              BLOCK_K)
         # right of the diagonal block each entry also stands for its mirror pair (j, i)
         mirror = tl.where(col_start > row_start, 0.6931471805599453, 0.0)
-        logit = logit_scale * acos(cos) + mirror
-        pair = (rows[:, None] < num_tokens) & (cols[None, :] < num_tokens) & (rows[:, None] != cols[None, :])
-        logit = tl.where(pair, logit, float("-inf"))
+        logit = tl.where(pair, logit_scale * acos(cos) + mirror, float("-inf"))
         new_peak = tl.maximum(peak, tl.max(logit, axis=1))
         shift = tl.where(new_peak == float("-inf"), 0.0, new_peak)  # a row with no pair yet sums nothing
         total = total * tl.exp(peak - shift) + tl.sum(tl.exp(logit - shift[:, None]), axis=1)
@@ -110,9 +120,8 @@ def backward_kernel(hi_ptr, lo_ptr, lse_ptr, grad_ptr, num_tokens, features, log
     row_ok = rows[:, None] < num_tokens
     for col_start in range(0, num_tokens, BLOCK):
         cols = col_start + tl.arange(0, BLOCK)
-        cos = cosines(hi_ptr, lo_ptr, rows, cols, num_tokens, features, BF16, INTERPRETED, BLOCK, BLOCK_K)
-        cos = tl.minimum(tl.maximum(cos, -1.0 + clamp), 1.0 - clamp)
-        pair = row_ok & (cols[None, :] < num_tokens) & (rows[:, None] != cols[None, :])
+        cos, pair = pair_tile(hi_ptr, lo_ptr, rows, cols, num_tokens, features, clamp, BF16, INTERPRETED, BLOCK,
+                              BLOCK_K)
         # the pair's softmax weight times arccos' slope at the clamped cosine (straight-through)
         weight = tl.exp(logit_scale * acos(cos) - lse)
         slope = 1.0 / tl.sqrt((1.0 - cos) * (1.0 + cos))
