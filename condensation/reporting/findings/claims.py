@@ -488,7 +488,7 @@ def prediction_claim(evidence: Evidence, design: Design) -> Verdict:
         decisions.append(decide(pieces, ANY, title))
         missing |= dict.fromkeys(left_out)
     notes = [f"left out, its scored step unmeasured: {line}" for line in missing]
-    matched = matched_settings_note(design.matched)
+    matched = matched_settings_note(design.matched, evidence.run_scores)
     return over_statistics(PREDICTS, decisions, [*notes, *([matched] if matched else [])])
 
 

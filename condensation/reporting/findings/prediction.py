@@ -12,17 +12,24 @@ Two pieces, each a least-squares slope of score on condensation, reported per
 :data:`PER` of the statistic:
 
 ``within methods``
-    the runs' deviations from their cell's means (seeds of one method): does a run that condenses
-    less than its siblings score higher? Pooled over cells; ``n - C - 1`` degrees of freedom for
-    ``n`` runs in ``C`` cells (one slope, ``C`` means).
+    the runs' contrasts within their cell and their seed: each run's value less its cell's
+    (study, method) mean and its seed's (study, seed) mean, as in a two-way layout (a least-squares
+    fit of both sets of means where runs are missing). Does a run that condenses less than its
+    siblings score higher? The arms of one seed share their initialisation and data order, so a
+    seed moves every method's condensation and score together; taking the seed's mean out as well
+    leaves contrasts that are independent between runs. ``n - C - (K - S) - 1`` degrees of freedom
+    for ``n`` runs in ``C`` cells and ``K`` seeds over ``S`` studies (where every cell holds every
+    seed).
 ``across methods``
     the cells' means, less their study's mean (each study trains under its own settings, so only
     arms of one study compare): does a method that condenses less score higher? ``C - S - 1``
-    degrees of freedom for ``S`` studies.
+    degrees of freedom for ``S`` studies. A seed's shift is in every cell's mean alike, so the
+    study's mean takes it out.
 
-Each is a t test of a zero slope from the residuals' scatter: calibrated when the runs' residuals
-are independent with a common spread (seeds are independent draws; tests/unit/test_prediction.py
-simulates the false-call rate and the power). The claim predicts a negative slope (lower
+Each is a t test of a zero slope from the residuals' scatter: calibrated when the runs' contrasts
+are independent with a common spread, whatever a seed shares between its arms
+(tests/unit/test_prediction.py simulates the false-call rate with the seeds' shifts shared between
+arms, and the power). The claim predicts a negative slope (lower
 condensation, higher score); it agrees when a piece shows one and none shows a positive one (Holm
 over the two, as every claim). A saturated statistic (rho 1.00 for every run) cannot test it.
 """
@@ -110,12 +117,27 @@ def _slope(x: np.ndarray, y: np.ndarray, dof: int, covers: str, statistic: str) 
     return Estimate(slope * PER, se * PER, dof, se * PER, 0.0, covers, statistic=statistic)
 
 
+def _residualised(runs: pd.DataFrame, columns: Sequence[str],
+                  groupings: Sequence[Sequence[str]]) -> tuple[np.ndarray, int]:
+    """``columns`` less their least-squares fit on the indicator columns of every grouping (the
+    two-way layout's means, whether or not every cell holds every seed), and that fit's rank."""
+    indicators = []
+    for keys in groupings:
+        labels: dict[tuple, int] = {}
+        codes = [labels.setdefault(key, len(labels)) for key in zip(*(runs[name].tolist() for name in keys))]
+        indicators.append(np.eye(len(labels))[codes])
+    design = np.concatenate(indicators, axis=1)
+    values = runs[list(columns)].to_numpy(float)
+    coefficients, _, rank, _ = np.linalg.lstsq(design, values, rcond=None)
+    return values - design @ coefficients, int(rank)
+
+
 def within_methods(runs: pd.DataFrame, statistic: str) -> Estimate:
-    """The pooled slope of the runs' deviations from their cell's (study, method) means."""
-    cells = runs.groupby(["study", "method"])
-    x = (runs["condensation"] - cells["condensation"].transform("mean")).to_numpy()
-    y = (runs["score"] - cells["score"].transform("mean")).to_numpy()
-    return _slope(x, y, len(runs) - cells.ngroups - 1, "runs (seeds within a method)", statistic)
+    """The pooled slope of the runs' contrasts within their cell (study, method) and their seed
+    (study, seed)."""
+    contrasts, rank = _residualised(runs, ["condensation", "score"], (("study", "method"), ("study", "seed")))
+    return _slope(contrasts[:, 0], contrasts[:, 1], len(runs) - rank - 1,
+                  "runs (contrasts within a method and a seed)", statistic)
 
 
 def across_methods(runs: pd.DataFrame, statistic: str) -> Estimate:
@@ -154,17 +176,29 @@ def _describe(estimate: Estimate) -> str:
     return f"{estimate.estimate:+.2f} [{low:+.2f}, {high:+.2f}] (95 %, over {estimate.covers})"
 
 
-def matched_settings_note(matched: Mapping[str, Mapping[str, object]]) -> str:
+def matched_settings_note(matched: Mapping[str, Mapping[str, object]],
+                          run_scores: Mapping[str, pd.DataFrame] | None = None) -> str:
     """Which training settings the compared arms share: within a study every method trains with
     the study's one ``train`` section (only the method differs: its objective, and for a LayerNorm
-    Scaling arm the norms' scale); studies differ, which is why
-    the pieces compare arms within a study only."""
+    Scaling arm the norms' scale); studies differ, which is why the pieces compare arms within a
+    study only. ``train_tokens`` is each run's budget, not what it had seen where it was scored:
+    a run is scored at its checkpoint of lowest validation loss, so the note gives the scored steps
+    of each study's runs (from ``run_scores``) and says where they differ."""
     if not matched:
         return ""
     parts = []
     for study, settings in matched.items():
         shown = ", ".join(f"{key} {settings[key]}" for key in MATCHED_SETTINGS if key in settings)
         parts.append(f"{study}: {shown}")
-    return ("matched between compared arms: within a study every method trains with the same settings, only the "
+    note = ("matched between compared arms: within a study every method trains with the same settings, only the "
             "method differs, its objective or its norms' scale (" + "; ".join(parts)
             + "); the studies differ from each other, so only arms of one study are compared")
+    steps = [(name, scores["step"]) for name, scores in (run_scores or {}).items() if len(scores)]
+    if steps:
+        spans = "; ".join(f"{name} step {low}" if low == high else f"{name} steps {low} to {high}"
+                          for name, low, high in ((name, int(s.min()), int(s.max())) for name, s in steps))
+        differ = any(s.min() != s.max() for _, s in steps)
+        note += (". train_tokens is the budget, not the tokens where a run was scored: each run is scored at its "
+                 f"checkpoint of lowest validation loss ({spans})"
+                 + (", so there the arms' tokens differ" if differ else ", the same for every run here"))
+    return note
