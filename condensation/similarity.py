@@ -516,7 +516,7 @@ def summarise(table: pd.DataFrame) -> list[str]:
         parts = []
         for group in groups:
             rows = frame[frame["group"] == group]
-            parts.append(f"{group} ({len(rows)} run{'s' if len(rows) > 1 else ''}): " + "; ".join(
+            parts.append(f"{group} ({_count(rows)}): " + "; ".join(
                 _statistic_text(rows, column, label) for column, label in _COLUMNS if _present(rows, column)))
         line = f"{name}: against {references} on {frame['dataset'].iloc[0]}, {recovery(frame)} | " + " | ".join(parts)
         first = frame[frame["group"] == groups[0]]
@@ -525,10 +525,12 @@ def summarise(table: pd.DataFrame) -> list[str]:
             line += f" | {group} minus {groups[0]}: " + "; ".join(
                 _difference_text(first, other, column, label)
                 for column, label in _COLUMNS if _present(first, column) and _present(other, column))
-        lines.append(line + " (intervals: 95 %, t over runs, the training noise; a group of one run: "
-                     "jackknife over sequence groups, the text sampling; calibrated: (raw - null mean) / "
-                     "(1 - null mean), 0 at chance; the profile correlation's layer-order null treats smooth "
-                     "depth profiles as exchangeable, so no call is read from it)")
+        lines.append(line + " (intervals: 95 %, t over runs, the training noise, each run its mean over the "
+                     "references it is compared with, so a run counts once; a group of one run: "
+                     "jackknife over sequence groups, the text sampling; calibrated and shuffle-corrected: "
+                     "(raw - null mean) / (1 - null mean), 0 at chance; the profile correlation's layer-order "
+                     "null treats smooth depth profiles as exchangeable, so it is no calibration and no call is "
+                     "read from it)")
     return lines
 
 
@@ -553,7 +555,8 @@ def recovery(frame: pd.DataFrame, level: float = LEVEL) -> str:
             parts.append(f"{group} untested (a run without a CKA null)")
             continue
         below = int((rows["matched_cka_p"] < level).sum())
-        parts.append(f"{group} {'yes' if group in called else 'no'} ({below} of {len(rows)} runs p < {level:g}, "
+        counted = "runs" if rows["model"].nunique() == len(rows) else "run-reference comparisons"
+        parts.append(f"{group} {'yes' if group in called else 'no'} ({below} of {len(rows)} {counted} p < {level:g}, "
                      f"largest p {largest[group]:.3f})")
     text = (f"recovers the reference's pattern (calibrated CKA above its token-shuffle null in every run, "
             f"Holm over {len(tested)} group{'s' if len(tested) != 1 else ''} at {level:.0%}): " + ", ".join(parts))
@@ -569,29 +572,53 @@ _BOUNDS = {"profile_correlation": (-1.0, 1.0), "profile_distance": (0.0, 2.0), "
            "profile_correlation_calibrated": (-math.inf, 1.0), "matched_cka_calibrated": (-math.inf, 1.0)}
 
 
+def _per_run(rows: pd.DataFrame, column: str) -> np.ndarray:
+    """``column``'s value for each run (a ``model``) of ``rows``, its mean over the references it
+    was compared with: a run compared with two references is one draw of training, not two."""
+    return rows.groupby("model", sort=False)[column].mean().to_numpy(float)
+
+
+def _count(rows: pd.DataFrame) -> str:
+    runs, references = rows["model"].nunique(), rows["reference"].nunique()
+    text = f"{runs} run{'s' if runs > 1 else ''}"
+    return text + (f", each against {references} references" if len(rows) > runs else "")
+
+
 def _present(rows: pd.DataFrame, column: str) -> bool:
     return column in rows and bool(rows[column].notna().all())
+
+
+_CORRECTED = {"matched_cka": "calibrated", "profile_correlation": "shuffle-corrected"}
+"""What each chance-corrected score is called on the page: only CKA's token-shuffle null is
+calibrated; smooth depth profiles beat the layer-order shuffle far more often than 5 %."""
 
 
 def _statistic_text(rows: pd.DataFrame, column: str, label: str) -> str:
     """"matched-depth CKA 0.650 [...], calibrated 0.210 [...] (null mean 0.557)"."""
     text = f"{label} {_group_estimate(rows, column)}"
+    if column == "profile_distance":
+        text += " (no null: a distance in units of cosine)"
     if _present(rows, f"{column}_calibrated"):
-        text += (f", calibrated {_group_estimate(rows, f'{column}_calibrated')} "
-                 f"(null mean {rows[f'{column}_null_mean'].mean():.3f})")
+        text += (f", {_CORRECTED[column]} {_group_estimate(rows, f'{column}_calibrated')} "
+                 f"(null mean {rows[f'{column}_null_mean'].mean():.3f}"
+                 + ("; not a calibrated null: smooth profiles beat it" if column == "profile_correlation" else "")
+                 + ")")
     return text
 
 
 def _difference_text(first: pd.DataFrame, other: pd.DataFrame, column: str, label: str) -> str:
-    text = f"{label} {_difference(first[column].to_numpy(float), other[column].to_numpy(float)):+}"
+    text = f"{label} {_difference(_per_run(first, column), _per_run(other, column)):+}"
     calibrated = f"{column}_calibrated"
     if _present(first, calibrated) and _present(other, calibrated):
-        text += f", calibrated {_difference(first[calibrated].to_numpy(float), other[calibrated].to_numpy(float)):+}"
+        text += f", {_CORRECTED[column]} {_difference(_per_run(first, calibrated), _per_run(other, calibrated)):+}"
     return text
 
 
 def _group_estimate(rows: pd.DataFrame, column: str) -> Estimate:
+    """A t interval over the group's runs; one comparison of one run: its jackknife interval over
+    sequence groups; one run against several references: their mean, no interval (the references'
+    spread is not the run's training noise)."""
     if len(rows) == 1:
         row = rows.iloc[0]
         return Estimate(float(row[column]), float(row[f"{column}_low"]), float(row[f"{column}_high"]))
-    return _over_runs(rows[column].to_numpy(float), _BOUNDS[column])
+    return _over_runs(_per_run(rows, column), _BOUNDS[column])

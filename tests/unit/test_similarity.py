@@ -299,11 +299,35 @@ def test_summarise_gives_each_group_and_the_difference_with_intervals():
     (line,) = similarity.summarise(pd.DataFrame(rows))
     assert line.startswith("midtrain: against wide on austen, recovers the reference's pattern")
     assert "ce (3 runs): profile correlation 0.810 [" in line
-    assert "calibrated 0.610 [" in line and "(null mean 0.500)" in line
-    # Welch: se = sqrt(2 x 1e-4 / 3), 4 degrees of freedom, t = 2.776; the calibrated difference the same
-    assert ("dispersion minus ce: profile correlation +0.100 [+0.077, +0.123], calibrated +0.100 [+0.077, +0.123]"
-            in line)
+    assert "matched-depth CKA 0.810 [0.785, 0.835], calibrated 0.610 [" in line and "(null mean 0.500)" in line
+    # the layer-order null is no calibration (smooth profiles beat it), and the page says so
+    assert "profile correlation 0.810 [0.785, 0.835], shuffle-corrected 0.610 [" in line
+    assert "not a calibrated null: smooth profiles beat it" in line
+    assert "correlation 0.810 [0.785, 0.835], calibrated" not in line
+    assert "profile distance 0.810 [0.785, 0.835] (no null" in line
+    # Welch: se = sqrt(2 x 1e-4 / 3), 4 degrees of freedom, t = 2.776; the corrected difference the same
+    assert ("dispersion minus ce: profile correlation +0.100 [+0.077, +0.123], shuffle-corrected +0.100 [+0.077, "
+            "+0.123]" in line)
     assert "t over runs" in line and "no call is read from it" in line
+
+
+def test_a_run_against_two_references_counts_once():
+    """Each run compared with two references (the wider model's two seeds) is one draw of training:
+    the group's interval is a t over its 3 runs' means over the references (2 degrees of freedom),
+    not over the 6 rows (5), and so is the difference between groups."""
+    rows = []
+    for offset, reference in ((-0.004, "wide"), (+0.004, "wide-s1")):
+        for row in comparison_rows({"ce": 0.80, "dispersion": 0.90}, {"ce": [0.005] * 3, "dispersion": [0.005] * 3}):
+            shifted = {key: value + offset if key.startswith("profile_correlation") else value
+                       for key, value in row.items()}
+            rows.append(shifted | {"reference": reference})
+    (line,) = similarity.summarise(pd.DataFrame(rows))
+    assert "ce (3 runs, each against 2 references): profile correlation 0.810 [" in line
+    # the runs' means 0.80, 0.81, 0.82: se 0.01 / sqrt(3), t(2) = 4.303, half-width 0.0248
+    assert "profile correlation 0.810 [0.785, 0.835]" in line
+    # Welch over 3 and 3 runs: se = sqrt(2 x 1e-4 / 3), 4 degrees of freedom, t = 2.776
+    assert "dispersion minus ce: profile correlation +0.100 [+0.077, +0.123]" in line
+    assert "of 6 run-reference comparisons p < 0.05" in line
 
 
 def test_recovery_reads_the_cka_null_in_every_run_with_holm_over_groups():
