@@ -13,6 +13,7 @@ import pytest
 from scipy import stats
 
 from condensation.reporting.findings import page
+from condensation.reporting.statistics import power
 from condensation.reporting.statistics.decisions import AGREES, INCONCLUSIVE, EvidencePiece, Verdict, decide
 from condensation.reporting.statistics.panel import (
     Estimate,
@@ -23,7 +24,6 @@ from condensation.reporting.statistics.panel import (
     gap_share,
     panel_from_replicates,
     panel_from_units,
-    slope,
 )
 
 NUMERATOR, DENOMINATOR = {"distilled": 1.0, "ce": -1.0}, {"teacher": 1.0, "ce": -1.0}
@@ -128,21 +128,10 @@ POSITIONS = (5.37, 5.66, 6.02)
 
 
 def slope_rates(seeds: tuple[int, ...], seed_sds: tuple[float, ...], effect: float, draws: int) -> float:
-    """The share of simulated slopes (unpaired widths, one seed sd per width) called at 5 %."""
-    rng = np.random.default_rng(0)
-    x = np.asarray(POSITIONS)
-    calls = 0
-    for _ in range(draws):
-        main = rng.normal(0, 0.014, 32)
-        runs, per_unit = [], []
-        for index, (k, sd) in enumerate(zip(seeds, seed_sds, strict=True)):
-            for run_seed in range(k):
-                per_unit.append(0.4 + effect * (x[index] - x.mean()) + rng.normal(0, sd) + main
-                                + rng.normal(0, 0.012, 32))
-                runs.append(Run(f"w{index}", f"w{index}-{run_seed}", 0.0))
-        estimate = slope(panel_from_units(runs, per_unit, units="sequences"), dict(zip(("w0", "w1", "w2"), x)))
-        calls += estimate.p_value < 0.05 and (effect == 0 or estimate.estimate * effect > 0)
-    return calls / draws
+    """The share of simulated slopes (unpaired widths, one seed sd per width) called at 5 %: the
+    power tool's own simulation (:func:`power.simulate_slope` with ``seed_sds``)."""
+    rates = power.simulate_slope(effect, POSITIONS, seeds, seed_sds=seed_sds, draws=draws)
+    return rates.agrees + rates.disagrees if effect == 0 else rates.agrees
 
 
 @pytest.mark.parametrize("seeds, seed_sds", [((2, 5, 5), (0.06, 0.024, 0.024)), ((5, 5, 2), (0.024, 0.024, 0.06)),

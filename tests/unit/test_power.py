@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -86,3 +87,28 @@ def test_mid_training_pooled_over_base_models_is_calibrated_where_the_flat_pairi
     flat = power.simulate_pooled_bases(0.0, 3, 2, base_sd=0.05, pooled=False, draws=400)
     assert flat.agrees + flat.disagrees > 0.10
     assert power.simulate_pooled_bases(-0.2, 3, 2, base_sd=0.05, draws=200).agrees >= 0.80
+
+
+def test_the_power_tool_reads_and_simulates_each_widths_own_seed_spread():
+    """The power tool sees widths that differ in their seeds' spread: each width's spread is read
+    off its runs (known spreads recovered), a design simulated at those spreads has the power they
+    give, not the power of one pooled spread, and a noisy 2-seed end stays calibrated."""
+    rng = np.random.default_rng(5)
+    spreads, per_unit, arms = {"narrow": 0.01, "middle": 0.05, "wide": 0.02}, [], []
+    main = rng.normal(0, 0.014, 32)
+    for arm, spread in spreads.items():
+        for _ in range(40):
+            per_unit.append(0.4 + rng.normal(0, spread) + main + rng.normal(0, 0.012, 32))
+            arms.append(arm)
+    found = power.estimate_seed_spreads(per_unit, arms)
+    assert found == pytest.approx(spreads, rel=0.3)
+    assert math.isnan(power.estimate_seed_spreads(per_unit[:41], arms[:41])["middle"])  # one run: no spread
+    # 5 seeds a width, the same mean variance (sd 0.038 pooled): a noisy widest width (the slope's
+    # largest weight) costs power the pooled spread does not show, a noisy middle one gains it
+    positions, seeds = power.DEFAULT_POSITIONS, (5, 5, 5)
+    rates = {sds: power.simulate_slope(power.MEASURED_SIZE_SLOPE, positions, seeds, seed_sds=sds, draws=400).agrees
+             for sds in ((0.038, 0.038, 0.038), (0.02, 0.02, 0.06), (0.02, 0.06, 0.02))}
+    assert rates[(0.02, 0.02, 0.06)] < rates[(0.038, 0.038, 0.038)] - 0.15 < rates[(0.02, 0.06, 0.02)] - 0.25, rates
+    assert calibrated(power.simulate_slope(0.0, positions, (5, 5, 2), seed_sds=(0.02, 0.02, 0.06), draws=NULL_DRAWS))
+    with pytest.raises(ValueError, match="one spread per arm"):
+        power.simulate_slope(0.0, positions, seeds, seed_sds=(0.06, 0.02), draws=1)

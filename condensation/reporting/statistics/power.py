@@ -96,17 +96,21 @@ its toy widths: the effect its design must find with 80 % power."""
 
 def _draw_runs(rng: np.random.Generator, arms: dict[str, float], seeds: int | Sequence[int], noise: ConditionNoise,
                paired: bool, main: np.ndarray, own_shift: Sequence[str] = (),
-               sharing: float = 1.0) -> tuple[list[Run], list[np.ndarray]]:
+               sharing: float = 1.0, seed_sds: Sequence[float] | None = None) -> tuple[list[Run], list[np.ndarray]]:
     """Per arm (name -> true mean) ``seeds`` runs (or ``seeds[i]`` for the i-th arm) on the shared
     sequences' main effect ``main``; ``paired``: the arms' runs of one seed share the share
     ``sharing`` of their shift's variance (the same initialisation and data order; 1: the whole
     shift), but the arms in ``own_shift``, whose runs are trained apart (a teacher: a pre-training
-    run of its own) and draw shifts of their own."""
+    run of its own) and draw shifts of their own. ``seed_sds``: each arm's own spread between
+    seeds (unpaired arms only; default ``noise.seed_sd`` for every arm)."""
     runs, per_unit = [], []
     counts = [seeds] * len(arms) if isinstance(seeds, int) else list(seeds)
+    if seed_sds is not None and (paired or len(seed_sds) != len(arms)):
+        raise ValueError("seed_sds: one spread per arm, for unpaired arms only")
+    spreads = [noise.seed_sd] * len(arms) if seed_sds is None else list(seed_sds)
     shared = rng.normal(0, noise.seed_sd, max(counts))
-    for (arm, mean), count in zip(arms.items(), counts, strict=True):
-        own = rng.normal(0, noise.seed_sd, count)
+    for (arm, mean), count, spread in zip(arms.items(), counts, spreads, strict=True):
+        own = rng.normal(0, spread, count)
         together = paired and arm not in own_shift
         shifts = np.sqrt(sharing) * shared[:count] + np.sqrt(1 - sharing) * own if together else own
         for seed in range(count):
@@ -132,11 +136,13 @@ def simulate_difference(effect: float, seeds: int, *, paired: bool = True, noise
 
 
 def simulate_slope(slope_per_decade: float, positions: Sequence[float], seeds: int | Sequence[int], *,
-                   noise: ConditionNoise = ConditionNoise(), robustness: int = 0, draws: int = 2000,
-                   seed: int = 0) -> Rates:
+                   noise: ConditionNoise = ConditionNoise(), seed_sds: Sequence[float] | None = None,
+                   robustness: int = 0, draws: int = 2000, seed: int = 0) -> Rates:
     """The size claim: widths at ``positions`` (log10 parameters), ``seeds`` runs each (or per
     width; a width's seeds are not paired with another width's), the slope predicted negative; the
-    first text decides, ``robustness`` more texts are measured and shown."""
+    first text decides, ``robustness`` more texts are measured and shown. ``seed_sds``: each
+    width's own spread between seeds (:func:`estimate_seed_spreads`), where one spread for all
+    (``noise.seed_sd``) would hide a noisy width with few seeds."""
     rng = np.random.default_rng(seed)
     x = np.asarray(positions, float)
     arms = {f"w{index}": slope_per_decade * (value - x.mean()) + 0.4 for index, value in enumerate(x)}
@@ -145,7 +151,7 @@ def simulate_slope(slope_per_decade: float, positions: Sequence[float], seeds: i
         pieces = []
         for _text in range(1 + robustness):
             main = rng.normal(0, noise.sequence_sd, noise.sequences)
-            runs, per_unit = _draw_runs(rng, arms, seeds, noise, False, main)
+            runs, per_unit = _draw_runs(rng, arms, seeds, noise, False, main, seed_sds=seed_sds)
             panel = panel_from_units(runs, per_unit, units="sequences")
             pieces.append(EvidencePiece("sim", "", slope(panel, dict(zip(arms, x))), direction=-1))
         calls.append(decide(pieces[:1], ANY, robustness=pieces[1:]).verdict)
@@ -252,8 +258,33 @@ def estimate_noise(per_unit: Sequence[np.ndarray], arms: Sequence[str]) -> Condi
                           interaction_sd=float(np.sqrt(interaction)), sequences=units)
 
 
+def estimate_seed_spreads(per_unit: Sequence[np.ndarray], arms: Sequence[str]) -> dict[str, float]:
+    """Each arm's own spread between seeds, as :func:`estimate_noise` pools it (its runs' means'
+    variance less the interaction's share, the interaction pooled over the arms); NaN for an arm
+    of one run. Three seeds give a spread within a factor of about two: a design simulated at
+    these is one plausible set of spreads, not the truth."""
+    pooled = estimate_noise(per_unit, arms)
+    values = np.asarray(np.stack(per_unit), float)
+    labels = np.asarray(arms)
+    spreads = {}
+    for arm in dict.fromkeys(arms):
+        means = values[labels == arm].mean(axis=1)
+        spreads[arm] = (float(np.sqrt(max(means.var(ddof=1) - pooled.interaction_sd**2 / pooled.sequences, 0.0)))
+                        if means.size > 1 else float("nan"))
+    return spreads
+
+
 DEFAULT_POSITIONS = (6.063, 6.209, 6.505)
 """log10 parameters of the default's toy widths (MLP 32, 256, 1024)."""
+
+
+UNEQUAL_SPREADS = (
+    ((2, 5, 5), (0.06, 0.024, 0.024), "a noisy 2-seed end"),
+    ((5, 2, 5), (0.024, 0.06, 0.024), "a noisy 2-seed middle"),
+)
+"""Designs of the size claim whose widths differ in their seeds' spread: the two a review found
+where Welch's degrees of freedom alone call 9-10 % false effects (Hsu's bound keeps them
+calibrated)."""
 
 
 def design_table(draws: int = 1500) -> list[tuple[str, Rates, str]]:
@@ -265,6 +296,11 @@ def design_table(draws: int = 1500) -> list[tuple[str, Rates, str]]:
         found = simulate_slope(MEASURED_SIZE_SLOPE, DEFAULT_POSITIONS, seeds, draws=draws)
         rows.append((f"size: slope over 3 widths, seeds {' / '.join(map(str, seeds))}", null,
                      f"{found.agrees:.0%} at {MEASURED_SIZE_SLOPE:+.2f} per decade"))
+    for seeds, spreads, what in UNEQUAL_SPREADS:
+        null = simulate_slope(0.0, DEFAULT_POSITIONS, seeds, seed_sds=spreads, draws=draws)
+        found = simulate_slope(MEASURED_SIZE_SLOPE, DEFAULT_POSITIONS, seeds, seed_sds=spreads, draws=draws)
+        rows.append((f"size: seeds {' / '.join(map(str, seeds))}, seed sd {' / '.join(map(str, spreads))} ({what})",
+                     null, f"{found.agrees:.0%} at {MEASURED_SIZE_SLOPE:+.2f} per decade"))
     for seeds in (2, 3, 5):
         rows.append((f"dispersion - CE, condensation, paired, {seeds} seeds",
                      simulate_difference(0.0, seeds, draws=draws),
