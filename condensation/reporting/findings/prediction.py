@@ -156,10 +156,12 @@ def prediction_pieces(trajectories: Mapping[str, pd.DataFrame], run_scores: Mapp
     if runs.empty:
         return [], missing
     cells = runs.groupby(["study", "method"]).ngroups
+    seeds = runs.groupby(["study", "seed"]).ngroups
     studies = runs["study"].nunique()
     pieces = []
     for name, estimate, counts in (
-            ("within methods", within_methods(runs, statistic), f"{len(runs)} runs in {cells} methods"),
+            ("within methods", within_methods(runs, statistic),
+             f"{len(runs)} runs in {cells} methods and {seeds} seed groups"),
             ("across methods", across_methods(runs, statistic), f"{cells} methods in {studies} studies")):
         text = (f"{name} ({counts}): score against {title}, points per {PER:g} of it: "
                 f"{_describe(estimate)}")
