@@ -144,6 +144,10 @@ def test_a_slope_with_a_noisy_two_seed_arm_stays_calibrated(seeds, seed_sds):
 
 
 def test_the_shipped_size_design_keeps_its_power():
-    """5/2/5 seeds at the default's per-width noise: the 2-seed middle width weighs 1 % of an end
-    in the slope, so the bound leaves its power at the slope the default measures."""
-    assert slope_rates((5, 2, 5), (0.024, 0.015, 0.012), -0.19, 500) >= 0.95
+    """5/2/5 seeds at each width's own seed spread as the default measured them (power.UNEQUAL_SPREADS'
+    first row) and the default's positions: the 2-seed middle width weighs little in the slope, so
+    Hsu's bound leaves the power at the slope the default measures."""
+    seeds, spreads, _ = power.UNEQUAL_SPREADS[0]
+    rates = power.simulate_slope(power.MEASURED_SIZE_SLOPE, power.DEFAULT_POSITIONS, seeds, seed_sds=spreads,
+                                 draws=500)
+    assert rates.agrees >= 0.95

@@ -279,11 +279,14 @@ DEFAULT_POSITIONS = (6.063, 6.209, 6.505)
 
 
 UNEQUAL_SPREADS = (
+    ((5, 2, 5), (0.020, 0.006, 0.021), "the default's widths as one draw measured them"),
     ((2, 5, 5), (0.06, 0.024, 0.024), "a noisy 2-seed end"),
     ((5, 2, 5), (0.024, 0.06, 0.024), "a noisy 2-seed middle"),
 )
-"""Designs of the size claim whose widths differ in their seeds' spread: the two a review found
-where Welch's degrees of freedom alone call 9-10 % false effects (Hsu's bound keeps them
+"""Designs of the size claim whose widths differ in their seeds' spread: the default's, each width's
+spread read by ``python tools/power_design.py`` off README command 1's profiles (a fresh clone,
+2-core Intel, 2026-12-05: MLP 32 0.0204, MLP 256 0.0056, MLP 1024 0.0210), and the two a review
+found where Welch's degrees of freedom alone call 9-10 % false effects (Hsu's bound keeps them
 calibrated)."""
 
 
