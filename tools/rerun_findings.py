@@ -27,7 +27,7 @@ Exit status 1 when, for either z, the largest |z| exceeds its Bonferroni bound a
 coverage is below 95 % by more than a one-sided binomial test at --alpha allows (the comparisons
 are not independent: pairs share a set, statistics share runs; a low coverage is a flag to read),
 or when nothing could be compared; 0 otherwise. Verdicts that moved are printed, not exited on.
-Pieces with se NaN (unmeasured), 0 (saturated) or no seed part (nothing a rerun redraws) are
+Pieces with se NaN (unmeasured), saturated (one value for every run) or no seed part (nothing a rerun redraws) are
 listed, not compared. The report is printed and written to --workdir as rerun-report.md and .json.
 
     python tools/rerun_findings.py                       # 3 sets, config.yaml + configs/rerun-reduced.yaml
@@ -215,6 +215,8 @@ class PieceReading:
     """An equivalence piece's margin (its estimate a share of a gap, not an effect); NaN otherwise."""
     counted: bool = True
     """Whether the piece counts towards its claim's verdict (robustness pieces do not)."""
+    saturated: bool = False
+    """The statistic takes one value for every run (rho 1.00): nothing to compare, whatever its se."""
 
 
 @dataclass(frozen=True)
@@ -250,7 +252,8 @@ def read_findings(path: Path) -> SetFindings:
                     pieces[key] = PieceReading(
                         *(_number(piece[name]) for name in ("estimate", "se", "dof", "seed_se", "ci_low", "ci_high")),
                         piece["verdict"], _number(piece.get("unit_se")), _number(piece.get("detectable")),
-                        _number(piece.get("margin")), bool(piece.get("counted", True)))
+                        _number(piece.get("margin")), bool(piece.get("counted", True)),
+                        bool(piece.get("saturated", False)))
     return SetFindings(pieces, claims, decisions)
 
 
@@ -296,8 +299,8 @@ def why_not_compared(a: PieceReading, b: PieceReading) -> str:
     for reading in (a, b):
         if not math.isfinite(reading.se) or not math.isfinite(reading.estimate):
             return "unmeasured (se NaN)"
-        if reading.se == 0:
-            return "saturated (se 0)"
+        if reading.se == 0 or reading.saturated:
+            return "saturated (one value for every run)"
         if not reading.seed_se > 0:
             return "no seed part (nothing a rerun redraws)"
     return ""

@@ -128,7 +128,9 @@ def test_an_interval_that_holds_only_through_its_units_fails_the_seeds_check(tmp
 def test_unmeasured_saturated_and_unrepeated_pieces_are_listed_not_compared(tmp_path):
     for offset in (0, 1000, 2000):
         pieces = [piece("midtrain", -0.05, 0.01), piece("one run", -0.1, math.nan), piece("at chance", 0.0, 0.0),
-                  piece("packaged models", 0.3, 0.02, seed_se=0.0)]
+                  piece("packaged models", 0.3, 0.02, seed_se=0.0),
+                  # rho 1.00 for every run, a rounding-sized se left by the resamples
+                  piece("rho at one", 1e-14 * offset, 4e-11) | {"saturated": True}]
         if offset:
             pieces.append(piece("only here", 0.1, 0.01))
         write_set(tmp_path, offset, pieces, lens_pieces=[piece("midtrain", 0.02, 0.01, dof=2)])
@@ -139,8 +141,9 @@ def test_unmeasured_saturated_and_unrepeated_pieces_are_listed_not_compared(tmp_
         ("midtrain", 0), ("midtrain", 1000), ("only here", 1000)}
     assert sum(c["piece"].startswith("[isoscore]") for c in report["comparisons"]) == 3
     left_out = "\n".join(report["not_compared"])
-    for expected in ("one run: unmeasured (se NaN)", "at chance: saturated (se 0)",
-                     "packaged models: no seed part (nothing a rerun redraws)", "only here: not in offset 0"):
+    for expected in ("one run: unmeasured (se NaN)", "at chance: saturated (one value for every run)",
+                     "packaged models: no seed part (nothing a rerun redraws)", "only here: not in offset 0",
+                     "rho at one: saturated (one value for every run)"):
         assert expected in left_out
 
 

@@ -285,6 +285,21 @@ def test_a_statistic_stuck_at_one_is_flagged_not_tested():
     assert reading.verdict == INCONCLUSIVE and "cannot separate" in reading.reason
 
 
+def test_runs_all_at_one_with_a_few_resamples_below_it_are_saturated_too():
+    """The default's toys: rho of every run's mean profile is exactly 1.00, while a few bootstrap
+    resamples of one run's sequences dip below it; the slope's se (a rounding residue of the
+    interaction taken out of the units' variance) is then ~1e-11 and the page
+    printed an MDE of 7e-10. Runs that all take one value are a statistic stuck, not a test."""
+    runs = [Run(f"w{i // 4}", f"w{i // 4}-{i % 4}", 1.0) for i in range(12)]
+    replicates = np.ones((12, 2000))
+    replicates[0, :3] = 1.0 - 1.0 / 60  # three of one run's 2,000 resamples break a tie
+    panel = panel_from_replicates(runs, list(replicates), kind="bootstrap", units="sequences",
+                                  statistic="Spearman rho")
+    result = slope(panel, {"w0": 6.063, "w1": 6.209, "w2": 6.505})
+    assert 1e-12 < result.se < 1e-6 and result.saturated and "1.00 for every run" in result.saturated
+    assert decide([EvidencePiece("p", "", result)]).verdict == UNTESTED
+
+
 def test_models_of_different_depths_share_one_panel_of_profiles():
     """A family whose sizes differ in depth (the paper's families do): each run's statistic on its
     own layers, the same resamples of the sequences for every run; runs on other sequences refused."""

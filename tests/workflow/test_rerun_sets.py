@@ -59,7 +59,7 @@ def test_three_seed_sets_draw_their_own_runs_are_compared_and_a_second_call_reus
     assert all(c["difference"] != 0 and math.isfinite(c["z"]) and math.isfinite(c["z_seeds"]) for c in compared)
     # listed, not compared: Fig. 4's single pre-training run, and what no set moved
     assert any("unmeasured (se NaN)" in line for line in report["not_compared"]), report["not_compared"]
-    assert any("saturated (se 0)" in line for line in report["not_compared"]), report["not_compared"]
+    assert any("saturated (one value for every run)" in line for line in report["not_compared"]), report["not_compared"]
     # a second call finds every set finished: nothing trains again, the same comparisons
     logs = {offset: workdir / f"offset-{offset}/rerun.log" for offset in OFFSETS}
     before = {offset: len(log.read_text()) for offset, log in logs.items()}

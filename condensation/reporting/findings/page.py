@@ -157,7 +157,7 @@ def _reading_json(reading: Reading) -> dict[str, Any]:
         "piece": reading.piece.name, "text": reading.piece.text, "counted": reading.counted, "verdict": reading.verdict,
         "reason": reading.reason, "estimate": result.estimate, "se": result.se, "dof": result.dof,
         "seed_se": result.seed_se, "unit_se": result.unit_se, "ci_low": low, "ci_high": high, "ci_level": level,
-        "covers": result.covers,
+        "covers": result.covers, "saturated": bool(result.saturated),
         "p": result.p_value, "p_judged": reading.p_value, "level": reading.level, "detectable": reading.detectable,
         "margin": reading.piece.margin, "per_seed": list(result.per_seed),
         **({"share_ci_low": reading.piece.ratio.ci_low, "share_ci_high": reading.piece.ratio.ci_high}

@@ -352,12 +352,19 @@ def contrast(panel: Panel, coefficients: Mapping[str, float]) -> Estimate:
     if se < 1e-12 * max(1.0, float(np.abs(values).max())):  # identical runs and units: rounding, not noise
         se = 0.0
     saturated = ""
-    if se == 0 and np.ptp(values[[i for arm in arms for i in indices[arm]]]) == 0:
+    # every run the same value (rho 1.00 everywhere): a resampling's rounding-sized se is no noise to test against
+    if se < SATURATED_SE * max(1.0, float(np.abs(values).max())) and np.ptp(values[[i for arm in arms
+                                                                                 for i in indices[arm]]]) == 0:
         saturated = (f"{panel.statistic or 'the statistic'} is {values[indices[arms[0]][0]]:.2f} "
-                     "for every run and resample")
+                     "for every run")
     return Estimate(estimate, se, dof, math.sqrt(seed_var), math.sqrt(unit_var), covers, per_seed,
                     statistic=panel.statistic, saturated=saturated)
 
+
+SATURATED_SE = 1e-6
+"""Below this standard error (relative to the values' size), runs that all take one value are a
+saturated statistic, not a measurement: the default's toys put rho at exactly 1.00 for every run,
+while the jackknife's replicates left a se of ~1e-10 and the page printed an MDE of 7e-10."""
 
 HSU_WEIGHT_SHARE = 0.25
 """An arm carries a contrast (:func:`_weighty_arms_dof`) when its design weight ``c^2 / k`` is at
