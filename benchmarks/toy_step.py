@@ -9,14 +9,17 @@ run GPT2's GELU (the tanh approximation) as PyTorch's one fused kernel; GPT2Conf
 * ``stock``: GPT2Config's defaults as the paper's GPT2 has them (``gelu_new``, dropout 0.1);
 * ``ours``: what ``build_gpt2`` builds (``gelu_pytorch_tanh``, dropout 0.1);
 * ``ours, no dropout``: for the record, what dropout costs (not a change the default makes: the
-  paper's GPT2 trains with it, and the toys mirror it).
+  paper's GPT2 trains with it, and the toys mirror it);
+* with ``--compiled``, also ``ours, compiled`` and ``ours, no dropout, compiled``: the same model
+  through ``torch.compile`` (Inductor's C++ kernels on a CPU), with the first call's time, which
+  holds the compilation, printed apart: what a training job would pay once.
 
 Each variant is a fresh toy with the same initial weights and an AdamW step on the same batch
 (B x T tokens, the default's 16 x 128), float32, one torch thread as each Snakemake job has; the
 variants take turns. Also printed: the largest difference between the two GELUs' outputs and
 gradients on the step's activations (the same function to float32 rounding).
 
-    python benchmarks/toy_step.py [--n-inner 32 1024] [--reps 5] [--threads 1] [--json out.json]
+    python benchmarks/toy_step.py [--n-inner 32 1024] [--reps 5] [--threads 1] [--compiled] [--json out.json]
 """
 
 from __future__ import annotations
@@ -53,12 +56,13 @@ def toy(n_inner: int, activation: str | None, dropout: float | None) -> torch.nn
     return rebuilt
 
 
-def stepper(model: torch.nn.Module, batch: torch.Tensor):
+def stepper(model: torch.nn.Module, batch: torch.Tensor, compiled: bool = False):
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    forward = torch.compile(model) if compiled else model
 
     def step() -> float:
-        loss = model(batch, labels=batch).loss
+        loss = forward(batch, labels=batch).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -94,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--compiled", action="store_true", help="also time the toys through torch.compile")
     add_output_arguments(parser)
     args = parser.parse_args(argv)
     device, dtype = set_up_device(parser, args)
@@ -107,22 +112,31 @@ def main(argv: list[str] | None = None) -> int:
             "ours": stepper(toy(n_inner, None, None), batch),
             "ours, no dropout": stepper(toy(n_inner, None, 0.0), batch),
         }
+        if args.compiled:
+            variants["ours, compiled"] = stepper(toy(n_inner, None, None), batch, compiled=True)
+            variants["ours, no dropout, compiled"] = stepper(toy(n_inner, None, 0.0), batch, compiled=True)
         timed, _ = time_interleaved(variants, device, args.reps, args.warmup)
         ratios = {
             "stock / ours": timed["stock"]["time_s"] / timed["ours"]["time_s"],
             "ours / ours without dropout": timed["ours"]["time_s"] / timed["ours, no dropout"]["time_s"],
         }
+        if args.compiled:
+            ratios["ours / ours compiled"] = timed["ours"]["time_s"] / timed["ours, compiled"]["time_s"]
+            ratios["ours / ours without dropout, compiled"] = (
+                timed["ours"]["time_s"] / timed["ours, no dropout, compiled"]["time_s"])
         agreement = gelu_agreement(n_inner, batch)
         tokens = args.batch * args.tokens
         print(f"\nMLP {n_inner}: a step of {args.batch} x {args.tokens} tokens")
         for name, row in timed.items():
-            print(f"  {name:18s} {row['time_s'] * 1e3:8.1f} ms (min {row['min_s'] * 1e3:.1f})  "
+            first = row["first_s"] if row["first_s"] is not None else float("nan")
+            print(f"  {name:28s} {row['time_s'] * 1e3:8.1f} ms (min {row['min_s'] * 1e3:.1f}, first {first:.1f} s)  "
                   f"{tokens / row['time_s']:8,.0f} tok/s")
         for name, ratio in ratios.items():
             print(f"  {name}: x{ratio:.2f}")
         print(f"  the GELUs differ by at most {agreement['max_abs_value_diff']:.1e} (values), "
               f"{agreement['max_abs_grad_diff']:.1e} (gradients)")
-        steps = {name: {"time_s": row["time_s"], "min_s": row["min_s"]} for name, row in timed.items()}
+        steps = {name: {"time_s": row["time_s"], "min_s": row["min_s"], "first_s": row["first_s"]}
+                 for name, row in timed.items()}
         report["widths"][n_inner] = {"steps": steps, "ratios": ratios, "gelu_agreement": agreement}
     report["wall_s"] = time.perf_counter() - started
     write_report(report, args.json)
