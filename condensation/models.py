@@ -529,13 +529,17 @@ def convert_gguf(name: str, gguf_path: str, out_dir: str | Path) -> ModelHandle:
 def build_gpt2(arch: Mapping[str, int], tokenizer, seed: int):
     """A randomly initialised GPT2 with the given shape; the same seed gives the same weights.
     ``arch`` may also say ``ln_scaling: true`` (``config.plan.built_arch``): the same weights,
-    with each block's norms scaled by 1/sqrt(l) in the forward (``condensation.ln_scaling``)."""
+    with each block's norms scaled by 1/sqrt(l) in the forward (``condensation.ln_scaling``); and
+    ``dropout``, the rate of all three of GPT2's dropouts (the weights do not depend on it)."""
     # deferred: heavy, see the imports
     import torch  # noqa: PLC0415
     from transformers import GPT2Config, GPT2LMHeadModel  # noqa: PLC0415
 
     scaled = bool(arch.get(lns.CONFIG_KEY, False))
     arch = {key: value for key, value in arch.items() if key != lns.CONFIG_KEY}
+    if "dropout" in arch:  # one rate for GPT2's three (embeddings, attention, residual); absent: GPT2Config's 0.1
+        rate = arch.pop("dropout")
+        arch |= {"embd_pdrop": rate, "attn_pdrop": rate, "resid_pdrop": rate}
     if arch["n_embd"] % arch["n_head"]:
         raise ModelError(f"n_embd={arch['n_embd']} is not divisible by n_head={arch['n_head']}")
     config = GPT2Config(

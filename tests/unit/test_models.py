@@ -146,6 +146,27 @@ def test_same_seed_same_initial_weights(tiny_model_dir):
         build_gpt2({**arch, "n_head": 3}, tokenizer, 0)
 
 
+def test_an_arch_s_dropout_sets_gpt2_s_three_rates_and_survives_a_save(tiny_model_dir, tmp_path):
+    """``dropout`` (the default's toys: 0) is the rate of the embeddings', attention's and residual
+    dropouts, drawn from nothing else: the same seed gives the same weights at any rate, training
+    mode at rate 0 gives eval mode's logits, and a model built from the saved config (an init
+    model's, a checkpoint's) keeps the rate. Without the key, GPT2Config's 0.1."""
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    arch = {"n_layer": 2, "n_embd": 32, "n_head": 2, "n_inner": 64, "n_positions": 32}
+    stock, plain = build_gpt2(arch, tokenizer, 0), build_gpt2({**arch, "dropout": 0.0}, tokenizer, 0)
+    assert (stock.config.embd_pdrop, stock.config.attn_pdrop, stock.config.resid_pdrop) == (0.1, 0.1, 0.1)
+    assert (plain.config.embd_pdrop, plain.config.attn_pdrop, plain.config.resid_pdrop) == (0.0, 0.0, 0.0)
+    assert all(torch.equal(p, q) for p, q in zip(stock.parameters(), plain.parameters()))
+    ids = torch.randint(0, len(tokenizer), (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(plain.train()(ids).logits, plain.eval()(ids).logits)
+        assert not torch.equal(stock.train()(ids).logits, stock.eval()(ids).logits)
+    plain.save_pretrained(tmp_path / "plain")
+    tokenizer.save_pretrained(tmp_path / "plain")
+    rebuilt = build_from_config(prepare_local("plain", str(tmp_path / "plain")), seed=1)
+    assert rebuilt.config.resid_pdrop == rebuilt.config.attn_pdrop == rebuilt.config.embd_pdrop == 0.0
+
+
 def test_the_toys_run_gpt2_s_gelu_as_one_kernel_with_gpt2_s_outputs(tiny_model_dir):
     """The toys' GELU is GPT2's tanh approximation fused (a fifth of a wide toy's CPU step:
     benchmarks/toy_step.py): the same weights under GPT2Config's stock ``gelu_new`` give the same
