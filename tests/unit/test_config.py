@@ -39,6 +39,17 @@ def test_wrong_type_is_named_with_its_path():
         validate_config(with_changes(sampling={"seq_len": "512"}))
 
 
+def test_an_arch_s_dropout_is_a_rate_below_one_and_absent_unless_given():
+    """Absent, the build keeps GPT2's 0.1 and a config's params stay as they were (no rerun of a
+    finished pipeline); given, it is a rate in [0, 1)."""
+    toy = {"source": "pretrain", "arch": {"n_layer": 2, "n_embd": 32, "n_head": 2, "n_inner": 64, "n_positions": 1024}}
+    assert "dropout" not in validate_config(with_changes(models={"t": toy}))["models"]["t"]["arch"]
+    given = {**toy, "arch": {**toy["arch"], "dropout": 0.0}}
+    assert validate_config(with_changes(models={"t": given}))["models"]["t"]["arch"]["dropout"] == 0.0
+    with pytest.raises(ConfigError, match=r"config\.models\.t\.arch\.dropout: 1 is greater than or equal to"):
+        validate_config(with_changes(models={"t": {**toy, "arch": {**toy["arch"], "dropout": 1}}}))
+
+
 def test_unknown_dataset_source():
     with pytest.raises(ConfigError, match=r"config\.datasets\.web\.source: 'web' is not one of"):
         validate_config(with_changes(datasets={"web": {"source": "web"}}))

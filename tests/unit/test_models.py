@@ -147,7 +147,7 @@ def test_same_seed_same_initial_weights(tiny_model_dir):
 
 
 def test_an_arch_s_dropout_sets_gpt2_s_three_rates_and_survives_a_save(tiny_model_dir, tmp_path):
-    """``dropout`` (the default's toys: 0) is the rate of the embeddings', attention's and residual
+    """``dropout`` is the rate of the embeddings', attention's and residual
     dropouts, drawn from nothing else: the same seed gives the same weights at any rate, training
     mode at rate 0 gives eval mode's logits, and a model built from the saved config (an init
     model's, a checkpoint's) keeps the rate. Without the key, GPT2Config's 0.1."""
