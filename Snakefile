@@ -4,6 +4,7 @@
 from snakemake.utils import min_version
 
 from condensation.runtime.memory import use_job_malloc_settings
+from condensation.runtime.mkl_on_amd import use_job_mkl_settings
 from condensation.runtime.slurm_fit import check_before_submitting
 
 min_version("9.19")
@@ -12,6 +13,9 @@ min_version("9.19")
 # Every job's process keeps the memory it frees for its next training step or scoring batch
 # instead of faulting it in afresh: less CPU time, no number changed (runtime/memory.py).
 use_job_malloc_settings()
+# On an AMD CPU every job's torch runs MKL's kernels for the CPU's features (AVX-512 on Zen 4 and
+# 5), not its path for other vendors: products equal to rounding (runtime/mkl_on_amd.py).
+use_job_mkl_settings()
 
 
 # A --configfile on the command line replaces config.yaml (several are merged in the order

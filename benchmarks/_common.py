@@ -170,7 +170,21 @@ def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractCon
 
 
 def processor() -> str:
-    return platform.processor() or platform.machine()
+    """The CPU's model name with its family and model numbers (``AMD EPYC, family 26, model 2``:
+    two CPUs of one name can be generations apart), from /proc/cpuinfo where there is one."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as lines:
+            for line in lines:
+                key, _, value = line.partition(":")
+                if not key.strip():
+                    break  # the first processor's block is enough
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    if "model name" not in fields:
+        return platform.processor() or platform.machine()
+    return f"{fields['model name']}, family {fields.get('cpu family', '?')}, model {fields.get('model', '?')}"
 
 
 def cpu_cores() -> str:
@@ -191,7 +205,19 @@ def describe_device(device: torch.device, threads: str = "") -> str:
 
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"CPU, {torch.get_num_threads()} torch threads, {threads}{cpu_cores()}"
+    return f"CPU, {torch.get_num_threads()} torch threads, {threads}{cpu_cores()}{mkl_kernels()}"
+
+
+def mkl_kernels() -> str:
+    """On an AMD CPU, whether this process has the library that lets MKL pick its kernels by the
+    CPU's features (the Snakefile gives every job it; a benchmark run by hand has it only with
+    ``LD_PRELOAD=$(python -m condensation.runtime.mkl_on_amd)``), as ``; MKL ...``."""
+    from condensation.runtime import mkl_on_amd
+
+    if mkl_on_amd.cpu_vendor() != "AuthenticAMD":
+        return ""
+    preloaded = str(mkl_on_amd.shim_path()) in os.environ.get("LD_PRELOAD", "").replace(":", " ").split()
+    return "; MKL's kernels by the CPU's features" if preloaded else "; MKL's path for other vendors (no LD_PRELOAD)"
 
 
 def announce(device: torch.device, dtype: torch.dtype, precision: str, timing: str, threads: str = "") -> dict:

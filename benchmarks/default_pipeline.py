@@ -26,7 +26,6 @@ import argparse
 import csv
 import heapq
 import os
-import platform
 import random
 import re
 import shutil
@@ -39,6 +38,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common, also where a test loads this file by path
+from _common import processor  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT_FILES = ["Snakefile", "rules", "workflow_scripts", "condensation", "report", "profiles", "config.yaml"]
@@ -219,7 +221,7 @@ def critical_path(jobs: dict[int, Job], needs: dict[int, set[int]]) -> list[int]
 
 def report(root: Path, before: Path | None, cores: int, wall: float | None = None) -> None:
     after_jobs, before_jobs = read_run(root), read_run(before) if before else None
-    print(f"device: CPU, {os.cpu_count()} cores visible, --cores {cores}, {platform.processor() or platform.machine()}")
+    print(f"device: CPU, {os.cpu_count()} cores visible, --cores {cores}, {processor()}")
     for name, jobs, measured in (("before", before_jobs, None), ("after", after_jobs, wall)):
         if jobs is None:
             continue
@@ -301,9 +303,13 @@ def run_default(root: Path, cores: int) -> float:
     if not (root / "resources" / "debs").exists():
         (root / "resources" / "debs").symlink_to(REPO / "resources" / "debs")
     started = time.perf_counter()
-    command = [str(SNAKEMAKE), "--cores", str(cores), "--quiet", "rules",
-               "--report", "results/report.html", "--report-after-run"]
-    subprocess.run(command, cwd=root, check=True)  # the jobs' details are in .snakemake/log/
+    # Not --quiet: Snakemake 9 then leaves the jobs' details out of .snakemake/log/ too, which the
+    # report reads. Its output goes to a file instead of the terminal.
+    command = [str(SNAKEMAKE), "--cores", str(cores), "--report", "results/report.html", "--report-after-run"]
+    with open(root / "snakemake-output.txt", "w") as output:
+        done = subprocess.run(command, cwd=root, stdout=output, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise SystemExit(f"snakemake failed (exit {done.returncode}); its output: {root / 'snakemake-output.txt'}")
     return time.perf_counter() - started
 
 

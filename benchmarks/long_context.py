@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -38,6 +37,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from _common import processor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
@@ -171,7 +171,7 @@ def measure_in_child(args, variant: str, tokens: int) -> dict[str, Any]:
 def device_name(device: str, threads: int) -> str:
     if device == "cuda":
         return torch.cuda.get_device_name(0)
-    return f"{platform.processor() or platform.machine()} CPU, {os.cpu_count()} cores, {threads} thread(s)"
+    return f"{processor()}, {os.cpu_count()} cores, {threads} thread(s)"
 
 
 def main() -> None:

@@ -36,7 +36,7 @@ from condensation.config.specs import DatasetSpec, ExtractionConfig, SamplingCon
 from condensation.cosine_extraction import extract_cosine_statistics
 from condensation.data import corpus, packing, text
 from condensation.hidden_states import UnsupportedModelError, source_of
-from condensation.runtime.io import atomic_path, manifest_path, write_json
+from condensation.runtime.io import atomic_path, cache_dir, manifest_path, write_json
 from condensation.runtime.progress import ProgressLog
 from condensation.trend import TrendStatistics, depth_trend, lens_summary
 
@@ -48,10 +48,6 @@ if TYPE_CHECKING:
 # and write no table, and pandas would add to the start of each of them
 
 log = logging.getLogger("condensation")
-
-CACHE_ENV_VAR = "CONDENSATION_CACHE"
-"""Where converted GGUF models and built corpora are kept between calls (default
-``~/.cache/condensation``)."""
 
 
 class MeasureError(ValueError):
@@ -145,10 +141,6 @@ def _plain(values: Mapping[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # Inputs: models and texts
 # ---------------------------------------------------------------------------------------------
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV_VAR) or Path.home() / ".cache" / "condensation")
 
 
 def resolve_model(model: str | os.PathLike | models.ModelHandle, name: str | None = None) -> models.ModelHandle:

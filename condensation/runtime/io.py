@@ -19,6 +19,15 @@ from typing import Any
 
 from condensation.runtime.provenance import code_version
 
+CACHE_ENV_VAR = "CONDENSATION_CACHE"
+"""Where this package keeps what it builds once and reuses (converted GGUF models, built datasets,
+the MKL library of ``runtime/mkl_on_amd.py``); default ``~/.cache/condensation``."""
+
+
+def cache_dir() -> Path:
+    """The package's cache directory (:data:`CACHE_ENV_VAR`)."""
+    return Path(os.environ.get(CACHE_ENV_VAR) or Path.home() / ".cache" / "condensation")
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:

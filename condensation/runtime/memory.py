@@ -9,7 +9,7 @@ JOB_MALLOC_SETTINGS = {"MALLOC_MMAP_THRESHOLD_": str(2**30), "MALLOC_TRIM_THRESH
 glibc hands every block over 128 KiB (a batch's activations, logits, gradients) back to the
 kernel when it is freed and maps it afresh, faulted in page by page, on the next training step or
 scoring batch: 8 % of a training job's CPU time and 5 % of a scoring job's on a CPU, for no number changed
-(``benchmarks/malloc_settings.py``). Both settings are needed: the trim threshold alone fixes
+(``benchmarks/job_settings.py --setting malloc``). Both settings are needed: the trim threshold alone fixes
 the mapping threshold at its 128 KiB default. glibc reads them when a process starts; other C
 libraries ignore them."""
 
