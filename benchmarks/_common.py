@@ -172,16 +172,9 @@ def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractCon
 def processor() -> str:
     """The CPU's model name with its family and model numbers (``AMD EPYC, family 26, model 2``:
     two CPUs of one name can be generations apart), from /proc/cpuinfo where there is one."""
-    fields: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo") as lines:
-            for line in lines:
-                key, _, value = line.partition(":")
-                if not key.strip():
-                    break  # the first processor's block is enough
-                fields.setdefault(key.strip(), value.strip())
-    except OSError:
-        pass
+    from condensation.runtime.mkl_on_amd import cpu_fields
+
+    fields = cpu_fields()
     if "model name" not in fields:
         return platform.processor() or platform.machine()
     return f"{fields['model name']}, family {fields.get('cpu family', '?')}, model {fields.get('model', '?')}"
@@ -216,7 +209,7 @@ def mkl_kernels() -> str:
 
     if mkl_on_amd.cpu_vendor() != "AuthenticAMD":
         return ""
-    preloaded = str(mkl_on_amd.shim_path()) in os.environ.get("LD_PRELOAD", "").replace(":", " ").split()
+    preloaded = str(mkl_on_amd.shim_path()) in mkl_on_amd.preloaded_libraries()
     return "; MKL's kernels by the CPU's features" if preloaded else "; MKL's path for other vendors (no LD_PRELOAD)"
 
 

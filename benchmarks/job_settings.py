@@ -47,22 +47,15 @@ over a few hundred tokens is orders of magnitude below it, a wrong product far a
 JOBS = ("training", "scoring")
 
 
-def malloc_environment(on: bool) -> dict[str, str]:
-    return dict(JOB_MALLOC_SETTINGS) if on else {}
-
-
-def mkl_environment(on: bool) -> dict[str, str]:
-    return {"LD_PRELOAD": str(mkl_on_amd.build_shim())} if on else {}
-
-
 def environment(setting: str, on: bool) -> dict[str, str]:
-    """This process's environment without both settings, then the workflow's for the setting not
-    compared and, where ``on``, the compared one."""
+    """This process's environment with the settings the Snakefile gives a job, less the compared
+    one unless ``on``."""
     removed = {*JOB_MALLOC_SETTINGS, "LD_PRELOAD"}
     env = {name: value for name, value in os.environ.items() if name not in removed}
-    env |= malloc_environment(on or setting != "malloc")
-    if setting == "mkl" and on:
-        env |= mkl_environment(True)
+    if on or setting != "malloc":
+        env |= JOB_MALLOC_SETTINGS
+    if (on or setting != "mkl") and mkl_on_amd.wanted() is None:
+        env["LD_PRELOAD"] = str(mkl_on_amd.build_shim())
     return env
 
 
@@ -129,7 +122,7 @@ def main() -> None:
                     env = environment(args.setting, variant == WITH)
                     results.setdefault((job, variant), []).append(timed_process(command, env))
                     outputs.setdefault((job, variant), []).append(output)
-        shown = JOB_MALLOC_SETTINGS if args.setting == "malloc" else mkl_environment(True)
+        shown = JOB_MALLOC_SETTINGS if args.setting == "malloc" else {"LD_PRELOAD": str(mkl_on_amd.shim_path())}
         print(f"device: {job_cpu()}; {args.reps} reps, medians; setting {args.setting}: {shown}")
         for job in JOBS:
             base = medians(results[(job, WITHOUT)])

@@ -36,17 +36,30 @@ OPT_OUT_VARIABLE = "CONDENSATION_MKL_SHIM"
 """Set to ``0`` to leave MKL's own choice of kernels."""
 
 
-def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
-    """The first ``vendor_id`` of ``cpuinfo`` (``AuthenticAMD``, ``GenuineIntel``), or None."""
+def cpu_fields(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
+    """The first processor's fields in ``cpuinfo`` (``vendor_id``, ``model name``, ``cpu family``,
+    ...); empty where there is no such file."""
+    fields: dict[str, str] = {}
     try:
         with cpuinfo.open() as lines:
             for line in lines:
                 key, _, value = line.partition(":")
-                if key.strip() == "vendor_id":
-                    return value.strip()
+                if not key.strip():
+                    break  # the blank line after the first processor's block
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
-        return None
-    return None
+        pass
+    return fields
+
+
+def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """The CPU's ``vendor_id`` (``AuthenticAMD``, ``GenuineIntel``), or None."""
+    return cpu_fields(cpuinfo).get("vendor_id")
+
+
+def preloaded_libraries() -> list[str]:
+    """What ``LD_PRELOAD`` holds (the dynamic loader splits it at spaces and colons)."""
+    return os.environ.get("LD_PRELOAD", "").replace(":", " ").split()
 
 
 def shim_path(cache: Path | None = None) -> Path:
@@ -101,7 +114,7 @@ def use_job_mkl_settings(cpuinfo: Path = Path("/proc/cpuinfo"), cache: Path | No
         path = build_shim(cache)
     except (OSError, RuntimeError, subprocess.SubprocessError) as error:
         return f"MKL's kernels left as MKL chooses them: the vendor-check library could not be built ({error})"
-    preloaded = os.environ.get("LD_PRELOAD", "").replace(":", " ").split()
+    preloaded = preloaded_libraries()
     if str(path) not in preloaded:
         os.environ["LD_PRELOAD"] = " ".join([*preloaded, str(path)])
     return f"MKL picks its kernels by the CPU's features: {path} preloaded"
