@@ -11,10 +11,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import platform
+import re
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -98,10 +101,84 @@ def time_interleaved(variants: dict[str, Callable[[], object]], device: torch.de
             for name in names}, returned
 
 
-def profile_ops(call: Callable[[], object], device: torch.device, top: int) -> list[dict]:
+DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+"""The trace categories of work on the GPU itself: what its busy share counts."""
+LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cudaGraphLaunch",
+                "cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuGraphLaunch")
+"""Host calls that start work on the GPU (the runtime's, and the driver's that Triton calls; a CUDA
+graph's launch counts once, however many kernels it holds)."""
+HOST_SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+                   "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpyDtoH")
+"""Host calls that wait for the GPU: the synchronisations, and a synchronous copy (``.item()``,
+``.cpu()`` and a non-finite check read on the host each end in one of them)."""
+
+
+def call_name(name: str) -> str:
+    """A CUDA API call's name without the version suffix CUPTI may add (``cudaLaunchKernelExC_v11060``)."""
+    return re.sub(r"_v\d+$", "", name)
+
+
+def busy_time(intervals: Sequence[tuple[float, float]]) -> float:
+    """The length of the union of ``(start, end)`` intervals: kernels on several streams that
+    overlap count once."""
+    total, reach = 0.0, -math.inf
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def device_timeline(trace_events: Sequence[dict], units: int = 1, unit: str = "call", region: str | None = None,
+                    skip: int = 0) -> dict:
+    """What a profile's timeline says of the GPU (issue 42, item 6), from its Chrome-trace events
+    (``torch.profiler``'s ``export_chrome_trace``; times in microseconds):
+
+    * ``window_s``: the span counted: with ``region`` (a ``record_function`` name, e.g. the training
+      loop's ``STEP_REGION``) from the start of its ``skip + 1``-th range to the end of its last,
+      ``units`` then the ranges counted; else the first event's start to the last one's end (host
+      and device). The profiler's own overhead lengthens it, so the busy share is a lower bound;
+    * ``busy_s`` and ``busy_share``: the union of the kernels, copies and sets on the device, cut
+      to the window, and that over the window (None when nothing ran on a GPU in it: a CPU run);
+    * ``kernels``: the kernels the device started within it; ``launches``: the host calls that
+      started work (:data:`LAUNCH_CALLS`); ``host_syncs``: the host calls that waited for the
+      device (:data:`HOST_SYNC_CALLS`);
+    * the same counts per ``unit`` (``units`` of them).
+    """
+    spans = [event for event in trace_events if event.get("ph") == "X" and "dur" in event and "ts" in event]
+    ranges = sorted((float(event["ts"]), float(event["ts"]) + float(event["dur"])) for event in spans
+                    if region is not None and event.get("cat") == "user_annotation" and event.get("name") == region)
+    if ranges[skip:]:
+        low, high = ranges[skip][0], ranges[-1][1]
+        units = len(ranges) - skip
+    elif spans:
+        low = min(float(event["ts"]) for event in spans)
+        high = max(float(event["ts"]) + float(event["dur"]) for event in spans)
+    else:
+        low = high = 0.0
+    inside = [event for event in spans if low <= float(event["ts"]) < high]
+    device = [(max(float(event["ts"]), low), min(float(event["ts"]) + float(event["dur"]), high))
+              for event in spans if event.get("cat") in DEVICE_WORK]  # clipped to the window: the busy part of it
+    device = [(start, end) for start, end in device if end > start]
+    calls = [call_name(event.get("name", "")) for event in inside
+             if event.get("cat") in ("cuda_runtime", "cuda_driver")]
+    window, busy = high - low, busy_time(device)
+    counts = {"kernels": sum(event.get("cat") == "kernel" for event in inside),
+              "launches": sum(name in LAUNCH_CALLS for name in calls),
+              "host_syncs": sum(name in HOST_SYNC_CALLS for name in calls)}
+    return {"window_s": window / 1e6, "busy_s": busy / 1e6,
+            "busy_share": busy / window if device and window > 0 else None, **counts,
+            "unit": unit, "units": units, "region": region if ranges[skip:] else None,
+            "per_unit": {name: count / max(units, 1) for name, count in counts.items()}}
+
+
+def profile_ops(call: Callable[[], object], device: torch.device, top: int, units: int = 1,
+                unit: str = "call", region: str | None = None, skip: int = 0) -> tuple[list[dict], dict | None]:
     """Where one ``call`` spends its time, by operator: the ``top`` operators by self time on the
     device (CUDA kernels' time on a GPU, CPU time on a CPU), each with its calls, milliseconds and
-    share of the total: what a ratio alone does not say (which op to remove next)."""
+    share of the total: what a ratio alone does not say (which op to remove next). Beside them,
+    the call's :func:`device_timeline` (``units`` of ``unit`` in it, or its ``region``'s ranges
+    after ``skip``), or None if the profiler could not run."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -110,23 +187,41 @@ def profile_ops(call: Callable[[], object], device: torch.device, top: int) -> l
         with profile(activities=activities) as recorded:
             call()
             synchronize(device)
+        with tempfile.TemporaryDirectory(prefix="bench-trace-") as folder:
+            trace = Path(folder) / "trace.json"
+            recorded.export_chrome_trace(str(trace))
+            timeline = device_timeline(json.loads(trace.read_text())["traceEvents"], units, unit, region, skip)
     except Exception as error:  # noqa: BLE001
         print(f"  profile failed: {type(error).__name__}: {error}")
-        return []
+        return [], None
     field = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    events = [event for event in recorded.key_averages() if getattr(event, field, 0) > 0]
+    events = [event for event in recorded.key_averages()  # ops, not the ranges a caller named
+              if getattr(event, field, 0) > 0 and not getattr(event, "is_user_annotation", False)]
     total = sum(getattr(event, field) for event in events) or 1.0
     events.sort(key=lambda event: getattr(event, field), reverse=True)
     return [{"op": event.key, "calls": event.count, "self_ms": getattr(event, field) / 1e3,
-             "share": getattr(event, field) / total} for event in events[:top]]
+             "share": getattr(event, field) / total} for event in events[:top]], timeline
 
 
-def print_profile(rows: list[dict], what: str) -> None:
+def print_profile(rows: list[dict], what: str, timeline: dict | None = None) -> None:
+    if timeline is not None:
+        print(f"\n  {what}: {timeline_line(timeline)}")
     if not rows:
         return
     print(f"\n  where {what} spends its time (self time by operator, top {len(rows)}):")
     for row in rows:
         print(f"    {row['share']:6.1%} {row['self_ms']:9.2f} ms {row['calls']:6d} calls  {row['op'][:70]}")
+
+
+def timeline_line(timeline: dict) -> str:
+    """:func:`device_timeline` in one line."""
+    if timeline["busy_share"] is None:
+        return (f"{timeline['window_s']:.3f} s profiled, nothing ran on a GPU (the busy share, launches and "
+                "synchronisations are a CUDA profile's)")
+    per, unit = timeline["per_unit"], timeline["unit"]
+    return (f"GPU busy {timeline['busy_share']:.1%} of {timeline['window_s']:.3f} s profiled; "
+            f"{timeline['kernels']:,} kernels, {timeline['launches']:,} launches ({per['launches']:,.1f} a {unit}), "
+            f"{timeline['host_syncs']:,} host synchronisations ({per['host_syncs']:,.1f} a {unit})")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -91,6 +91,8 @@ from _common import (
     announce,
     autocast,
     device_parser,
+    print_profile,
+    profile_ops,
     set_up_device,
     synchronize,
     time_interleaved,
@@ -127,6 +129,9 @@ does not by default (a CPU: there the default is one loop per layer, inside the 
 
 BF16 = "+bf16"
 """Suffix of a tiled variant with bf16 matrix products (``AuxLossConfig.products``)."""
+
+PROFILED_STEPS = 3
+"""Steps of each (b) variant that ``--profile`` records, after the timed ones (compiles settled)."""
 
 SWEEP_TILES = (128, 256, 512)
 """Tile sizes ``--sweep`` tries: on a GPU larger tiles mean fewer launches and larger products,
@@ -486,12 +491,19 @@ def bench_train(args, device: torch.device, dtype: torch.dtype) -> dict:
     for name, aux in aux_losses.items():
         results[name]["memory_kind"], results[name]["memory_bytes"] = memory_of(
             lambda aux=aux: memory_step(aux), device, params)
+    profiles = {}
+    if args.profile:  # the compiled CE step and the production loss's step, a few steps each
+        for name in ("ce", f"ce+{TILED_NAMES[args.kernels[-1]]}"):
+            rows, timeline = profile_ops(lambda aux=aux_losses[name]: [step(aux) for _ in range(PROFILED_STEPS)],
+                                         device, args.profile, units=PROFILED_STEPS, unit="step")
+            profiles[name] = {"ops": rows, "timeline": timeline}
     loss_results, layers_with_loss = time_loss_on_step_hidden(args, model, ids, aux_losses, config.placement, device,
                                                               dtype)
     return {"loss_on_step_hidden": loss_results, "batch": args.batch, "tokens": args.tokens, "n_layer": args.n_layer,
             "n_embd": args.n_embd, "n_head": args.n_head, "vocab": args.vocab, "max_tokens": args.max_tokens,
             "placement": args.placement, "layers_with_loss": layers_with_loss,
-            "step": "compiled" if args.compile_step else "eager", "settle_rounds": settle_rounds, "variants": results}
+            "step": "compiled" if args.compile_step else "eager", "settle_rounds": settle_rounds, "variants": results,
+            "profiles": profiles}
 
 
 def print_train(result: dict) -> None:
@@ -542,6 +554,8 @@ def print_train(result: dict) -> None:
     extra = {name.removeprefix("ce+"): human(row["memory_bytes"] - base["memory_bytes"])
              for name, row in variants.items() if name not in ("ce", "ce+naive")}
     print("  extra memory over ce: " + ", ".join(f"{name} {shown}" for name, shown in extra.items()))
+    for name, profiled in result["profiles"].items():
+        print_profile(profiled["ops"], f"{PROFILED_STEPS} steps of {name}", profiled["timeline"])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -582,6 +596,9 @@ def parse_args() -> tuple[argparse.Namespace, torch.device, torch.dtype]:
     parser.add_argument("--placement", choices=PLACEMENTS, default="all",
                         help="which block outputs get the loss in (b) (AuxLossConfig.placement); "
                              "the issue's targets: all, and last")
+    parser.add_argument("--profile", type=int, default=0, metavar="TOP",
+                        help="(b): then profile a few steps of ce and of the last tiled variant: the GPU's busy "
+                             "share, kernel launches and host synchronisations a step, and the TOP operators")
     parser.add_argument("--max-tokens", type=int, default=256,
                         help="positions kept by the subsampled dense variant (only run when --tokens is larger)")
     add_output_arguments(parser)

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import sys
 import time
 from collections.abc import Iterator
@@ -262,7 +263,8 @@ def run(args, device: torch.device, dtype: torch.dtype) -> dict:
               "hidden_states": ours.num_layers, "variants": timings, "ratios": ratios, "agreement": agreement,
               "lens_finalize": finalize}
     if args.profile:
-        result["profile"] = profile_ops(variants["ours"], device, args.profile)
+        result["profile"], result["profile_timeline"] = profile_ops(
+            variants["ours"], device, args.profile, units=math.ceil(args.seqs / args.batch_size), unit="batch")
     return result
 
 
@@ -306,7 +308,7 @@ def print_results(result: dict, device: torch.device) -> None:
           f"({ratios['lens_finalize_share']:.0%} of ours), {host_s:.3f} s on the host "
           f"(device / host x{device_s / host_s:.2f}; lenses differ by {finalize['max_abs_diff']:.1e})")
     if "profile" in result:
-        print_profile(result["profile"], "one call of ours")
+        print_profile(result["profile"], "one call of ours (its finalize included)", result.get("profile_timeline"))
 
 
 def parse_args() -> tuple[argparse.Namespace, torch.device, torch.dtype]:

@@ -91,6 +91,7 @@ from _common import (
     rotated,
     set_up_device,
     synchronize,
+    timeline_line,
     write_report,
 )
 
@@ -99,7 +100,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from condensation.config.objectives import AuxLossConfig  # noqa: E402
 from condensation.config.runs import TrainConfig  # noqa: E402
 from condensation.runtime.run_dir import SUMMARY_NAME  # noqa: E402
-from condensation.training.loop import train  # noqa: E402
+from condensation.training.loop import STEP_REGION, train  # noqa: E402
 from condensation.training.losses import AuxiliaryLoss, auxiliary_loss  # noqa: E402
 
 PRESETS = {
@@ -245,7 +246,10 @@ def bench(args, device: torch.device, dtype: torch.dtype) -> dict:
               "step_time_over_compiled_ce": step_time_over_compiled_ce}
     if args.profile:  # one more run of our fastest loop: by far most of its kernels are its steps'
         mine = "ours+compile" if "ours+compile" in variants else "ours"
-        result["profile_of"], result["profile"] = mine, profile_ops(variants[mine], device, args.profile)
+        result["profile_of"] = mine
+        result["profile"], result["profile_timeline"] = profile_ops(
+            variants[mine], device, args.profile, units=args.steps, unit="step", region=STEP_REGION,
+            skip=args.warmup_steps)
     return result
 
 
@@ -294,6 +298,11 @@ def print_results(result: dict, device: torch.device, dtype: torch.dtype) -> Non
             print(f"  {mine} end to end: train() call {statistics.median(calls):.2f}s for {result['steps']} steps; "
                   f"train_summary.json tokens_per_s {statistics.median(end_to_end):.0f} (fixed costs included)")
     if "profile" in result:
+        timeline = result.get("profile_timeline")
+        if timeline:  # the steps after the warm-up, without the evaluations and saves around them
+            counted = (f"steps {result['warmup_steps'] + 1}..{result['steps']}" if timeline["region"]
+                       else f"all {result['steps']} steps, evaluations and saves included")
+            print(f"\n  {result['profile_of']}, {counted}: {timeline_line(timeline)}")
         print_profile(result["profile"], f"a whole run of {result['profile_of']}")
 
 

@@ -69,6 +69,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
+from torch.profiler import record_function
 
 from condensation import ln_scaling as lns
 from condensation.config.runs import (
@@ -103,6 +104,10 @@ from condensation.training.precision import resolve_mixed_precision
 from condensation.training.preemption import StopSignal, TrainingStopped
 from condensation.training.terms import TrainingTerm
 from condensation.training.vocabulary import cut_to_vocabulary, pad_vocabulary, true_vocabulary
+
+STEP_REGION = "condensation.train_step"
+"""The profiler's name for one optimizer step (a ``record_function`` range): what a benchmark's
+profile counts per step, without the evaluations and saves around the steps."""
 
 RESUMABLE_CHANGES = ("compile", "log_every_steps", "log_every_seconds", "tracker", "probe_every", "probe_sequences")
 """Settings a run may resume with changed: they change how steps run or how the run is watched,
@@ -382,7 +387,8 @@ class Trainer:
                 if main:
                     self.progress.report()
             while self.state.step < stop_at and not self.stop_requested:
-                metrics = self._train_step(stop_at)
+                with record_function(STEP_REGION):  # free unless a profiler records
+                    metrics = self._train_step(stop_at)
                 self.state.step += 1
                 self.state.blocks_consumed += self.step_blocks
                 if metrics is not None:  # else the next step reads its numbers and ends it (see _train_step)

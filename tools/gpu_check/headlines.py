@@ -36,7 +36,23 @@ def headline(name: str, report: dict) -> dict[str, Any]:
         numbers |= extraction_breakdown(report)
     if report.get("profile"):
         numbers["top ops"] = ", ".join(f"{row['op']} {row['share']:.0%}" for row in report["profile"][:3])
+    profiles = report.get("train", {}).get("profiles", {})  # dispersion_loss.py's, one per step variant
+    timelines = {"": report.get("profile_timeline")} | {
+        f"{variant}: ": profiled.get("timeline") for variant, profiled in profiles.items()}
+    for prefix, timeline in timelines.items():
+        numbers |= timeline_numbers(timeline, prefix)
     return numbers
+
+
+def timeline_numbers(timeline: dict | None, prefix: str = "") -> dict[str, Any]:
+    """A profile's timeline (``benchmarks/_common.device_timeline``) as the issue's item 6 asks: the
+    GPU's busy share of the profiled wall time, and kernel launches and host synchronisations per
+    step (or batch). Nothing for a CPU run, which has none of them."""
+    if not timeline or timeline.get("busy_share") is None:
+        return {}
+    unit, per = timeline["unit"], timeline["per_unit"]
+    return {f"{prefix}GPU busy share": timeline["busy_share"], f"{prefix}kernel launches a {unit}": per["launches"],
+            f"{prefix}host syncs a {unit}": per["host_syncs"]}
 
 
 def extraction_breakdown(report: dict) -> dict[str, Any]:

@@ -68,15 +68,17 @@ DISPERSION = (
         "dispersion-all",
         "benchmarks/dispersion_loss.py",
         f"--device cuda {GPT2_SMALL} --batch 16 --tokens 1024 --loss-batch 16 --loss-tokens 1024 --sweep --reps 10 "
-        "--loss-reps 30",
+        "--loss-reps 30 --profile 10",
         f"--device cpu {TOY_GPT2} --batch 2 --tokens 64 --loss-batch 2 --loss-tokens 64 --loss-layers 2 --sweep "
-        "--reps 2 --loss-reps 2",
+        "--reps 2 --loss-reps 2 --profile 3",
     ),
     Benchmark(
         "dispersion-last",
         "benchmarks/dispersion_loss.py",
-        f"--device cuda {GPT2_SMALL} --batch 16 --tokens 1024 --only train --placement last --reps 10 --loss-reps 30",
-        f"--device cpu {TOY_GPT2} --batch 2 --tokens 64 --only train --placement last --reps 2 --loss-reps 2",
+        f"--device cuda {GPT2_SMALL} --batch 16 --tokens 1024 --only train --placement last --reps 10 --loss-reps 30 "
+        "--profile 10",
+        f"--device cpu {TOY_GPT2} --batch 2 --tokens 64 --only train --placement last --reps 2 --loss-reps 2 "
+        "--profile 3",
     ),
 )
 TRAINING = (
