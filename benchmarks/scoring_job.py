@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import job_cpu, medians, rotated, timed_process
+from _common import job_cpu, medians, mkl_kernels, rotated, timed_process
 
 MODES = ("lm-eval", "ours", "none", "ours+env")
 
@@ -125,7 +125,7 @@ def main() -> None:
                 wall, cpu, out = timed_child(mode, args, Path(scratch), rep)
                 times[mode].append((wall, cpu))
                 results.setdefault(mode, out.read_text())
-    print(f"device: {job_cpu()}")
+    print(f"device: {job_cpu()}{mkl_kernels()}")  # the children inherit this process's LD_PRELOAD
     tasks, items = len(run_tasks(args.run, args.model)), len(json.loads(results["none"]))
     print(f"scoring {args.model} on {tasks} tasks ({items} items), {args.reps} reps, median of each:")
     reference = medians(times["lm-eval"])

@@ -91,7 +91,8 @@ def gelu_agreement(n_inner: int, batch: torch.Tensor) -> dict[str, float]:
             "max_abs_grad_diff": float((g_new - g_fused).abs().max())}
 
 
-def main(argv: list[str] | None = None) -> int:
+def argument_parser():
+    """The flags; their defaults are the default's step (config.yaml's micro-batch and block size)."""
     parser = device_parser(__doc__.split("\n\n")[0], "float32 only (the toys train in float32 on a CPU)", ("float32",))
     parser.add_argument("--n-inner", type=int, nargs="+", default=[32, 1024], help="the MLP widths to time")
     parser.add_argument("--batch", type=int, default=16)
@@ -100,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--compiled", action="store_true", help="also time the toys through torch.compile")
     add_output_arguments(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argument_parser()
     args = parser.parse_args(argv)
     device, dtype = set_up_device(parser, args)
     started = time.perf_counter()

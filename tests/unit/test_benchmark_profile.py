@@ -146,3 +146,25 @@ def test_the_real_profiler_on_cuda_counts_launches_and_syncs():
     assert timeline["kernels"] >= 11 and timeline["launches"] >= 11
     assert timeline["host_syncs"] >= 1
     assert 0 < timeline["busy_share"] <= 1
+
+
+def test_the_toy_step_benchmark_times_the_default_s_toys():
+    """benchmarks/toy_step.py's toy, vocabulary and step are config.yaml's (its report's numbers
+    are the default's only while they agree)."""
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    toy_spec = importlib.util.spec_from_file_location("toy_step", ROOT / "benchmarks/toy_step.py")
+    toy_step = importlib.util.module_from_spec(toy_spec)
+    toy_spec.loader.exec_module(toy_step)
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    widths = set()
+    for name in ("toy-mlp32", "toy-mlp256", "toy-mlp1024"):
+        arch = dict(config["models"][name]["arch"])
+        widths.add(arch.pop("n_inner"))
+        assert arch == toy_step.TOY, name
+    assert set(toy_step.argument_parser().parse_args([]).n_inner) <= widths
+    assert toy_step.VOCAB == config["pretrain"]["tokenizer_vocab_size"]
+    train = config["pretrain"]["train"]
+    args = toy_step.argument_parser().parse_args([])
+    assert (args.batch, args.tokens) == (train["micro_batch_size"], train["block_size"])
