@@ -383,7 +383,7 @@ def _check_evaluation(config: dict[str, Any]) -> list[str]:
             problems.append(
                 f"config.evaluation.reference: unknown method '{section['reference']}' (known: {', '.join(methods)})"
             )
-    for task in section["counted_tasks"] or []:
+    for task in section["counted_tasks"] if isinstance(section["counted_tasks"], list) else []:
         if task not in section["tasks"]:
             problems.append(f"config.evaluation.counted_tasks: '{task}' is not scored; "
                             "name tasks of config.evaluation.tasks "

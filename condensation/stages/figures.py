@@ -247,6 +247,8 @@ def findings(
     def study_name(path: str | Path) -> str:
         return f"{Path(path).parts[-3]}, {Path(path).parent.name}"
 
+    tables = {Path(path).stem: pd.read_csv(path) for path in score_tables}
+    counted = page.counted_tasks(design["tasks"], design["counted_tasks"], tables)
     evidence = claims.Evidence(
         trends=read_all(trend_profiles),
         pairs={name: (design["pair_labels"][name], table) for name, table in read_all(pair_profiles).items()},
@@ -254,14 +256,13 @@ def findings(
         effects={study_name(path): pd.read_csv(path) for path in effects}
         | {name: pd.read_csv(path) for name, path in zip(design["pooled"], pooled_effects, strict=True)},
         trajectories={study_name(path): pd.read_csv(path) for path in trajectories},
-        scores={Path(path).stem: pd.read_csv(path) for path in score_tables},
+        scores=tables,
         similarity=pd.concat([pd.read_csv(path) for path in similarity]) if similarity else None,
         similarity_kinds=dict(design["similarity_kinds"]),
-        run_scores=read_run_scores(run_scores, page.counted_tasks(design["tasks"], design["counted_tasks"])["counted"]),
+        run_scores=read_run_scores(run_scores, counted["counted"]),
         losses={study_name(path): pd.read_csv(path) for path in losses},
     )
     chosen = claims.Design.from_params(design)
     under_lenses = claims.claims_under_lenses(evidence, chosen)
     page.write_findings(claims.with_outlier_robustness(claims.all_claims(evidence, chosen), under_lenses),
-                        markdown_path, json_path, summary_path, under_lenses,
-                        page.counted_tasks(design["tasks"], design["counted_tasks"]))
+                        markdown_path, json_path, summary_path, under_lenses, counted)

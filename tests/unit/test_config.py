@@ -453,3 +453,11 @@ def test_pretraining_text_counts_as_training_text():
     config["evaluation"].pop("reference")
     with pytest.raises(ConfigError, match=r"which training reads \(config\.pretrain\.dataset\)"):
         validate_config(config)
+
+
+def test_counted_tasks_take_a_list_or_the_above_chance_rule():
+    assert validate_config(MINIMAL)["evaluation"]["counted_tasks"] is None
+    ruled = validate_config(with_changes(evaluation={"counted_tasks": "above_chance"}))
+    assert ruled["evaluation"]["counted_tasks"] == "above_chance"
+    with pytest.raises(ConfigError, match=r"config\.evaluation\.counted_tasks: 'above_half' is not valid"):
+        validate_config(with_changes(evaluation={"counted_tasks": "above_half"}))

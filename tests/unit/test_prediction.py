@@ -179,3 +179,22 @@ def test_score_records_join_their_trajectory_and_the_claim_reads_both_statistics
     flipped = {name: frame.assign(score=-frame["score"]) for name, frame in run_scores.items()}
     pieces, _ = prediction_pieces(trajectories, flipped, "last_half", "deep cos")
     assert decide(pieces).verdict == DISAGREES
+
+
+def test_under_the_above_chance_rule_each_study_reads_the_tasks_its_table_counted(tmp_path):
+    """counted_tasks: above_chance: the page reads each score table's counted tasks (its
+    counted_tasks column) and the prediction claim scores each study's runs on its table's."""
+    from condensation.reporting.findings import page
+
+    paths = [write_record(tmp_path, "midtrain", "toy", "ce", 0, 49, {"a": 0.6, "b": 0.2}),
+             write_record(tmp_path, "scratch", "toy", "ce", 0, 99, {"a": 0.3, "b": 0.5})]
+    tables = {"table2": pd.DataFrame({"method": ["ce"], "counted_tasks": ["a"]}),
+              "table4": pd.DataFrame({"method": ["ce"], "counted_tasks": ["a;b"]})}
+    counted = page.counted_tasks(["a", "b"], "above_chance", tables)
+    assert counted["counted"] == {"midtrain": ["a"], "scratch": ["a", "b"]}
+    assert "table2 (midtrain): a; table4 (scratch): a, b" in counted["sentence"]
+    run_scores = read_run_scores(paths, counted["counted"])
+    assert run_scores["midtrain, toy"]["score"].iloc[0] == pytest.approx(60.0)
+    assert run_scores["scratch, toy"]["score"].iloc[0] == pytest.approx(40.0)
+    assert page.table_counted({}, "table4", ["a", "b"]) == ["a", "b"]  # no table: every task
+    assert page.counted_tasks(["a", "b"], None)["counted"] == ["a", "b"]

@@ -566,6 +566,54 @@ def test_task_at_chance_is_flagged_and_the_counted_tasks_come_from_the_config(tm
         T.counted_tasks(TASKS, ["cloze"])
 
 
+def test_the_above_chance_rule_counts_the_tasks_the_runs_pooled_answer(tmp_path):
+    """counted_tasks: above_chance drops next_sentence (every row at its chance) and keeps the
+    cloze (every row about 25 points above): the same table as listing the cloze, with the rule
+    and what it left out in the caption and the counted tasks in the CSV."""
+    out = tmp_path / "out"
+    paths = write_records(tmp_path / "scores", chance_world())
+    table2.write_table2(
+        score_paths=paths, tasks=TASKS, methods=["ce", "dispersion"], reference="dispersion", metric="acc", labels={},
+        stem=out / "rule", metrics_path=out / "rule.json", plot_path=out / "rule-plot.csv", counted="above_chance",
+    )
+    tidy = pd.read_csv(out / "rule.csv").set_index("method")
+    assert tidy.loc["dispersion", "diff_vs_ce"] == pytest.approx(3.0)  # the cloze alone, as listed above
+    assert tidy.loc["ce", "average_mean"] == pytest.approx(51.0)
+    assert set(tidy["counted_tasks"]) == {"persuasion_cloze"}
+    caption = (out / "rule.md").read_text().split("\n\n")[0]
+    assert "read the tasks counted (persuasion_cloze; the rule below)" in caption
+    assert "Counted by evaluation.counted_tasks: above_chance" in caption
+    assert "not counted: next_sentence (pooled 37.6 % against 37.5 %, p = " in caption
+    # listed tasks stay as they were; an unknown rule is refused by name
+    assert T.resolve_counted(TASKS, ["persuasion_cloze"], pd.DataFrame()) == (["persuasion_cloze"], "")
+    with pytest.raises(ValueError, match="the one rule is 'above_chance'"):
+        T.resolve_counted(TASKS, "at_least_half", pd.DataFrame())
+    with pytest.raises(ValueError, match="a rule, to be made a list"):
+        T.counted_tasks(TASKS, "above_chance")
+
+
+def test_the_above_chance_rule_reads_no_method_s_label_and_keeps_every_task_when_none_passes():
+    rng = np.random.default_rng(0)
+    rows = []
+    for method, seeds in (("ce", (0, 1, 2)), ("dispersion", (0, 1, 2))):
+        for seed in seeds:
+            for doc_id in range(200):
+                for task, accuracy in (("learned", 0.6), ("guessed", 0.25)):
+                    rows.append({"model": MODEL, "method": method, "seed": seed, "checkpoint": "final", "task": task,
+                                 "subtask": task, "doc_id": doc_id, "score": float(rng.random() < accuracy),
+                                 "n_choices": 4.0})
+    items = pd.DataFrame(rows)
+    tests = C.pooled_chance_tests(items, ["learned", "guessed"]).set_index("task")
+    assert tests.loc["learned", "counted"] and tests.loc["learned", "p"] < 1e-6
+    assert not tests.loc["guessed", "counted"] and tests.loc["guessed", "chance"] == pytest.approx(25.0)
+    assert tests.loc["guessed", "n_items"] == 200
+    swapped = items.assign(method=items["method"].map({"ce": "dispersion", "dispersion": "ce"}))
+    pd.testing.assert_frame_equal(C.pooled_chance_tests(swapped, ["learned", "guessed"]).set_index("task"), tests)
+    assert C.tasks_above_chance(items, ["learned", "guessed"])[0] == ["learned"]
+    kept, sentence = C.tasks_above_chance(items, ["guessed"])
+    assert kept == ["guessed"] and sentence.startswith("No task is answered above chance")
+
+
 # ---------------------------------------------------------------------------------------------
 # Table 3
 # ---------------------------------------------------------------------------------------------

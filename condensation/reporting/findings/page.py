@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from condensation.intervals import CONFIDENCE
 from condensation.lenses import LENSES
@@ -21,7 +21,12 @@ from condensation.reporting.statistics.decisions import (
     Reading,
     Verdict,
 )
+from condensation.reporting.tables.comparisons import ABOVE_CHANCE
+from condensation.reporting.tables.score_tables import COUNTED_COLUMN, COUNTED_SEPARATOR
 from condensation.runtime.io import write_json, write_text
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 INTRODUCTION = f"""\
 # What this run finds, claim by claim
@@ -201,9 +206,25 @@ def summary_json(verdicts: Sequence[Verdict]) -> dict[str, Any]:
     return summary
 
 
-def counted_tasks(tasks: Sequence[str], counted: Sequence[str] | None) -> dict[str, Any]:
+STUDY_TABLES = {"midtrain": "table2", "scratch": "table4"}
+"""The score table each study's runs are compared in (the findings read both)."""
+
+
+def counted_tasks(tasks: Sequence[str], counted: Sequence[str] | str | None,
+                  tables: Mapping[str, pd.DataFrame] | None = None) -> dict[str, Any]:
     """Which scored tasks the averages and tests read (``evaluation.counted_tasks``, else every
-    task), with the page's sentence saying so."""
+    task), with the page's sentence saying so. Under the rule ``above_chance`` each score table
+    chose its own (its ``counted_tasks`` column): ``counted`` is then ``{study: tasks}`` by
+    :data:`STUDY_TABLES`."""
+    if counted == ABOVE_CHANCE:
+        chosen = {study: table_counted(tables or {}, name, tasks) for study, name in STUDY_TABLES.items()
+                  if name in (tables or {})}
+        listed = "; ".join(f"{STUDY_TABLES[study]} ({study}): {', '.join(found)}" for study, found in chosen.items())
+        sentence = (f"Averages and tests read, in each score table, the tasks its runs answer above chance pooled "
+                    f"over every run (evaluation.counted_tasks: {ABOVE_CHANCE}, a rule that reads no method's label, "
+                    f"so it cannot favour one): {listed or 'no score table'}. Each table's caption names the tasks "
+                    "left out.")
+        return {"counted": chosen, "sentence": sentence}
     chosen = list(counted) if counted else list(tasks)
     left_out = [task for task in tasks if task not in chosen]
     sentence = ""
@@ -212,6 +233,14 @@ def counted_tasks(tasks: Sequence[str], counted: Sequence[str] | None) -> dict[s
         sentence = (f"Averages and tests read {which}, as evaluation.counted_tasks fixes them before any compared "
                     "row is seen" + (f"; {', '.join(left_out)} shown but not counted." if left_out else "."))
     return {"counted": chosen, "sentence": sentence}
+
+
+def table_counted(tables: Mapping[str, pd.DataFrame], name: str, tasks: Sequence[str]) -> list[str]:
+    """The tasks score table ``name`` counted (its ``counted_tasks`` column), else every task."""
+    table = tables.get(name)
+    if table is None or COUNTED_COLUMN not in table or table.empty:
+        return list(tasks)
+    return str(table[COUNTED_COLUMN].iloc[0]).split(COUNTED_SEPARATOR)
 
 
 def write_findings(verdicts: Sequence[Verdict], markdown_path: str | os.PathLike, json_path: str | os.PathLike,

@@ -57,20 +57,23 @@ MATCHED_SETTINGS = ("lr", "weight_decay", "micro_batch_size", "grad_accum_steps"
 """The training settings the page names as matched (or not) between a study's arms."""
 
 
-def read_run_scores(paths: Sequence[str | Path], counted: Sequence[str]) -> dict[str, pd.DataFrame]:
+def read_run_scores(paths: Sequence[str | Path],
+                    counted: Sequence[str] | Mapping[str, Sequence[str]]) -> dict[str, pd.DataFrame]:
     """Each study model's runs from their score records
     (``results/scores/{study}/{model}/{method}/seed{seed}/selected.json``): ``{"study, model":
     frame of method, seed, step, score}``, the score the mean accuracy over the ``counted`` tasks
-    in points (every task of the record when ``counted`` is empty)."""
+    in points (every task of the record when ``counted`` is empty; ``{study: tasks}`` where each
+    study's table chose its own, ``page.counted_tasks``)."""
     rows: dict[str, list[dict]] = {}
     for path in map(Path, paths):
         record = json.loads(path.read_text())
-        tasks = [task for task in (counted or record["scores"]) if task in record["scores"]]
+        study, model = path.parts[-5], path.parts[-4]
+        chosen = counted.get(study, ()) if isinstance(counted, Mapping) else counted
+        tasks = [task for task in (chosen or record["scores"]) if task in record["scores"]]
         if not tasks:
             continue
         metric = record.get("metric", "acc")
         score = 100.0 * float(np.mean([record["scores"][task][metric] for task in tasks]))
-        study, model = path.parts[-5], path.parts[-4]
         rows.setdefault(f"{study}, {model}", []).append(
             {"method": record["method"], "seed": int(record["seed"]), "step": int(record["step"]), "score": score})
     return {name: pd.DataFrame(found) for name, found in rows.items()}

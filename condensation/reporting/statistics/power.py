@@ -14,7 +14,7 @@ The noise levels (:data:`DEFAULT_NOISE`) were read off the default pipeline's ow
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -34,6 +34,7 @@ from condensation.reporting.statistics.panel import (
     panel_from_units,
     slope,
 )
+from condensation.reporting.tables.comparisons import ABOVE_CHANCE, tasks_above_chance
 from condensation.reporting.tables.condensation_effects import pool_bases
 from condensation.reporting.tables.profiles import Profiles
 
@@ -187,18 +188,24 @@ def simulate_gap_share(share: float, seeds: int, *, margin: float = 0.25, gap: f
 
 
 def simulate_scores(effect_points: float, seeds: int, *, noise: ScoreNoise = ScoreNoise(), draws: int = 1000,
-                    seed: int = 0, pieces: int = 1) -> Rates:
+                    seed: int = 0, pieces: int = 1, unlearned: Sequence[int] = (), counted: str | None = None,
+                    choices: int = 4) -> Rates:
     """A method against CE on the same model, both run with the same seeds, scored on the same
     items of several tasks (every task weighing equally); the method answers ``effect_points``
     more of every task's items right (items it got wrong turned right at random). ``pieces``: how
-    many such comparisons the claim holds (Holm)."""
+    many such comparisons the claim holds (Holm). ``unlearned``: the tasks (indices into
+    ``noise.base_accuracy``) no run learns, which the method cannot move either (give them the
+    chance accuracy, 1 / ``choices``). ``counted="above_chance"``: each draw counts only the tasks
+    its runs, pooled, answer above chance, by the tables' own rule
+    (:func:`~condensation.reporting.tables.comparisons.tasks_above_chance`)."""
     rng = np.random.default_rng(seed)
     tasks, n = len(noise.base_accuracy), noise.items_per_task
     strata = np.repeat(np.arange(tasks), n)
-    weights = np.full(tasks * n, 1.0 / (tasks * n))
     spread = np.sqrt(1.0 + noise.interaction_sd**2)
     centre = np.repeat(norm.ppf(np.asarray(noise.base_accuracy)) * spread, n)
-    flip = np.repeat(effect_points / 100.0 / (1.0 - np.asarray(noise.base_accuracy)), n)
+    learned = np.array([task not in set(unlearned) for task in range(tasks)])
+    flip = np.repeat(learned * effect_points / 100.0 / (1.0 - np.asarray(noise.base_accuracy)), n)
+    names = [f"task{task}" for task in range(tasks)]
     calls = []
     for _ in range(draws):
         found = []
@@ -206,7 +213,7 @@ def simulate_scores(effect_points: float, seeds: int, *, noise: ScoreNoise = Sco
             ease = centre + rng.normal(0, 1.0, tasks * n)
             runs, per_unit = [], []
             shared = rng.normal(0, noise.run_sd, seeds)
-            moved = rng.normal(0, noise.method_item_sd, tasks * n)
+            moved = rng.normal(0, noise.method_item_sd, tasks * n) * np.repeat(learned, n)
             for arm, lift in (("ce", 0.0), ("method", 1.0)):
                 for s in range(seeds):
                     own = rng.normal(0, noise.run_sd) + rng.normal(0, noise.interaction_sd, tasks * n)
@@ -215,7 +222,18 @@ def simulate_scores(effect_points: float, seeds: int, *, noise: ScoreNoise = Sco
                     right |= (rng.random(tasks * n) < lift * flip) & ~right
                     per_unit.append(100.0 * right)
                     runs.append(Run(arm, s, 0.0))
-            panel = panel_from_units(runs, per_unit, units="test items", strata=strata, weights=weights)
+            keep = np.ones(tasks * n, dtype=bool)
+            if counted == ABOVE_CHANCE:
+                items = pd.DataFrame({
+                    "method": np.repeat([run.arm for run in runs], tasks * n),
+                    "task": np.tile(np.repeat(names, n), len(runs)),
+                    "subtask": "", "doc_id": np.tile(np.arange(tasks * n), len(runs)),
+                    "score": np.concatenate(per_unit) / 100.0, "n_choices": float(choices)})
+                kept, _ = tasks_above_chance(items, names)
+                keep = np.isin(strata, [names.index(task) for task in kept])
+            weights = np.full(int(keep.sum()), 1.0 / keep.sum())  # every counted task weighs equally
+            panel = panel_from_units(runs, [unit[keep] for unit in per_unit], units="test items",
+                                     strata=strata[keep], weights=weights)
             found.append(EvidencePiece("sim", "", difference(panel, "method", "ce"), direction=+1))
         calls.append(decide(found, ANY).verdict)
     return _rates(calls)
@@ -315,6 +333,12 @@ def design_table(draws: int = 1500) -> list[tuple[str, Rates, str]]:
     rows.append(("dispersion - CE, scores, 3 seeds, 3 tasks x 300 items", simulate_scores(0.0, 3, draws=draws // 3),
                  f"{simulate_scores(3.0, 3, draws=draws // 5).agrees:.0%} at +3 points, "
                  f"{simulate_scores(4.0, 3, draws=draws // 5).agrees:.0%} at +4"))
+    at_chance = replace(ScoreNoise(), base_accuracy=(0.25, 0.65, 0.39))  # a first task no run learns
+    for counted, how in ((None, "every task counted"), (ABOVE_CHANCE, "counted_tasks: above_chance")):
+        def scores(effect: float, share: int, counted: str | None = counted) -> Rates:
+            return simulate_scores(effect, 3, noise=at_chance, unlearned=(0,), counted=counted, draws=draws // share)
+        rows.append((f"dispersion - CE, scores, 3 seeds, one of the 3 tasks at chance, {how}", scores(0.0, 3),
+                     f"{scores(3.0, 5).agrees:.0%} at +3 points on the learned two, {scores(4.0, 5).agrees:.0%} at +4"))
     return rows
 
 

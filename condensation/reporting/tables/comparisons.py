@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from condensation.evaluation.scores import ITEM_COLUMNS, ITEM_KEY, require_columns
 from condensation.intervals import ITEM_RESAMPLES
@@ -52,6 +53,11 @@ COMPARISON_FIELDS = (
     "items_ci_low", "items_ci_high", "items_p", "n_items", "mcnemar_p",
 )
 CHANCE_COLUMNS = ("task", "chance", "max_distance", "at_chance")
+
+ABOVE_CHANCE = "above_chance"
+"""``evaluation.counted_tasks``'s rule (:func:`tasks_above_chance`): count the tasks every run of a
+table, pooled, answers above chance."""
+POOLED_COLUMNS = ("task", "pooled", "chance", "p", "n_items", "counted")
 
 
 def comparison_columns(targets: Sequence[str]) -> list[str]:
@@ -263,3 +269,56 @@ def task_headers(tasks: Sequence[str], chance: pd.DataFrame) -> Mapping[str, str
     """Column header per task: its name, with " (at chance)" when flagged."""
     flagged = set(chance.loc[chance["at_chance"], "task"])
     return {task: f"{task} (at chance)" if task in flagged else task for task in tasks}
+
+
+def pooled_chance_tests(items: pd.DataFrame, tasks: Sequence[str], alpha: float = ALPHA) -> pd.DataFrame:
+    """Per task, whether the runs of ``items`` answer it above chance, pooled: per test item its
+    score averaged over every run (every model, method and seed), less the item's chance
+    (1 / its choices); then a one-sided t over the items (``p``). ``pooled`` and ``chance`` in
+    percent; ``counted`` is ``p <= alpha``. A task without choices (not multiple choice) has no
+    chance level and is counted.
+
+    The rule reads no method's label: giving two methods' runs each other's names changes nothing
+    here. So where the compared methods do not differ, which tasks it keeps is unrelated to the
+    difference their comparison tests (independent filtering: Bourgon, Gentleman and Huber, PNAS
+    2010), and the comparisons keep their false-call rate; only tasks no run learned are dropped
+    (calibration and power simulated: ``statistics.power.simulate_scores``, docs/statistics.md).
+    """
+    records = []
+    for task in tasks:
+        part = items.loc[items["task"] == task]
+        per_item = part.groupby(list(ITEM_KEY), dropna=False).agg(
+            score=("score", "mean"), n_choices=("n_choices", "first"))
+        pooled = float(100 * per_item["score"].mean()) if len(per_item) else math.nan
+        if per_item.empty or per_item["n_choices"].isna().any():
+            records.append({"task": task, "pooled": pooled, "chance": math.nan, "p": math.nan,
+                            "n_items": len(per_item), "counted": True})
+            continue
+        excess = per_item["score"] - 1.0 / per_item["n_choices"]
+        n = len(excess)
+        spread = float(excess.std(ddof=1)) if n > 1 else math.nan
+        if n < 2 or not spread > 0:  # every item alike: above chance exactly when the excess is
+            p = 0.0 if float(excess.mean()) > 0 else 1.0
+        else:
+            p = float(stats.t.sf(float(excess.mean()) / (spread / math.sqrt(n)), n - 1))
+        records.append({"task": task, "pooled": pooled,
+                        "chance": float(100 * (1.0 / per_item["n_choices"]).mean()), "p": p, "n_items": n,
+                        "counted": p <= alpha})
+    return pd.DataFrame(records, columns=list(POOLED_COLUMNS))
+
+
+def tasks_above_chance(items: pd.DataFrame, tasks: Sequence[str], alpha: float = ALPHA) -> tuple[list[str], str]:
+    """The tasks :func:`pooled_chance_tests` counts, in the order of ``tasks`` (every task when none
+    is: then nothing separates them, and the table says so), and the sentence a caption gives."""
+    tests = pooled_chance_tests(items, tasks, alpha)
+    kept = [row.task for row in tests.itertuples(index=False) if row.counted]
+    dropped = [row for row in tests.itertuples(index=False) if not row.counted]
+    rule = (f"evaluation.counted_tasks: {ABOVE_CHANCE}, the tasks the table's runs answer above chance pooled over "
+            f"every run (a one-sided t over the items at {100 * alpha:g} %; it reads no method's label)")
+    if not kept:
+        return list(tasks), f"No task is answered above chance ({rule}): every task is counted."
+    if not dropped:
+        return kept, f"Every task is answered above chance ({rule})."
+    left = "; ".join(f"{row.task} (pooled {row.pooled:.1f} % against {row.chance:.1f} %, p = {row.p:.2g})"
+                     for row in dropped)
+    return kept, f"Counted by {rule}: {', '.join(kept)}; not counted: {left}."

@@ -36,11 +36,13 @@ from condensation.evaluation.scores import (
 )
 from condensation.intervals import ITEM_RESAMPLES
 from condensation.reporting.tables.comparisons import (
+    ABOVE_CHANCE,
     chance_flags,
     comparison_columns,
     comparison_record,
     holm_column,
     task_headers,
+    tasks_above_chance,
 )
 from condensation.reporting.tables.table_files import (
     MISSING,
@@ -197,14 +199,36 @@ def rank_descending(means: np.ndarray) -> np.ndarray:
 
 def counted_tasks(tasks: Sequence[str], counted: Sequence[str] | None) -> list[str]:
     """The tasks that count in averages, ranks and tests: ``counted`` as the config fixes it
-    (``evaluation.counted_tasks``, chosen before any compared row is seen), default every task;
-    each must be one of ``tasks``."""
+    (``evaluation.counted_tasks``, chosen before any compared row is seen, or as
+    :func:`resolve_counted` made its rule a list), default every task; each must be one of ``tasks``."""
     if counted is None:
         return list(tasks)
+    if isinstance(counted, str):
+        raise ValueError(f"counted tasks {counted!r}: a rule, to be made a list from a table's items first "
+                         "(resolve_counted)")
     unknown = [task for task in counted if task not in tasks]
     if unknown or not counted:
         raise ValueError(f"counted tasks {list(counted)}: each must be one of the scored tasks {list(tasks)}")
     return [task for task in tasks if task in counted]
+
+
+COUNTED_COLUMN = "counted_tasks"
+"""The tidy CSV's column naming the tasks its averages and tests read (the same on every row;
+joined by :data:`COUNTED_SEPARATOR`): what the findings page reads back."""
+COUNTED_SEPARATOR = ";"
+
+
+def resolve_counted(tasks: Sequence[str], counted: Sequence[str] | str | None,
+                    items: pd.DataFrame) -> tuple[list[str] | None, str]:
+    """``evaluation.counted_tasks`` for one table: its rule (``above_chance``) applied to the
+    table's per-item results (:func:`condensation.reporting.tables.comparisons.tasks_above_chance`),
+    with the sentence the caption gives; a list, or None (every task), as the config has it, with
+    no sentence."""
+    if counted == ABOVE_CHANCE:
+        return tasks_above_chance(items, check_tasks(tasks))
+    if isinstance(counted, str):
+        raise ValueError(f"counted tasks {counted!r}: the one rule is {ABOVE_CHANCE!r}; else list the tasks")
+    return (None if counted is None else list(counted)), ""
 
 
 def compared_blocks(
@@ -302,12 +326,18 @@ def format_score_table(
 
 
 def comparison_caption(targets: Sequence[str], n_resamples: int = ITEM_RESAMPLES, seeds_vary: str = "",
-                       counted: Sequence[str] | None = None) -> str:
+                       counted: Sequence[str] | None = None, counted_by: str = "") -> str:
     """What the "Δ vs" columns test, what their interval covers, the multiple-comparison
-    adjustment, the tasks they read and (``seeds_vary``) what a seed changes between runs."""
+    adjustment, the tasks they read (``counted_by``: the rule's sentence, :func:`resolve_counted`)
+    and (``seeds_vary``) what a seed changes between runs."""
     names = " and ".join(targets)
     varies = f" A seed varies {seeds_vary}." if seeds_vary else ""
-    tasks = f"the tasks counted ({', '.join(counted)}, fixed in the config before any run)" if counted else "every task"
+    if counted_by:
+        tasks = f"the tasks counted ({', '.join(counted or [])}; the rule below)"
+        varies += f" {counted_by}"
+    else:
+        tasks = (f"the tasks counted ({', '.join(counted)}, fixed in the config before any run)" if counted
+                 else "every task")
     return (
         f"Δ vs {names}: the row's average minus that method's, in points, with a 95 % interval and a "
         "two-sided p over seeds and test items: a paired t over the per-seed differences (k - 1 degrees of "

@@ -18,14 +18,18 @@ from condensation.reporting.tables.comparisons import (
 )
 from condensation.reporting.tables.score_tables import (
     CHECKPOINT_RULE,
+    COUNTED_COLUMN,
+    COUNTED_SEPARATOR,
     check_methods,
     check_tasks,
     compared_blocks,
     comparison_caption,
     comparison_targets,
+    counted_tasks,
     format_score_table,
     load_selected,
     model_rows,
+    resolve_counted,
     score_columns,
     score_metrics,
 )
@@ -85,16 +89,16 @@ def table2_columns(tasks: Sequence[str], targets: Sequence[str]) -> list[str]:
 
 def table2_caption(
     targets: Sequence[str] = ("ce", "dispersion"), metric: str = "acc", chance: pd.DataFrame | None = None,
-    n_resamples: int = ITEM_RESAMPLES, counted: Sequence[str] | None = None,
+    n_resamples: int = ITEM_RESAMPLES, counted: Sequence[str] | None = None, counted_by: str = "",
 ) -> str:
     """The caption every Table 2 carries: the statistic, the test and its items, the checkpoint
     rule, and the tasks at chance. ``targets`` are the compared methods as the reader should see
-    them (their labels)."""
+    them (their labels); ``counted_by`` the counting rule's sentence (``resolve_counted``)."""
     note = "" if chance is None else at_chance_note(chance)
     return (
         f"Downstream {metric} (%) as mean ± sample std over seeds; best per model in bold. Average: mean "
         "over tasks; Avg. rank: mean of the per-task ranks within a model (1 = best). "
-        f"{comparison_caption(targets, n_resamples, SEEDS_VARY, counted)} {CHECKPOINT_RULE}{note}"
+        f"{comparison_caption(targets, n_resamples, SEEDS_VARY, counted, counted_by)} {CHECKPOINT_RULE}{note}"
     )
 
 
@@ -102,7 +106,7 @@ def write_table2(
     *, score_paths: Sequence[str | os.PathLike], tasks: Sequence[str], methods: Sequence[str], reference: str,
     metric: str, labels: Mapping[str, str], stem: str | os.PathLike, metrics_path: str | os.PathLike,
     plot_path: str | os.PathLike, baseline: str = "ce", n_resamples: int = ITEM_RESAMPLES, seed: int = 0,
-    counted: Sequence[str] | None = None, loss_paths: Sequence[str | os.PathLike] = (),
+    counted: Sequence[str] | str | None = None, loss_paths: Sequence[str | os.PathLike] = (),
 ) -> pd.DataFrame:
     """Table 2 (every method on every model, against ``baseline`` and ``reference``) from score
     files and the per-item results beside them: the table files of :func:`write_table` at
@@ -110,12 +114,14 @@ def write_table2(
     each row's average as a DVC plot table. With ``loss_paths`` (``results/midtrain/<model>/losses.csv``)
     the tokens to CE's loss (:mod:`condensation.reporting.tables.tokens_to_target`). Returns the tidy table."""
     scores, items = load_selected(score_paths, metric)
+    counted, counted_by = resolve_counted(tasks, counted, items)
     losses = read_losses(loss_paths) if loss_paths else None
     table = table2(scores, tasks, methods, reference=reference, labels=labels, items=items, baseline=baseline,
                    n_resamples=n_resamples, seed=seed, counted=counted, losses=losses)
+    table[COUNTED_COLUMN] = COUNTED_SEPARATOR.join(counted_tasks(tasks, counted))
     targets = comparison_targets(methods, baseline, reference)
     chance = task_chance(table, items, tasks)
-    caption = table2_caption([labels.get(t, t) for t in targets], metric, chance, n_resamples, counted)
+    caption = table2_caption([labels.get(t, t) for t in targets], metric, chance, n_resamples, counted, counted_by)
     display = format_score_table(table, tasks, targets, chance)
     if losses is not None:
         label = labels.get(baseline, baseline)

@@ -28,15 +28,19 @@ from condensation.reporting.tables.comparisons import (
 )
 from condensation.reporting.tables.score_tables import (
     CHECKPOINT_RULE,
+    COUNTED_COLUMN,
+    COUNTED_SEPARATOR,
     Row,
     check_methods,
     check_tasks,
     compared_blocks,
     comparison_caption,
     comparison_targets,
+    counted_tasks,
     format_score_table,
     load_selected,
     model_rows,
+    resolve_counted,
     sample_std,
     score_columns,
 )
@@ -138,14 +142,16 @@ def format_table4(
 
 def table4_caption(
     targets: Sequence[str] = ("ce",), metric: str = "acc", chance: pd.DataFrame | None = None,
-    n_resamples: int = ITEM_RESAMPLES, counted: Sequence[str] | None = None,
+    n_resamples: int = ITEM_RESAMPLES, counted: Sequence[str] | None = None, counted_by: str = "",
 ) -> str:
-    """Table 4's caption: scores, the item-level test, the condensation columns and the rules."""
+    """Table 4's caption: scores, the item-level test, the condensation columns and the rules
+    (``counted_by``: the counting rule's sentence, ``resolve_counted``)."""
     note = "" if chance is None else at_chance_note(chance)
     return (
         f"Models pre-trained from scratch with each loss: downstream {metric} (%) as mean ± sample std over "
         "seeds; best per model in bold. Average: mean over tasks. "
-        f"{comparison_caption(targets, n_resamples, SEEDS_VARY, counted)} Condensation of the checkpoint each run's "
+        f"{comparison_caption(targets, n_resamples, SEEDS_VARY, counted, counted_by)} Condensation of the checkpoint "
+        "each run's "
         "scores come from, on text no run trained on, mean ± sample std over seeds: "
         "Deep cos is the mean pairwise cosine similarity of tokens in the deeper half "
         "of the layers (higher: more condensed); Spearman ρ and Kendall τ correlate the layers' mean cosine "
@@ -156,8 +162,8 @@ def table4_caption(
 def write_table4(
     *, score_paths: Sequence[str | os.PathLike], tasks: Sequence[str], methods: Sequence[str], metric: str,
     labels: Mapping[str, str], condensation: Mapping[str, str | os.PathLike], stem: str | os.PathLike,
-    baseline: str = "ce", n_resamples: int = ITEM_RESAMPLES, seed: int = 0, counted: Sequence[str] | None = None,
-    loss_paths: Sequence[str | os.PathLike] = (),
+    baseline: str = "ce", n_resamples: int = ITEM_RESAMPLES, seed: int = 0,
+    counted: Sequence[str] | str | None = None, loss_paths: Sequence[str | os.PathLike] = (),
 ) -> pd.DataFrame:
     """Table 4 from score files, the per-item results beside them and one trajectory CSV per
     model (``condensation``: model -> path): the table files of
@@ -165,13 +171,15 @@ def write_table4(
     (``results/scratch/<model>/losses.csv``) the tokens to CE's loss
     (:mod:`condensation.reporting.tables.tokens_to_target`). Returns the tidy table."""
     scores, items = load_selected(score_paths, metric)
+    counted, counted_by = resolve_counted(tasks, counted, items)
     trajectories = {model: pd.read_csv(path) for model, path in condensation.items()}
     losses = read_losses(loss_paths) if loss_paths else None
     table = table4(scores, tasks, methods, items=items, trajectories=trajectories, baseline=baseline,
                    labels=labels, n_resamples=n_resamples, seed=seed, counted=counted, losses=losses)
+    table[COUNTED_COLUMN] = COUNTED_SEPARATOR.join(counted_tasks(tasks, counted))
     targets = comparison_targets(methods, baseline)
     chance = task_chance(table, items, tasks)
-    caption = table4_caption([labels.get(t, t) for t in targets], metric, chance, n_resamples, counted)
+    caption = table4_caption([labels.get(t, t) for t in targets], metric, chance, n_resamples, counted, counted_by)
     display = format_table4(table, tasks, targets, chance)
     if losses is not None:
         label = labels.get(baseline, baseline)
