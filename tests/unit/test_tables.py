@@ -508,6 +508,9 @@ def test_task_chance_of_the_world(tidy, items):
     # cloze: 4 choices everywhere -> 25 %; next_sentence: 2 and 4 choices alternate -> 37.5 %.
     assert chance.loc["persuasion_cloze", "chance"] == pytest.approx(25.0)
     assert chance.loc["next_sentence", "chance"] == pytest.approx(37.5)
+    # the above_chance rule's test measures against the same chance level
+    pooled = C.pooled_chance_tests(items, TASKS).set_index("task")
+    pd.testing.assert_series_equal(pooled["chance"], chance["chance"])
     # Furthest rows: dispersion/ortho at 52 on cloze (27 points), pretrained at 25 on next (12.5).
     assert chance.loc["persuasion_cloze", "max_distance"] == pytest.approx(27.0)
     assert chance.loc["next_sentence", "max_distance"] == pytest.approx(12.5)

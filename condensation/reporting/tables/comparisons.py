@@ -221,6 +221,12 @@ def comparison_record(
 # --------------------------------------------------------------------------------------------
 
 
+def chance_level(n_choices: pd.Series) -> float:
+    """What guessing scores, in percent, on items with these numbers of answer choices: the mean
+    of 1 / choices (NaN for no items)."""
+    return float(100 * (1.0 / n_choices).mean()) if len(n_choices) else math.nan
+
+
 def task_chance(
     table: pd.DataFrame, items: pd.DataFrame, tasks: Sequence[str], margin: float = CHANCE_MARGIN
 ) -> pd.DataFrame:
@@ -236,7 +242,7 @@ def task_chance(
     records = []
     for task in tasks:
         distinct = items.loc[items["task"] == task].drop_duplicates(list(ITEM_KEY))
-        chance = float((100.0 / distinct["n_choices"]).mean()) if len(distinct) else math.nan
+        chance = chance_level(distinct["n_choices"])
         distance = float((table[f"{task}_mean"] - chance).abs().max())
         records.append({"task": task, "chance": chance, "max_distance": distance,
                         "at_chance": bool(not math.isnan(chance) and distance <= margin)})
@@ -302,7 +308,7 @@ def pooled_chance_tests(items: pd.DataFrame, tasks: Sequence[str], alpha: float 
         else:
             p = float(stats.t.sf(float(excess.mean()) / (spread / math.sqrt(n)), n - 1))
         records.append({"task": task, "pooled": pooled,
-                        "chance": float(100 * (1.0 / per_item["n_choices"]).mean()), "p": p, "n_items": n,
+                        "chance": chance_level(per_item["n_choices"]), "p": p, "n_items": n,
                         "counted": p <= alpha})
     return pd.DataFrame(records, columns=list(POOLED_COLUMNS))
 
