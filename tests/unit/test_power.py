@@ -141,3 +141,13 @@ def test_the_power_tool_reads_and_simulates_each_widths_own_seed_spread():
     assert calibrated(power.simulate_slope(0.0, positions, (5, 5, 2), seed_sds=(0.02, 0.02, 0.06), draws=NULL_DRAWS))
     with pytest.raises(ValueError, match="one spread per arm"):
         power.simulate_slope(0.0, positions, seeds, seed_sds=(0.06, 0.02), draws=1)
+
+
+def test_the_design_table_holds_a_row_for_each_rule_at_each_score_design():
+    """tools/power_design.py's table (docs/statistics.md): every task counted and above_chance, at a
+    task truly at chance and at Table 4's barely learned one; a row is a description, its rates."""
+    rows = {what: (null, found) for what, null, found in power.design_table(draws=15)}
+    for design in ("one of the 3 tasks at chance", "one at chance, the learned two at 42 % and 28 % (Table 4's toys)"):
+        for how in ("every task counted", "counted_tasks: above_chance"):
+            null, found = rows[f"dispersion - CE, scores, 3 seeds, {design}, {how}"]
+            assert null.n == 5 and found.endswith("at +4")
